@@ -1,0 +1,1 @@
+"""Built-in backend adapters.  They register through the same entry points as plugins."""

@@ -1,0 +1,155 @@
+"""The backend adapter API and the registry that discovers adapters.
+
+An adapter declares ``name`` and ``capabilities`` and compiles a case's workload
+into a :class:`CompiledStep`.  Built-in adapters and third-party ones register
+the same way: the entry-point group ``conformance.backends`` (like
+``torch_dynamo_backends``), or ad hoc as ``--backend package.module:ClassName``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import ClassVar
+
+import torch
+
+from conformance.case import Case, Workload
+from conformance.lifetime import LifetimeModel, Observation
+from conformance.step import StepOutput
+
+ENTRY_POINT_GROUP = "conformance.backends"
+CAPABILITY_NAMES = ("training", "while_loop", "custom_ops")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can run and measure.  A case needing more is a ``skip``."""
+
+    training: bool = True
+    while_loop: bool = True
+    custom_ops: bool = True
+    devices: tuple[str, ...] = ("cpu",)
+    memory_domains: tuple[str, ...] = ("torch-cpu",)
+    exact_memory: bool = False  # measured peak must equal the model's, not just stay below
+
+    def missing_for(self, case: Case) -> list[str]:
+        return [req for req in sorted(case.requires) if not getattr(self, req, False)]
+
+    def describe(self) -> list[str]:
+        flags = [n for n in CAPABILITY_NAMES if getattr(self, n)]
+        return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains)]
+
+
+class CompiledStep(ABC):
+    """A case compiled by a backend: runs one step and says what graphs it received."""
+
+    @abstractmethod
+    def run(self) -> StepOutput:
+        """Run one step on the workload's inputs (a training step leaves grads on ``.grad``)."""
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        """The lifetime model of the graphs the backend actually received, if it exposes them.
+
+        ``None`` holds the backend to the model of the user-level graph instead.
+        """
+        return None
+
+    def notes(self) -> list[str]:
+        return []
+
+
+class Backend(ABC):
+    """One backend adapter."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Bytes of documented slack allowed above the model's peak, with the reason.
+    peak_slack_bytes: ClassVar[int] = 0
+    peak_slack_reason: ClassVar[str] = ""
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run on this machine, or ``None`` when it can."""
+        return None
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    @abstractmethod
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        """Compile the workload; errors raised here are ``fail-compile``."""
+
+
+class BackendError(ValueError):
+    """A backend name that resolves to nothing, or a plugin that is broken."""
+
+
+@dataclass
+class BackendRegistry:
+    backends: dict[str, Backend] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)  # plugin name -> problem
+
+    def get(self, name: str) -> Backend:
+        if name in self.backends:
+            return self.backends[name]
+        if name in self.broken:
+            raise BackendError(f"backend {name!r} is broken: {self.broken[name]}")
+        if ":" in name:
+            backend = load_backend_class(name, name)
+            self.backends[backend.name] = backend
+            return backend
+        raise BackendError(
+            f"unknown backend {name!r} (known: {', '.join(sorted(self.backends)) or 'none'}; "
+            "see 'conformance list backends')"
+        )
+
+    def usable(self) -> list[Backend]:
+        return [b for b in self.backends.values() if b.unavailable_reason() is None]
+
+
+def load_backend_class(label: str, spec: str) -> Backend:
+    """Import ``module:Class`` and check it is a usable adapter; raise :class:`BackendError` if not."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # an import error in a plugin must not take the run down
+        raise BackendError(f"backend {label!r}: cannot load {spec}: {type(exc).__name__}: {exc}") from exc
+    return validate_backend(label, obj)
+
+
+def validate_backend(label: str, obj: object) -> Backend:
+    backend = obj() if isinstance(obj, type) else obj
+    if not isinstance(backend, Backend):
+        missing = [m for m in ("name", "capabilities", "compile") if not hasattr(backend, m)]
+        raise BackendError(
+            f"backend {label!r}: {type(backend).__name__} is not a conformance Backend"
+            + (f" (missing {', '.join(missing)})" if missing else "")
+        )
+    if not isinstance(getattr(backend, "name", None), str):
+        raise BackendError(f"backend {label!r}: 'name' must be a str")
+    if not isinstance(backend.capabilities, Capabilities):
+        raise BackendError(
+            f"backend {label!r}: 'capabilities' must be conformance.adapter.Capabilities, "
+            f"got {type(backend.capabilities).__name__}"
+        )
+    return backend
+
+
+def discover() -> BackendRegistry:
+    """Every adapter registered under the entry-point group, broken ones reported by name."""
+    registry = BackendRegistry()
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in registry.backends:
+            continue
+        try:
+            backend = validate_backend(ep.name, ep.load())
+        except BackendError as exc:
+            registry.broken[ep.name] = str(exc)
+            continue
+        except Exception as exc:
+            registry.broken[ep.name] = f"backend {ep.name!r}: cannot load {ep.value}: {type(exc).__name__}: {exc}"
+            continue
+        registry.backends[backend.name] = backend
+    return registry

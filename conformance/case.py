@@ -1,0 +1,100 @@
+"""Cases: named, seeded, reproducible workloads, and the registry that finds them."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+CaseKind = Literal["inference", "train_step", "loop"]
+KINDS: tuple[CaseKind, ...] = ("inference", "train_step", "loop")
+
+
+@dataclass
+class Workload:
+    """What building a case gives: a module and its inputs.
+
+    ``model(*inputs)`` returns the outputs; for a case that trains it returns the
+    scalar loss, and the step is forward, loss, backward.
+    """
+
+    model: torch.nn.Module
+    inputs: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    rmse_multiple: float = 3.0  # dynamo benchmark harness: backend RMSE <= k * eager-fp32 RMSE
+
+
+@dataclass(frozen=True)
+class Case:
+    """A named, seeded workload.  ``build()`` is deterministic for a given ``seed``."""
+
+    id: str
+    kind: CaseKind
+    family: str
+    seed: int
+    builder: Callable[[int], Workload] = field(repr=False, compare=False)
+    trains: bool = False
+    requires: frozenset[str] = frozenset()
+    tolerance: Tolerance = Tolerance()
+    description: str = ""
+
+    def build(self) -> Workload:
+        torch.manual_seed(self.seed)
+        workload = self.builder(self.seed)
+        workload.model.train(self.trains)
+        return workload
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "family": self.family,
+            "seed": self.seed,
+            "trains": self.trains,
+            "requires": sorted(self.requires),
+            "description": self.description,
+        }
+
+
+class CaseError(ValueError):
+    """Bad case selection or a case that failed to build."""
+
+
+_REGISTRY: dict[str, Case] = {}
+
+
+def register(case: Case) -> Case:
+    if case.id in _REGISTRY:
+        raise CaseError(f"case id {case.id!r} registered twice")
+    if case.kind not in KINDS:
+        raise CaseError(f"case {case.id}: unknown kind {case.kind!r}")
+    _REGISTRY[case.id] = case
+    return case
+
+
+def all_cases() -> list[Case]:
+    import conformance.cases  # noqa: F401  (registers the built-in cases)
+
+    return list(_REGISTRY.values())
+
+
+def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
+    """Cases whose id matches any glob in ``patterns`` (all when empty), in registry order."""
+    cases = all_cases()
+    patterns = list(patterns)
+    if not patterns:
+        return cases
+    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
+    if unmatched:
+        known = ", ".join(c.id for c in cases[:8])
+        raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases')")
+    return chosen

@@ -1,0 +1,184 @@
+"""Runs one case on one backend and decides its verdict, with the numbers behind it."""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from conformance.adapter import Backend, CompiledStep
+from conformance.blame import blame_peak, blame_residual
+from conformance.case import Case
+from conformance.interpreter import GraphExecutor
+from conformance.lifetime import LifetimeModel, ModelError, model_graph
+from conformance.parity import compare
+from conformance.probe import CpuAllocatorProbe, MemoryTrace
+from conformance.result import Result
+from conformance.step import StepOutput, clear_grads, params_of, reference_step, trace_step
+
+PROBED_STEPS = 2  # residual must be exact on each, so growth over steps is caught too
+
+
+def repro_command(case: Case, backend: str) -> str:
+    return f"conformance run --case {case.id} --backend {backend}"
+
+
+def run_case(case: Case, backend: Backend) -> Result:
+    result = Result(
+        case.id, backend.name, "pass", seed=case.seed, kind=case.kind, family=case.family,
+        versions=backend.versions(), repro=repro_command(case, backend.name),
+    )
+    unavailable = backend.unavailable_reason()
+    if unavailable:
+        return _verdict(result, "skip", unavailable)
+    missing = backend.capabilities.missing_for(case)
+    if missing:
+        return _verdict(result, "skip", f"backend lacks capability: {', '.join(missing)}")
+    try:
+        return _run(case, backend, result)
+    finally:
+        torch._dynamo.reset()
+        gc.collect()
+
+
+def _run(case: Case, backend: Backend, result: Result) -> Result:
+    reference = reference_step(case, torch.float64).named()
+    eager32 = reference_step(case, torch.float32).named()
+    user_model, observation = user_level_model(case)
+
+    workload = case.build()
+    t0 = time.perf_counter()
+    try:
+        compiled = backend.compile(case, workload)
+        first = compiled.run()
+    except Exception as exc:
+        status = "fail-compile" if _is_compile_error(exc) or "compiled" not in locals() else "fail-run"
+        return _verdict(result, status, _one_line(exc), traceback.format_exc())
+    result.timing["compile_s"] = time.perf_counter() - t0
+
+    parity = compare(first.named(), reference, eager32, case.tolerance)
+    result.parity = parity.to_json()
+    del first
+    clear_grads(workload.model)
+
+    try:
+        t1 = time.perf_counter()
+        out = compiled.run()
+        result.timing["run_s"] = time.perf_counter() - t1
+        del out
+        traces = [probed_step(compiled, workload.model) for _ in range(PROBED_STEPS)]
+    except Exception as exc:
+        return _verdict(result, "fail-run", _one_line(exc), traceback.format_exc())
+    finally:
+        clear_grads(workload.model)
+
+    try:
+        received = compiled.received_model(observation)
+    except ModelError as exc:
+        received = None
+        result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
+    result.notes.extend(compiled.notes())
+    model = received or user_model
+    status, reason = judge_memory(result, backend, model, user_model, traces,
+                                  "received-graphs" if received else "user-graph")
+    if not parity.ok:
+        worst = parity.worst
+        assert worst is not None
+        return _verdict(result, "fail-parity",
+                        f"{worst.name}: max_abs_err {worst.max_abs_err:.3g}, rmse {worst.rmse:.3g} "
+                        f"vs eager-fp32 rmse {worst.eager_rmse:.3g} ({worst.note or 'outside tolerance'})")
+    return _verdict(result, status, reason)
+
+
+def user_level_model(case: Case) -> tuple[LifetimeModel, Any]:
+    """The lifetime model of the case's own step, with loop trip counts from a real run."""
+    workload = case.build()
+    gm, args, _ = trace_step(workload, case.trains)
+    executor = GraphExecutor(label_ranges=False)
+    with torch.no_grad():
+        executor.run(gm, list(args))
+    retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
+    return model_graph(gm, executor.observation, retained), executor.observation
+
+
+def probed_step(compiled: CompiledStep, model: torch.nn.Module) -> MemoryTrace:
+    """One step inside the probe's window; outputs are dropped inside it, grads kept."""
+    clear_grads(model)
+    gc.collect()
+    with CpuAllocatorProbe() as probe:
+        out: StepOutput | None = compiled.run()
+        del out
+    return probe.trace
+
+
+def judge_memory(
+    result: Result,
+    backend: Backend,
+    model: LifetimeModel,
+    user_model: LifetimeModel,
+    traces: list[MemoryTrace],
+    source: str,
+) -> tuple[str, str]:
+    trace = max(traces, key=lambda t: t.peak_bytes)
+    residuals = [t.residual_bytes for t in traces]
+    exact = backend.capabilities.exact_memory
+    slack = backend.peak_slack_bytes
+    memory: dict[str, Any] = {
+        "domain": trace.domain,
+        "model_source": source,
+        "model_peak_bytes": model.peak_bytes,
+        "measured_peak_bytes": trace.peak_bytes,
+        "model_residual_bytes": model.residual_bytes,
+        "measured_residual_bytes": residuals[-1],
+        "residual_per_step": residuals,
+        "user_model_peak_bytes": user_model.peak_bytes,
+        "peak_contract": "equal" if exact else f"<= model + {slack}",
+        "peak_event": model.events[model.peak_event] if model.events else None,
+        "foreign_free_bytes": trace.foreign_free_bytes,
+        "timeline": trace.relative_timeline(),
+        "model_timeline": list(zip(model.events, model.live_bytes))[:2000],
+        "blamed": [],
+    }
+    if slack:
+        memory["peak_slack_reason"] = backend.peak_slack_reason
+    result.memory = memory
+    peak_bad = trace.peak_bytes != model.peak_bytes if exact else trace.peak_bytes > model.peak_bytes + slack
+    if peak_bad:
+        memory["blamed"] = blame_peak(model, trace)
+        names = ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in memory["blamed"][:3]) or "none matched"
+        rel = "!=" if exact else ">"
+        return "fail-peak", (
+            f"measured peak {trace.peak_bytes} B {rel} model peak {model.peak_bytes} B"
+            f"{f' + slack {slack} B' if slack else ''} ({source}); alive past modelled death: {names}"
+        )
+    bad = [r for r in residuals if r != model.residual_bytes]
+    if bad:
+        worst = max(traces, key=lambda t: abs(t.residual_bytes - model.residual_bytes))
+        memory["blamed"] = blame_residual(model, worst)
+        names = ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in memory["blamed"][:3]) or "none matched"
+        return "fail-residual", (
+            f"residual {residuals} B per step != model residual {model.residual_bytes} B; "
+            f"still alive: {names}"
+        )
+    return "pass", ""
+
+
+def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Result:
+    result.status = status
+    result.reason = reason
+    if detail:
+        result.notes.append(detail[-4000:])
+    return result
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    mod = type(exc).__module__
+    return mod.startswith(("torch._dynamo", "torch._inductor", "torch._functorch"))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]

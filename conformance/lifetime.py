@@ -1,0 +1,485 @@
+"""The reference tensor-lifetime model.
+
+Given ATen-level FX graphs, work out when every *storage* is born (its producing
+node) and when it dies (right after the last node that needs any value aliasing
+it), and turn that into a live-bytes timeline with its peak and residual.
+
+The discipline is the one an ideal executor follows, and the one
+:mod:`conformance.interpreter` implements with real tensors: a value is held from
+the node that produces it until the last node that uses it; a storage is alive
+while any value that aliases it is held; graph outputs and retained tensors
+survive the step; caller-owned inputs cost the step nothing.  Loops are unrolled
+with the trip counts a real run observed, so the timeline is exact.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+WHILE_LOOP_OPS = ("while_loop", "while_loop_stack_output")
+
+
+@dataclass
+class Storage:
+    """One storage the step allocates, with where it came from and when it lives."""
+
+    sid: int
+    nbytes: int
+    producer: str
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str = "intermediate"  # intermediate | output | retained | saved | tangent
+    birth: int = -1
+    death: int | None = None  # event index after which it is freed; None: outlives the step
+    refs: int = field(default=0, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "producer": self.producer,
+            "op": self.op,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "bytes": self.nbytes,
+            "role": self.role,
+            "model_birth": self.birth,
+            "model_death": self.death,
+        }
+
+
+@dataclass
+class LifetimeModel:
+    """A live-bytes timeline: ``events[i]`` is a node run, ``live_bytes[i]`` the bytes live during it."""
+
+    events: list[str]
+    live_bytes: list[int]
+    storages: list[Storage]
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.live_bytes, default=0)
+
+    @property
+    def peak_event(self) -> int:
+        return max(range(len(self.live_bytes)), key=self.live_bytes.__getitem__, default=-1)
+
+    @property
+    def residual_bytes(self) -> int:
+        return sum(s.nbytes for s in self.storages if s.death is None and s.role == "retained")
+
+    @property
+    def end_bytes(self) -> int:
+        """Bytes live at the end of the step while outputs are still held."""
+        return sum(s.nbytes for s in self.storages if s.death is None)
+
+    def live_at(self, event: int) -> list[Storage]:
+        return [
+            s
+            for s in self.storages
+            if s.birth <= event and (s.death is None or s.death >= event) and s.nbytes
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_event": self.events[self.peak_event] if self.events else None,
+            "residual_bytes": self.residual_bytes,
+            "events": len(self.events),
+            "storages": len(self.storages),
+        }
+
+
+def release_schedule(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """For each node, the nodes whose values may be dropped right after it runs.
+
+    A value is dropped after its last user; a value nobody uses is dropped right
+    after it is made.  Values the graph returns are never dropped.
+    """
+    nodes = list(graph.nodes)
+    returned: set[torch.fx.Node] = set()
+    last_use: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in nodes:
+        if node.op == "output":
+            returned.update(_flat_nodes(node.args))
+            continue
+        for used in _flat_nodes((node.args, node.kwargs)):
+            last_use[used] = node
+    schedule: dict[torch.fx.Node, list[torch.fx.Node]] = {n: [] for n in nodes}
+    for node in nodes:
+        if node.op in ("output", "get_attr") or node in returned:
+            continue
+        schedule[last_use.get(node, node)].append(node)
+    return schedule
+
+
+def _flat_nodes(tree: Any) -> list[torch.fx.Node]:
+    out: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(tree, out.append)
+    return out
+
+
+def op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__name__", None) or str(target)
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order.{target.name()}"
+    return name
+
+
+def is_while_loop(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.HigherOrderOperator)
+        and node.target.name() in WHILE_LOOP_OPS
+    )
+
+
+def storage_nbytes(t: torch.Tensor, symbols: dict[Any, int]) -> int:
+    """The bytes of ``t``'s storage, resolving symbolic sizes with observed values."""
+    n = t.untyped_storage().nbytes()
+    if isinstance(n, int):
+        return n
+    return _concrete(n, symbols)
+
+
+def _concrete(value: Any, symbols: dict[Any, int]) -> int:
+    if isinstance(value, int):
+        return value
+    expr = value.node.expr if isinstance(value, torch.SymInt) else value
+    resolved = expr.xreplace(symbols) if symbols else expr
+    try:
+        return int(resolved)
+    except TypeError as exc:  # still symbolic: the observation did not cover it
+        raise ModelError(f"size {expr} is unknown: no observed value for its symbols") from exc
+
+
+def _concrete_shape(t: torch.Tensor, symbols: dict[Any, int]) -> tuple[int, ...]:
+    return tuple(_concrete(s, symbols) for s in t.shape)
+
+
+class ModelError(RuntimeError):
+    """The graph could not be modelled (a size or an op the model does not know)."""
+
+
+@dataclass
+class Observation:
+    """What a real run saw that a graph alone does not say: loop trip counts, in run order."""
+
+    trip_counts: list[int] = field(default_factory=list)
+
+
+class _Builder:
+    """Walks graphs the way the reference executor runs them, logging births and deaths."""
+
+    def __init__(self, observation: Observation) -> None:
+        self.events: list[str] = []
+        self.live: list[int] = []
+        self.storages: list[Storage] = []
+        self._live_now = 0
+        self._trips = list(observation.trip_counts)
+        self._symbols: dict[Any, int] = {}
+
+    # -- storages and references ---------------------------------------------------
+    def new_storage(
+        self, nbytes: int, producer: str, op: str, val: torch.Tensor | None, role: str
+    ) -> Storage:
+        shape = _concrete_shape(val, self._symbols) if val is not None else ()
+        dtype = str(val.dtype).removeprefix("torch.") if val is not None else ""
+        s = Storage(len(self.storages), nbytes, producer, op, shape, dtype, role)
+        s.birth = len(self.events)
+        self.storages.append(s)
+        self._live_now += nbytes
+        return s
+
+    def acquire(self, value: Any) -> None:
+        for s in _storages_in(value):
+            s.refs += 1
+
+    def release(self, value: Any) -> None:
+        for s in _storages_in(value):
+            s.refs -= 1
+            if s.refs == 0 and s.role not in ("caller",):
+                s.death = len(self.events) - 1
+                self._live_now -= s.nbytes
+
+    def event(self, label: str, transient_peak: int | None = None) -> None:
+        """Close an event: everything born so far during it was live at its peak."""
+        self.events.append(label)
+        self.live.append(max(self._live_now, transient_peak or 0))
+
+    def mark_peak(self) -> int:
+        return self._live_now
+
+    # -- graphs ----------------------------------------------------------------------
+    def run_graph(
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: Sequence[Any],
+        prefix: str,
+        donated: bool = False,
+    ) -> list[Any]:
+        """Model one graph; ``inputs`` are storage-structured values the caller holds.
+
+        With ``donated`` the caller hands its references over (the boxed calling
+        convention: the argument list is cleared), so inputs die at their last use.
+        """
+        env: dict[torch.fx.Node, Any] = {}
+        keys: dict[Any, Storage] = {}
+        schedule = release_schedule(gm.graph)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):
+            raise ModelError(f"{prefix}: {len(placeholders)} placeholders, {len(inputs)} inputs")
+        outputs: list[Any] = []
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                value = inputs[placeholders.index(node)]
+                env[node] = value
+                if not donated:
+                    self.acquire(value)
+                for key, s in zip(_storage_keys(node.meta.get("val")), _flatten(value)):
+                    if key is not None and isinstance(s, Storage):
+                        keys[key] = s
+                continue
+            if node.op == "get_attr":
+                env[node] = None
+                continue
+            if node.op == "output":
+                result = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+                outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+                for value in outputs:
+                    self.acquire(value)
+                break
+            label = f"{prefix}{node.name}"
+            if is_while_loop(node):
+                env[node] = self._while_loop(node, env, label)
+                for key, s in zip(_storage_keys(node.meta.get("val")), _flatten(env[node])):
+                    if key is not None and isinstance(s, Storage):
+                        keys.setdefault(key, s)
+            elif node.target is operator.getitem:
+                container = env[node.args[0]]
+                env[node] = container[node.args[1]] if container is not None else None
+                self.acquire(env[node])
+            else:
+                env[node] = self._op(node, keys, label)
+                self.acquire(env[node])
+                self.event(label)
+            for dead in schedule[node]:
+                if dead in env:
+                    self.release(env.pop(dead))
+        for value in env.values():
+            self.release(value)
+        return outputs
+
+    def _op(self, node: torch.fx.Node, keys: dict[Any, Storage], label: str) -> Any:
+        val = node.meta.get("val")
+        op = op_name(node)
+
+        def make(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return None
+            key = StorageWeakRef(t.untyped_storage())
+            if key in keys:  # a view or in-place result: same storage as an earlier value
+                return keys[key]
+            s = self.new_storage(storage_nbytes(t, self._symbols), label, op, t, "intermediate")
+            keys[key] = s
+            return s
+
+        if isinstance(val, (list, tuple)):
+            return tuple(make(t) for t in val)
+        return make(val)
+
+    def _while_loop(self, node: torch.fx.Node, env: dict[torch.fx.Node, Any], label: str) -> Any:
+        cond_attr, body_attr, carried_nodes, additional_nodes = node.args[:4]
+        root = node.graph.owning_module
+        assert root is not None
+        cond_gm = getattr(root, cond_attr.target)
+        body_gm = getattr(root, body_attr.target)
+        stacked = node.target.name() == "while_loop_stack_output"
+        carried = [env[n] if isinstance(n, torch.fx.Node) else None for n in carried_nodes]
+        additional = [env[n] if isinstance(n, torch.fx.Node) else None for n in additional_nodes]
+        if not self._trips:
+            raise ModelError(f"{label}: no observed trip count for this loop")
+        trips = self._trips.pop(0)
+        self._bind_trip_symbols(node, trips)
+        self.acquire(carried)
+        history: list[list[Any]] = []
+        for trip in range(trips + 1):
+            pred = self.run_graph(cond_gm, [*carried, *additional], f"{label}.cond{trip}:")
+            self.release(pred)
+            if trip == trips:
+                break
+            new = self.run_graph(body_gm, [*carried, *additional], f"{label}.body{trip}:")
+            if stacked:
+                self.acquire(new)
+                history.append(new)
+            self.release(carried)
+            carried = new
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        if stacked:
+            result = tuple(
+                self.new_storage(storage_nbytes(v, self._symbols), f"{label}.stack", op_name(node), v, "intermediate")
+                if isinstance(v, torch.Tensor)
+                else None
+                for v in vals
+            )
+            self.acquire(result)
+            self.event(f"{label}.stack")
+            for h in history:
+                self.release(h)
+            self.release(carried)
+            return result
+        if trips == 0:  # the dense kernel returns clones of the inputs
+            self.release(carried)
+            result = tuple(
+                self.new_storage(storage_nbytes(v, self._symbols), f"{label}.clone", op_name(node), v, "intermediate")
+                if isinstance(v, torch.Tensor)
+                else None
+                for v in vals
+            )
+            self.acquire(result)
+            self.event(f"{label}.clone")
+            return result
+        return tuple(carried)
+
+    def _bind_trip_symbols(self, node: torch.fx.Node, trips: int) -> None:
+        """Bind the unbacked leading size of stacked loop outputs to the observed trip count."""
+        if node.target.name() != "while_loop_stack_output":
+            return
+        val = node.meta.get("val")
+        for v in val if isinstance(val, (list, tuple)) else [val]:
+            if isinstance(v, torch.Tensor) and v.dim() and isinstance(v.shape[0], torch.SymInt):
+                expr = v.shape[0].node.expr
+                for sym in expr.free_symbols:
+                    self._symbols[sym] = trips
+                    return
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    return [value]
+
+
+def _storages_in(value: Any) -> Iterable[Storage]:
+    return (s for s in _flatten(value) if isinstance(s, Storage))
+
+
+def _storage_keys(val: Any) -> list[Any]:
+    return [
+        StorageWeakRef(t.untyped_storage()) if isinstance(t, torch.Tensor) else None
+        for t in _flatten(val)
+    ]
+
+
+def _caller_value(val: Any, name: str, builder: _Builder) -> Any:
+    """A caller-owned input: it exists before the step and costs it nothing."""
+    if isinstance(val, (list, tuple)):
+        return tuple(_caller_value(v, name, builder) for v in val)
+    if not isinstance(val, torch.Tensor):
+        return None
+    s = Storage(len(builder.storages), 0, name, "input", tuple(val.shape), str(val.dtype), "caller")
+    s.birth = -1
+    builder.storages.append(s)
+    return s
+
+
+def _placeholder_vals(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:
+    return [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _finish(builder: _Builder, outputs: Sequence[Any], retained: set[int]) -> LifetimeModel:
+    for i, value in enumerate(outputs):
+        for s in _storages_in(value):
+            if s.role == "caller":
+                continue
+            s.role = "retained" if i in retained else "output"
+    # A storage with no references left died already; one still referenced outlives the step.
+    for s in builder.storages:
+        if s.role == "caller":
+            s.death = None
+    return LifetimeModel(builder.events, builder.live, builder.storages)
+
+
+def model_graph(
+    gm: torch.fx.GraphModule,
+    observation: Observation | None = None,
+    retained_outputs: Iterable[int] = (),
+) -> LifetimeModel:
+    """Model a whole step traced as one graph (the user-level graph).
+
+    ``retained_outputs`` are output positions that outlive the step (parameter
+    gradients); the rest are outputs the caller drops after the step.
+    """
+    builder = _Builder(observation or Observation())
+    inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(gm)]
+    outputs = builder.run_graph(gm, inputs, "")
+    return _finish(builder, outputs, set(retained_outputs))
+
+
+def model_forward_backward(
+    forward: torch.fx.GraphModule,
+    backward: torch.fx.GraphModule | None,
+    observation: Observation | None = None,
+) -> LifetimeModel:
+    """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
+
+    The forward returns the user's outputs and what it saves for backward; a
+    forward output is saved when the backward takes an input of the same name (the
+    partitioner's naming).  Saved tensors cross into the backward as its inputs
+    and must die at their last use there (the boxed convention).
+    Tangents are made by the autograd engine just before the backward runs and are
+    held by it for the whole backward call.  The
+    backward's outputs are gradients, retained past the step.
+    """
+    builder = _Builder(observation or Observation())
+    fw_inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(forward)]
+    fw_outputs = builder.run_graph(forward, fw_inputs, "fw:")
+    if backward is None:
+        return _finish(builder, fw_outputs, set())
+    out_node = next(n for n in forward.graph.nodes if n.op == "output")
+    out_names = [a.name if isinstance(a, torch.fx.Node) else None for a in _flat_args(out_node)]
+    bw_names = {name for name, _ in _placeholder_vals(backward)}
+    saved = {name: v for name, v in zip(out_names, fw_outputs) if name in bw_names}
+    user_outputs = [v for name, v in zip(out_names, fw_outputs) if name not in bw_names]
+    for value in saved.values():
+        for s in _storages_in(value):
+            if s.role == "intermediate":
+                s.role = "saved"
+    bw_inputs: list[Any] = []
+    for name, val in _placeholder_vals(backward):
+        if name in saved:
+            bw_inputs.append(saved[name])
+        elif isinstance(val, torch.Tensor):  # a tangent, made by the autograd engine
+            tangent = builder.new_storage(storage_nbytes(val, {}), f"bw:{name}", "tangent", val, "tangent")
+            builder.acquire(tangent)
+            bw_inputs.append(tangent)
+        else:
+            bw_inputs.append(None)
+    # The engine passes grad_outputs unpacked to Function.backward: they are held
+    # for the whole backward call whatever the compiled graph does with them.
+    tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
+    builder.acquire(tangents)
+    bw_outputs = builder.run_graph(backward, bw_inputs, "bw:", donated=True)
+    builder.release(tangents)
+    return _finish(
+        builder,
+        [*user_outputs, *bw_outputs],
+        set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
+    )
+
+
+def _flat_args(out_node: torch.fx.Node) -> list[Any]:
+    args = out_node.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]

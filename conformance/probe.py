@@ -1,0 +1,171 @@
+"""Memory probes: measure what a step really allocates, in one memory domain each.
+
+The CPU probe reads the torch CPU allocator's allocation events through the
+profiler's memory reporting.  Only what happens inside the recording window
+counts: a free of memory allocated before the window (a tensor the caller made
+earlier) is recorded as *foreign* and left out of the live bytes, so it cannot
+drive the count negative or hide a leak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from torch.profiler import ProfilerActivity, profile
+
+from conformance.interpreter import NODE_RANGE_PREFIX
+
+
+@dataclass
+class Allocation:
+    """One allocation made inside the window, with the node and op that made it."""
+
+    ptr: int
+    nbytes: int
+    t_alloc: int
+    t_free: int | None = None
+    label: str | None = None  # the reference executor's node, when there is one
+    op: str | None = None  # innermost operator or profiler range that allocated it
+    seq: int = 0  # order of allocation within the window
+
+    def alive_at(self, t: int) -> bool:
+        return self.t_alloc <= t and (self.t_free is None or self.t_free > t)
+
+    def describe(self) -> dict[str, Any]:
+        return {"bytes": self.nbytes, "label": self.label, "op": self.op, "seq": self.seq}
+
+
+@dataclass
+class MemoryTrace:
+    """What a probe measured over one window."""
+
+    domain: str
+    allocations: list[Allocation] = field(default_factory=list)
+    timeline: list[tuple[int, int]] = field(default_factory=list)  # (time ns, live bytes)
+    foreign_free_bytes: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((live for _, live in self.timeline), default=0)
+
+    @property
+    def peak_time(self) -> int:
+        return max(self.timeline, key=lambda e: e[1], default=(0, 0))[0]
+
+    @property
+    def residual_bytes(self) -> int:
+        return self.timeline[-1][1] if self.timeline else 0
+
+    def live_at(self, t: int) -> list[Allocation]:
+        return [a for a in self.allocations if a.alive_at(t)]
+
+    def still_alive(self) -> list[Allocation]:
+        return [a for a in self.allocations if a.t_free is None]
+
+    def relative_timeline(self, max_points: int = 400) -> list[tuple[float, int]]:
+        """The timeline as (microseconds from start, live bytes), thinned for reports."""
+        if not self.timeline:
+            return []
+        t0 = self.timeline[0][0]
+        points = self.timeline
+        if len(points) > max_points:  # keep every peak of each bucket so the plot keeps its shape
+            step = len(points) / max_points
+            thinned = []
+            for i in range(max_points):
+                bucket = points[int(i * step) : int((i + 1) * step)] or [points[-1]]
+                thinned.append(max(bucket, key=lambda e: e[1]))
+            points = [*thinned, self.timeline[-1]]
+        return [((t - t0) / 1000.0, live) for t, live in points]
+
+
+class MemoryProbe(Protocol):
+    """A context manager measuring one memory domain; ``trace`` is filled on exit."""
+
+    domain: str
+    trace: MemoryTrace
+
+    def __enter__(self) -> MemoryProbe: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class CpuAllocatorProbe:
+    """The torch CPU allocator, through the profiler's allocation events."""
+
+    domain = "torch-cpu"
+
+    def __init__(self) -> None:
+        self.trace = MemoryTrace(self.domain)
+        self._prof: profile | None = None
+
+    def __enter__(self) -> CpuAllocatorProbe:
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._prof is not None
+        self._prof.__exit__(None, None, None)
+        self.trace = trace_from_profile(self._prof, self.domain, device_type="cpu")
+        self._prof = None
+
+
+@contextlib.contextmanager
+def no_probe() -> Iterator[None]:
+    yield
+
+
+def trace_from_profile(prof: profile, domain: str, device_type: str) -> MemoryTrace:
+    """Turn a profiler's allocation events into allocations and a live-bytes timeline."""
+    from torch._C._profiler import _EventType
+
+    raw: list[tuple[int, int, int, str | None, str | None]] = []
+
+    def walk(event: Any, label: str | None, op: str | None) -> None:
+        kind, fields = event.typed
+        if kind == _EventType.Allocation:
+            if fields.device.type == device_type:
+                raw.append((event.start_time_ns, fields.ptr, fields.alloc_size, label, op))
+            return
+        name: str = event.name
+        if name.startswith(NODE_RANGE_PREFIX):
+            label, op = name[len(NODE_RANGE_PREFIX) :], None
+        elif name:
+            op = name  # the innermost named range or operator wins
+        for child in event.children:
+            walk(child, label, op)
+
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root, None, None)
+    raw.sort(key=lambda r: r[0])
+    return build_trace(domain, raw)
+
+
+def build_trace(
+    domain: str, events: list[tuple[int, int, int, str | None, str | None]]
+) -> MemoryTrace:
+    """Pure: ``(time, ptr, signed size, label, op)`` events in time order to a trace."""
+    trace = MemoryTrace(domain)
+    open_: dict[int, Allocation] = {}
+    live = 0
+    for t, ptr, size, label, op in events:
+        if size > 0:
+            a = Allocation(ptr, size, t, None, label, op, seq=len(trace.allocations))
+            trace.allocations.append(a)
+            open_[ptr] = a
+            live += size
+        elif size < 0:
+            a_open = open_.pop(ptr, None)
+            if a_open is None:
+                trace.foreign_free_bytes += -size
+                continue
+            a_open.t_free = t
+            live -= a_open.nbytes
+        else:
+            continue
+        trace.timeline.append((t, live))
+    return trace
