@@ -146,24 +146,29 @@ def judge_memory(
         memory["peak_slack_reason"] = backend.peak_slack_reason
     result.memory = memory
     peak_bad = trace.peak_bytes != model.peak_bytes if exact else trace.peak_bytes > model.peak_bytes + slack
+    bad_residuals = [r for r in residuals if r != model.residual_bytes]
+    memory["checks"] = {"peak": not peak_bad, "residual": not bad_residuals}
+    # A leak inflates the peak too; the residual names it more precisely, so it is judged first.
+    if bad_residuals:
+        worst = max(traces, key=lambda t: abs(t.residual_bytes - model.residual_bytes))
+        memory["blamed"] = blame_residual(model, worst)
+        return "fail-residual", (
+            f"residual {residuals} B per step != model residual {model.residual_bytes} B; "
+            f"still alive: {_names(memory['blamed'])}"
+        )
     if peak_bad:
         memory["blamed"] = blame_peak(model, trace)
-        names = ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in memory["blamed"][:3]) or "none matched"
         rel = "!=" if exact else ">"
         return "fail-peak", (
             f"measured peak {trace.peak_bytes} B {rel} model peak {model.peak_bytes} B"
-            f"{f' + slack {slack} B' if slack else ''} ({source}); alive past modelled death: {names}"
-        )
-    bad = [r for r in residuals if r != model.residual_bytes]
-    if bad:
-        worst = max(traces, key=lambda t: abs(t.residual_bytes - model.residual_bytes))
-        memory["blamed"] = blame_residual(model, worst)
-        names = ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in memory["blamed"][:3]) or "none matched"
-        return "fail-residual", (
-            f"residual {residuals} B per step != model residual {model.residual_bytes} B; "
-            f"still alive: {names}"
+            f"{f' + slack {slack} B' if slack else ''} ({source}); alive past modelled death: "
+            f"{_names(memory['blamed'])}"
         )
     return "pass", ""
+
+
+def _names(blamed: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:3]) or "none matched"
 
 
 def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Result:

@@ -1,0 +1,128 @@
+"""The ``conformance`` command: a thin layer over the pytest plugin.
+
+``conformance run`` validates its input first (unknown backends or cases, bad
+manifests, cases that fail to build: one line, exit 2) and then runs pytest on
+the suite; any argument it does not know goes to pytest unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from conformance.adapter import BackendError
+from conformance.case import CaseError
+from conformance.manifest import ManifestError
+from conformance.plugin import DEFAULT_OUT, Selection, select
+
+EXIT_USAGE = 2
+
+
+class UsageFailure(Exception):
+    """Bad input: reported as one line, exit code 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conformance", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run cases on backends (unknown options go to pytest)")
+    run.add_argument("--backend", action="append", default=[], metavar="NAME",
+                     help="backend name or package.module:Class (repeatable; default: all usable here)")
+    run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
+    run.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"results directory (default: {DEFAULT_OUT})")
+    run.add_argument("-n", "--workers", default=None, metavar="N", help="pytest-xdist workers (a number or 'auto')")
+    lst = sub.add_parser("list", help="list backends or cases")
+    lst.add_argument("what", choices=["backends", "cases"])
+    lst.add_argument("--backend", action="append", default=[], metavar="NAME")
+    lst.add_argument("--case", action="append", default=[], metavar="GLOB")
+    return parser
+
+
+def _validate(backends: list[str], cases: list[str], build: bool) -> Selection:
+    try:
+        selection = select(backends, cases)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+    if build:
+        for case in selection.cases:
+            try:
+                case.build()
+            except Exception as exc:
+                raise UsageFailure(f"case {case.id} failed to build: {type(exc).__name__}: {exc}") from None
+    if not selection.backends:
+        raise UsageFailure("no backend can run on this machine (see 'conformance list backends')")
+    return selection
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    _validate(args.backend, args.case, build=True)
+    import pytest
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pytest_args = [
+        "--pyargs", "conformance.suite", "-qq", "--no-header", "-p", "no:cacheprovider",
+        "--rootdir", str(out.resolve()), "-o", "console_output_style=classic",
+        "--conformance-out", str(out), "--conformance-progress", "--junitxml", str(out / "junit.xml"),
+        "-W", "ignore::UserWarning",
+    ]
+    for b in args.backend:
+        pytest_args += ["--backend", b]
+    for c in args.case:
+        pytest_args += ["--case", c]
+    if args.workers:
+        pytest_args += ["-n", str(args.workers)]
+    code = int(pytest.main([*pytest_args, *extra]))
+    return 0 if code == 0 else (EXIT_USAGE if code == 4 else 1)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "cases":
+        selection = _validate([], args.case, build=False) if args.case else None
+        from conformance.case import all_cases
+
+        cases = selection.cases if selection else all_cases()
+        print(f"{len(cases)} cases")
+        for c in cases:
+            req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
+            print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
+        return 0
+    try:
+        selection = select(args.backend, ["*"] if not args.case else args.case)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+    registry = selection.registry
+    backends = selection.backends if args.backend else list(registry.backends.values())
+    for b in backends:
+        why = b.unavailable_reason()
+        state = "usable" if why is None else f"cannot run here: {why}"
+        versions = ", ".join(f"{k} {v}" for k, v in b.versions().items()) if why is None else ""
+        print(f"{b.name:16s} {state}")
+        print(f"{'':16s} capabilities: {', '.join(b.capabilities.describe())}")
+        if versions:
+            print(f"{'':16s} versions: {versions}")
+    for name, problem in registry.broken.items():
+        print(f"{name:16s} broken plugin: {problem}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE"):  # `conformance list cases | head` should not trace back
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command != "run" and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "run":
+            return cmd_run(args, extra)
+        return cmd_list(args)
+    except UsageFailure as exc:
+        print(f"conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The pytest plugin: case x backend pairs as test items, results as JSON lines.
+
+Everything the CLI does goes through here, so pytest's own machinery (``-k``,
+``-x``, ``-n`` through pytest-xdist, ``--junitxml``) works on the suite.  Each
+result travels on its test report (which pytest-xdist ships to the controller),
+and the controller appends it to ``results.jsonl`` as soon as it arrives, so an
+interrupted run keeps every finished verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.adapter import Backend, BackendError, BackendRegistry, discover
+from conformance.case import Case, CaseError, select_cases
+from conformance.manifest import Manifest, ManifestError, apply, load_manifest
+from conformance.result import Result, append_result
+
+RESULT_ATTR = "conformance_result"
+DEFAULT_OUT = "conformance-results"
+
+
+@dataclass(frozen=True)
+class Pair:
+    case: Case
+    backend: Backend
+    manifest: Manifest
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.id}@{self.backend.name}"
+
+
+@dataclass
+class Selection:
+    """What a run covers; built once per process from the options, errors are usage errors."""
+
+    backends: list[Backend]
+    cases: list[Case]
+    manifests: dict[str, Manifest]
+    registry: BackendRegistry
+    warnings: list[str] = field(default_factory=list)
+
+    def pairs(self) -> list[Pair]:
+        return [Pair(c, b, self.manifests[b.name]) for b in self.backends for c in self.cases]
+
+
+def select(backend_names: list[str], case_globs: list[str]) -> Selection:
+    """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError."""
+    registry = discover()
+    if backend_names:
+        backends = [registry.get(name) for name in dict.fromkeys(backend_names)]
+    else:
+        backends = registry.usable()
+    cases = select_cases(case_globs)
+    manifests = {b.name: load_manifest(b.name, getattr(b, "manifest_path", None)) for b in backends}
+    warnings = [f"plugin {name}: {problem}" for name, problem in registry.broken.items()]
+    ids = [c.id for c in cases]
+    if not case_globs:  # staleness only means something against the full case list
+        for m in manifests.values():
+            for e in m.stale(ids):
+                warnings.append(f"manifest {m.path}: entry {e.case!r} ({e.status}) matches no case: stale")
+    return Selection(backends, cases, manifests, registry, warnings)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "backend conformance suite")
+    group.addoption("--backend", action="append", default=[], metavar="NAME",
+                    help="backend to run (repeatable; name or package.module:Class). Default: all usable here.")
+    group.addoption("--case", action="append", default=[], metavar="GLOB",
+                    help="case id or glob (repeatable). Default: all cases.")
+    group.addoption("--conformance-out", default=DEFAULT_OUT, metavar="DIR",
+                    help=f"where results.jsonl goes (default: ./{DEFAULT_OUT})")
+    group.addoption("--conformance-progress", action="store_true",
+                    help="one progress line per verdict and a summary table (the CLI's display)")
+
+
+_SELECTION: Selection | None = None
+
+
+def _selection(config: pytest.Config) -> Selection:
+    global _SELECTION
+    if _SELECTION is None:
+        try:
+            _SELECTION = select(config.getoption("backend"), config.getoption("case"))
+        except (BackendError, CaseError, ManifestError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return _SELECTION
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "conformance_pair" not in metafunc.fixturenames:
+        return
+    pairs = _selection(metafunc.config).pairs()
+    metafunc.parametrize("conformance_pair", pairs, ids=[p.id for p in pairs])
+
+
+def execute_pair(pair: Pair) -> None:
+    """Run one pair, attach its result to the test, and turn the verdict into an outcome."""
+    from conformance.engine import run_case
+
+    result = apply(run_case(pair.case, pair.backend), pair.manifest)
+    _CURRENT_RESULTS.append(result)
+    if result.status == "pass":
+        return
+    if result.status == "skip":
+        pytest.skip(result.reason)
+    if result.status == "xfail":
+        pytest.xfail(result.reason)
+    pytest.fail(f"{result.status}: {result.reason}", pytrace=False)
+
+
+_CURRENT_RESULTS: list[Result] = []
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _quiet_torch() -> None:
+    """Graph-break warnings are recorded in results; they need not flood the terminal."""
+    for name in ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class ResultWriter:
+    """Controller side: append results as they arrive; show progress; print the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.out = Path(config.getoption("conformance_out"))
+        self.path = self.out / "results.jsonl"
+        self.results: list[Result] = []
+        self.started = time.perf_counter()
+        self.progress = config.getoption("conformance_progress")
+        self.total = 0
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = sum(1 for item in session.items if "conformance_pair" in getattr(item, "fixturenames", ()))
+        if self.progress and self.total:
+            sel = _SELECTION
+            names = ", ".join(b.name for b in sel.backends) if sel else "?"
+            _echo(f"conformance: {self.total} pairs ({names}) -> {self.path}")
+            for w in sel.warnings if sel else []:
+                _echo(f"warning: {w}")
+
+    @pytest.hookimpl
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.progress and sys.stderr.isatty() and "[" in nodeid:
+            sys.stderr.write(f"\r\033[K[{len(self.results) + 1}/{self.total}] running {nodeid.split('[', 1)[1][:-1]}")
+            sys.stderr.flush()
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        raw = getattr(report, RESULT_ATTR, None)
+        if not raw:
+            return
+        result = Result.from_json(json.loads(raw))
+        self.results.append(result)
+        append_result(self.path, result)
+        if self.progress:
+            if sys.stderr.isatty():
+                sys.stderr.write("\r\033[K")
+            t = sum(result.timing.values())
+            mark = "ok " if result.ok else "BAD"
+            _echo(f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
+                  f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> Generator[None, Any, None]:
+        outcome = yield
+        if self.progress and getattr(report, RESULT_ATTR, None):
+            category, _, word = outcome.get_result()
+            outcome.force_result((category, "", word))
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results:
+            return
+        from conformance.summary import summary_table
+
+        summary_table(self.results, time.perf_counter() - self.started, self.path,
+                      warnings=_SELECTION.warnings if _SELECTION else [])
+
+
+def _echo(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    if call.when != "call" or "conformance_pair" not in getattr(item, "fixturenames", ()):
+        return
+    report = outcome.get_result()
+    if _CURRENT_RESULTS:
+        result = _CURRENT_RESULTS.pop()
+        setattr(report, RESULT_ATTR, json.dumps(result.to_json(), default=str))
+        item.user_properties.append(("verdict", result.status))
+        if result.reason:
+            item.user_properties.append(("reason", result.reason[:500]))
+    _CURRENT_RESULTS.clear()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _runs_suite(config):
+        return
+    _quiet_torch()
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    if not _is_worker(config):
+        config.pluginmanager.register(ResultWriter(config), "conformance-writer")
+
+
+def _runs_suite(config: pytest.Config) -> bool:
+    """Only a session that collects the suite writes results; the project's own tests do not."""
+    args = [str(a) for a in config.args]
+    return any("conformance.suite" in a or a.endswith("suite.py") for a in args) or bool(
+        config.getoption("backend") or config.getoption("case")
+    )

@@ -1,0 +1,99 @@
+"""The `conformance` command as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_run_writes_results_and_junit(tmp_path: Path) -> None:
+    proc = _run("run", "--backend", "eager", "--case", "mlp-s-*", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {(r["case"], r["backend"]) for r in records} == {("mlp-s-infer", "eager"), ("mlp-s-train", "eager")}
+    for r in records:
+        assert r["status"] == "pass"
+        for key in ("reason", "seed", "parity", "memory", "timing", "versions"):
+            assert key in r
+        for key in ("model_peak_bytes", "measured_peak_bytes", "model_residual_bytes",
+                    "measured_residual_bytes", "domain"):
+            assert key in r["memory"]
+        assert {"max_abs_err", "rmse_ratio", "compared"} <= set(r["parity"])
+        assert {"compile_s", "run_s"} <= set(r["timing"])
+    suite = ET.parse(tmp_path / "out" / "junit.xml").getroot()
+    assert sum(int(s.get("tests", 0)) for s in suite.iter("testsuite")) == 2
+    assert "2 verdicts" in proc.stderr and "all as expected" in proc.stderr
+
+
+def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) -> None:
+    proc = _run("run", "--backend", "tests.planted_backends:PerturbGradBackend", "--case", "mlp-s-train",
+                "--out", "out", cwd=Path(__file__).resolve().parent.parent)
+    out_dir = Path(__file__).resolve().parent.parent / "out"
+    try:
+        assert proc.returncode == 1, proc.stderr
+        (record,) = [json.loads(x) for x in (out_dir / "results.jsonl").read_text().splitlines()]
+        assert record["status"] == "fail-parity" and record["backend"] == "planted-grad"
+        assert "fail-parity" in proc.stderr
+    finally:
+        import shutil
+
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def test_pytest_flags_pass_through(tmp_path: Path) -> None:
+    proc = _run("run", "--backend", "eager", "--case", "mlp-s-*", "--out", "out", "-k", "infer", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(records) == 1 and "mlp-s-infer" in records[0]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    for args, needle in [
+        (("run", "--backend", "no-such-backend"), "unknown backend 'no-such-backend'"),
+        (("run", "--case", "no-such-case"), "unknown case 'no-such-case'"),
+        (("run", "--backend", "nosuchmodule:Thing"), "cannot load nosuchmodule:Thing"),
+    ]:
+        proc = _run(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert needle in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_manifest_is_exit_2_and_earlier_results_kept(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"case": "earlier"}\n')
+    bad = tmp_path / "badpkg"
+    bad.mkdir()
+    (bad / "__init__.py").write_text("")
+    (bad / "b.py").write_text(
+        "from pathlib import Path\nfrom conformance.backends.eager import EagerBackend\n"
+        "class B(EagerBackend):\n    name = 'bad-manifest'\n"
+        "    manifest_path = Path(__file__).with_name('m.toml')\n"
+    )
+    (bad / "m.toml").write_text("[[expect]]\ncase = 'x'\nstatus = 'fail-peak'\n")
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "badpkg.b:B", "--out", "out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert "m.toml" in proc.stderr and "reason" in proc.stderr and "Traceback" not in proc.stderr
+    assert (out / "results.jsonl").read_text() == '{"case": "earlier"}\n'
+
+
+def test_list_backends_and_cases(tmp_path: Path) -> None:
+    proc = _run("list", "backends", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "eager" in proc.stdout and "inductor" in proc.stdout and "capabilities:" in proc.stdout
+    proc = _run("list", "cases", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "mlp-s-train" in proc.stdout and "train_step" in proc.stdout and "loop-rnn-t3" in proc.stdout
