@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.profiler import record_function
 
-from conformance.lifetime import Observation, is_while_loop, release_schedule
+from conformance.lifetime import Observation, is_while_loop, loop_parts, release_schedule
 
 NODE_RANGE_PREFIX = "node:"
 
@@ -79,12 +79,10 @@ class GraphExecutor:
         self, gm: torch.fx.GraphModule, node: torch.fx.Node, env: dict[torch.fx.Node, Any], label: str
     ) -> tuple[Any, ...]:
         """The loop the model unrolls: cond, then body replacing the carry, until cond is false."""
-        cond_attr, body_attr, carried_nodes, additional_nodes = node.args[:4]
-        cond_gm = getattr(gm, cond_attr.target)  # type: ignore[union-attr]
-        body_gm = getattr(gm, body_attr.target)  # type: ignore[union-attr]
-        stacked = node.target.name() == "while_loop_stack_output"  # type: ignore[union-attr]
-        carried = [env[n] if isinstance(n, torch.fx.Node) else n for n in carried_nodes]  # type: ignore[union-attr]
-        additional = [env[n] if isinstance(n, torch.fx.Node) else n for n in additional_nodes]  # type: ignore[union-attr]
+        loop = loop_parts(node, gm)
+        cond_gm, body_gm, stacked = loop.cond, loop.body, loop.stacked
+        carried: list[Any] = [env[n] if isinstance(n, torch.fx.Node) else n for n in loop.carried]
+        additional = [env[n] if isinstance(n, torch.fx.Node) else n for n in loop.additional]
         history: list[list[Any]] = []
         trips = 0
         while True:

@@ -141,7 +141,35 @@ def is_while_loop(node: torch.fx.Node) -> bool:
     return (
         node.op == "call_function"
         and isinstance(node.target, torch._ops.HigherOrderOperator)
-        and node.target.name() in WHILE_LOOP_OPS
+        and _hop_name(node) in WHILE_LOOP_OPS
+    )
+
+
+def _hop_name(node: torch.fx.Node) -> str:
+    target: Any = node.target
+    return str(target.name()) if isinstance(target, torch._ops.HigherOrderOperator) else ""
+
+
+@dataclass(frozen=True)
+class LoopParts:
+    """A ``while_loop`` node's pieces: its subgraphs, carried and additional inputs."""
+
+    cond: torch.fx.GraphModule
+    body: torch.fx.GraphModule
+    carried: tuple[Any, ...]
+    additional: tuple[Any, ...]
+    stacked: bool  # while_loop_stack_output: every trip's carry is kept and stacked
+
+
+def loop_parts(node: torch.fx.Node, root: torch.nn.Module) -> LoopParts:
+    args: Any = node.args
+    cond_attr, body_attr, carried, additional = args[:4]
+    return LoopParts(
+        getattr(root, cond_attr.target),
+        getattr(root, body_attr.target),
+        tuple(carried),
+        tuple(additional),
+        _hop_name(node) == "while_loop_stack_output",
     )
 
 
@@ -300,14 +328,12 @@ class _Builder:
         return make(val)
 
     def _while_loop(self, node: torch.fx.Node, env: dict[torch.fx.Node, Any], label: str) -> Any:
-        cond_attr, body_attr, carried_nodes, additional_nodes = node.args[:4]
         root = node.graph.owning_module
         assert root is not None
-        cond_gm = getattr(root, cond_attr.target)
-        body_gm = getattr(root, body_attr.target)
-        stacked = node.target.name() == "while_loop_stack_output"
-        carried = [env[n] if isinstance(n, torch.fx.Node) else None for n in carried_nodes]
-        additional = [env[n] if isinstance(n, torch.fx.Node) else None for n in additional_nodes]
+        loop = loop_parts(node, root)
+        cond_gm, body_gm, stacked = loop.cond, loop.body, loop.stacked
+        carried = [env[n] if isinstance(n, torch.fx.Node) else None for n in loop.carried]
+        additional = [env[n] if isinstance(n, torch.fx.Node) else None for n in loop.additional]
         if not self._trips:
             raise ModelError(f"{label}: no observed trip count for this loop")
         trips = self._trips.pop(0)
@@ -355,7 +381,7 @@ class _Builder:
 
     def _bind_trip_symbols(self, node: torch.fx.Node, trips: int) -> None:
         """Bind the unbacked leading size of stacked loop outputs to the observed trip count."""
-        if node.target.name() != "while_loop_stack_output":
+        if _hop_name(node) != "while_loop_stack_output":
             return
         val = node.meta.get("val")
         for v in val if isinstance(val, (list, tuple)) else [val]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-
 from conformance.backends.eager import EagerBackend, EagerStep
+
 from conformance.adapter import CompiledStep
 from conformance.case import Case, Workload
 from conformance.step import StepOutput

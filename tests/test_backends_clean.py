@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor import InductorBackend
+
 from conformance.case import all_cases, select_cases
 from conformance.engine import run_case
 
