@@ -77,6 +77,7 @@ def model_of_received(graphs: list[ReceivedGraph], observation: Observation) -> 
 class InductorBackend(Backend):
     name = "inductor"
     capabilities = Capabilities()
+    cost_weight = 6.0
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "inductor": torch.__version__}

@@ -69,6 +69,8 @@ class Backend(ABC):
     #: Bytes of documented slack allowed above the model's peak, with the reason.
     peak_slack_bytes: ClassVar[int] = 0
     peak_slack_reason: ClassVar[str] = ""
+    #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
+    cost_weight: ClassVar[float] = 1.0
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run on this machine, or ``None`` when it can."""

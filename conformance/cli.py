@@ -33,6 +33,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
     run.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"results directory (default: {DEFAULT_OUT})")
     run.add_argument("-n", "--workers", default=None, metavar="N", help="pytest-xdist workers (a number or 'auto')")
+    run.add_argument("--shard", default=None, metavar="I/N",
+                     help="run shard I of N of the selected pairs (balanced by expected cost)")
+    run.add_argument("--shard-durations", default=None, metavar="DIR",
+                     help="previous results directory whose timings weigh the shards")
+    run.add_argument("--update-manifest", action="store_true",
+                     help="rewrite each selected backend's manifest from this run, keeping reasons")
+    merge = sub.add_parser("merge", help="combine shard results directories into one")
+    merge.add_argument("dirs", nargs="+", metavar="DIR")
+    merge.add_argument("-o", "--out", required=True, metavar="DIR")
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
     lst.add_argument("--backend", action="append", default=[], metavar="NAME")
@@ -74,8 +83,31 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         pytest_args += ["--case", c]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
+    if args.shard:
+        from conformance.sharding import Shard
+
+        try:
+            Shard.parse(args.shard)
+        except ValueError as exc:
+            raise UsageFailure(str(exc)) from None
+        pytest_args += ["--shard", args.shard]
+        if args.shard_durations:
+            pytest_args += ["--shard-durations", args.shard_durations]
+    if args.update_manifest:
+        pytest_args.append("--update-manifest")
     code = int(pytest.main([*pytest_args, *extra]))
     return 0 if code == 0 else (EXIT_USAGE if code == 4 else 1)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from conformance.merge import MergeError, merge
+
+    try:
+        results = merge([Path(d) for d in args.dirs], Path(args.out))
+    except (MergeError, ValueError) as exc:
+        raise UsageFailure(str(exc)) from None
+    print(f"merged {len(results)} results from {len(args.dirs)} directories into {args.out}")
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -118,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args, extra)
+        if args.command == "merge":
+            return cmd_merge(args)
         return cmd_list(args)
     except UsageFailure as exc:
         print(f"conformance: error: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ which fails the run; entries that match no selected case are reported as stale.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,3 +110,98 @@ def apply(result: Result, manifest: Manifest) -> Result:
     else:
         result.reason = f"manifest expects {expectation.status}, got {result.status}: {result.reason}"
     return result
+
+
+UNEXPLAINED = "UNEXPLAINED"
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, list[str]]:
+    """The manifest a run says it should be, and what changed (for the user to review).
+
+    Existing reasons are kept; a new failure gets an entry whose reason starts with
+    ``UNEXPLAINED`` for a human to replace; a case that now passes loses its entry (a
+    glob that now over-matches is narrowed to the ids that still fail); entries this
+    run did not exercise are left alone.
+    """
+    runs = {r.case: (r.raw_status or r.status) for r in results if r.backend == manifest.backend}
+    runs = {case: status for case, status in runs.items() if status != "skip"}
+    notes: list[str] = []
+    entries: list[Expectation] = []
+    for e in manifest.entries:
+        matched = {c: s for c, s in runs.items() if e.matches(c)}
+        if not matched:
+            entries.append(e)
+            continue
+        still = sorted(c for c, s in matched.items() if s == e.status)
+        changed = sorted(c for c, s in matched.items() if s != e.status)
+        if not changed:
+            entries.append(e)
+            continue
+        if _is_glob(e.case):
+            notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
+            entries.extend(Expectation(c, e.status, e.reason, e.issue) for c in still)
+        elif still:
+            entries.append(e)
+        for c in changed:
+            status = matched[c]
+            if status in FAILURES:
+                notes.append(f"{c}: {e.status} -> {status} (reason kept; re-check it)")
+                entries.append(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue))
+            else:
+                notes.append(f"{c}: now passes; entry removed")
+    for case, status in runs.items():
+        if status in FAILURES and not any(x.matches(case) for x in entries):
+            notes.append(f"{case}: new {status}; needs a reason")
+            entries.append(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"))
+    return Manifest(manifest.backend, manifest.path, entries), notes
+
+
+def dump(manifest: Manifest, header: str = "") -> str:
+    """TOML text for a manifest; entries still needing a reason get a TODO comment."""
+    lines = [header.rstrip("\n")] if header.strip() else []
+    for e in manifest.entries:
+        lines.append("")
+        if e.reason.startswith(UNEXPLAINED):
+            lines.append("# TODO: explain this expectation, then replace the reason")
+        lines.append("[[expect]]")
+        lines.append(f"case = {json.dumps(e.case)}")
+        lines.append(f"status = {json.dumps(e.status)}")
+        lines.append(f"reason = {json.dumps(e.reason)}")
+        if e.issue:
+            lines.append(f"issue = {json.dumps(e.issue)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def header_of(path: Path | None) -> str:
+    """The comment block a manifest file starts with, kept across rewrites."""
+    if path is None or not path.exists():
+        return ""
+    head = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            head.append(line)
+        else:
+            break
+    while head and (not head[-1].strip() or head[-1].startswith("# TODO")):
+        head.pop()
+    return "\n".join(head)
+
+
+def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
+    target = path or manifest.path or _default_location(manifest.backend)
+    new, notes = update(manifest, results)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
+                      encoding="utf-8")
+    load_manifest(manifest.backend, target)  # what we wrote must read back
+    return target, notes
+
+
+def _default_location(backend: str) -> Path:
+    import conformance.backends as pkg
+
+    return Path(next(iter(pkg.__path__))) / "manifests" / f"{backend}.toml"

@@ -65,6 +65,10 @@ def select(backend_names: list[str], case_globs: list[str]) -> Selection:
     cases = select_cases(case_globs)
     manifests = {b.name: load_manifest(b.name, getattr(b, "manifest_path", None)) for b in backends}
     warnings = [f"plugin {name}: {problem}" for name, problem in registry.broken.items()]
+    for m in manifests.values():
+        for e in m.entries:
+            if e.reason.startswith("UNEXPLAINED"):
+                warnings.append(f"manifest {m.path}: entry {e.case!r} still needs a reason")
     ids = [c.id for c in cases]
     if not case_globs:  # staleness only means something against the full case list
         for m in manifests.values():
@@ -83,6 +87,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"where results.jsonl goes (default: ./{DEFAULT_OUT})")
     group.addoption("--conformance-progress", action="store_true",
                     help="one progress line per verdict and a summary table (the CLI's display)")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run only shard I of N (deterministic, balanced by expected cost)")
+    group.addoption("--shard-durations", default=None, metavar="DIR",
+                    help="a previous results directory whose timings weigh the shards")
+    group.addoption("--update-manifest", action="store_true",
+                    help="rewrite each selected backend's manifest from this run's verdicts")
 
 
 _SELECTION: Selection | None = None
@@ -103,6 +113,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     pairs = _selection(metafunc.config).pairs()
     metafunc.parametrize("conformance_pair", pairs, ids=[p.id for p in pairs])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spec = config.getoption("shard", None)
+    if not spec:
+        return
+    from conformance.sharding import PairCost, Shard, estimate, measured_durations, select_shard
+
+    try:
+        shard = Shard.parse(spec)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    durations = measured_durations(Path(d) if (d := config.getoption("shard_durations")) else None)
+    pairs = {item.nodeid: _pair_of(item) for item in items}
+    costs = [
+        PairCost(p.id, estimate(p.case.kind, p.case.trains, p.backend.cost_weight, durations.get(p.id)))
+        for p in pairs.values() if p is not None
+    ]
+    chosen = select_shard(costs, shard)
+    keep = [i for i in items if (p := pairs[i.nodeid]) is None or p.id in chosen]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+def _pair_of(item: pytest.Item) -> Pair | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("conformance_pair") if callspec is not None else None
 
 
 def execute_pair(pair: Pair) -> None:
@@ -185,6 +224,19 @@ class ResultWriter:
         if self.progress and getattr(report, RESULT_ATTR, None):
             category, _, word = outcome.get_result()
             outcome.force_result((category, "", word))
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.config.getoption("update_manifest") or _SELECTION is None:
+            return
+        from conformance.manifest import write_updated
+
+        for backend in _SELECTION.backends:
+            path, notes = write_updated(_SELECTION.manifests[backend.name], self.results,
+                                        getattr(backend, "manifest_path", None))
+            _echo(f"manifest {path}: {len(notes)} change(s)")
+            for note in notes:
+                _echo(f"  {note}")
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
