@@ -71,3 +71,36 @@ def test_malformed_manifest_names_file_and_problem(tmp_path: Path, text: str, me
 def test_shipped_manifests_load() -> None:
     m = load_manifest("inductor")
     assert m.entries and all(e.reason for e in m.entries)
+
+
+def test_update_manifest_round_trip_keeps_reasons_and_marks_new_entries(tmp_path: Path) -> None:
+    from conformance.manifest import UNEXPLAINED, write_updated
+
+    path = _write(tmp_path, "# header kept\n" + GOOD + """
+[[expect]]
+case = "mlp-s-train"
+status = "fail-residual"
+reason = "leaks its grads"
+""")
+    m = load_manifest("b", path)
+    results = [
+        Result("loop-rnn-t3", "b", "xfail", raw_status="fail-peak"),  # still as expected
+        Result("loop-rnn-t6", "b", "xpass", raw_status="pass"),  # glob over-matches now
+        Result("mlp-s-train", "b", "xpass", raw_status="pass"),  # fixed
+        Result("mlp-m-train", "b", "fail-parity", raw_status="fail-parity"),  # new failure
+        Result("mlp-l-train", "b", "skip", raw_status="skip"),
+    ]
+    target, notes = write_updated(m, results)
+    text = target.read_text()
+    assert text.startswith("# header kept")
+    again = load_manifest("b", target)
+    by_case = {e.case: e for e in again.entries}
+    assert set(by_case) == {"loop-rnn-t3", "mlp-m-train"}
+    assert by_case["loop-rnn-t3"].reason == "keeps the carry" and by_case["loop-rnn-t3"].issue
+    assert by_case["mlp-m-train"].reason.startswith(UNEXPLAINED) and by_case["mlp-m-train"].status == "fail-parity"
+    assert "# TODO: explain" in text
+    assert any("now passes" in n for n in notes) and any("needs a reason" in n for n in notes)
+    # a second update from the same run changes nothing
+    _, notes2 = write_updated(again, results)
+    assert load_manifest("b", target).entries == again.entries
+    assert not [n for n in notes2 if "now passes" in n or "needs a reason" in n]

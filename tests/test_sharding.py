@@ -1,0 +1,68 @@
+"""Sharding covers exactly the unsharded pairs, balanced by cost; merged shards equal one run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.sharding import PairCost, Shard, assign, select_shard
+
+
+def test_shards_partition_the_pairs_deterministically() -> None:
+    costs = [PairCost(f"c{i}@b{i % 3}", float(1 + (i * 7) % 5)) for i in range(40)]
+    shards = assign(costs, 3)
+    flat = [p for s in shards for p in s]
+    assert sorted(flat) == sorted(p.pair_id for p in costs) and len(flat) == len(set(flat))
+    assert shards == assign(list(reversed(costs)), 3)  # input order does not matter
+
+
+def test_shards_balance_cost_not_count() -> None:
+    costs = [PairCost("slow@inductor", 30.0)] + [PairCost(f"c{i}@eager", 1.0) for i in range(30)]
+    shards = assign(costs, 2)
+    loads = [sum(next(c.cost for c in costs if c.pair_id == p) for p in s) for s in shards]
+    assert loads == [30.0, 30.0]
+    assert len(shards[0]) != len(shards[1])  # even by cost, uneven by count
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1/0", "a/b", "1-3"])
+def test_bad_shard_spec(text: str) -> None:
+    with pytest.raises(ValueError):
+        Shard.parse(text)
+
+
+def test_select_shard_is_the_assigned_part() -> None:
+    costs = [PairCost(f"p{i}", 1.0) for i in range(6)]
+    parts = [select_shard(costs, Shard(i, 3)) for i in (1, 2, 3)]
+    assert set().union(*parts) == {f"p{i}" for i in range(6)} and all(len(p) == 2 for p in parts)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_three_shards_merged_equal_the_unsharded_run(tmp_path: Path) -> None:
+    select = ["--backend", "eager", "--case", "mlp-*", "--case", "customop-early-late-s"]
+    full = _cli("run", *select, "--out", "full", cwd=tmp_path)
+    assert full.returncode == 0, full.stderr
+    for i in (1, 2, 3):
+        shard = _cli("run", *select, "--shard", f"{i}/3", "--out", f"s{i}", cwd=tmp_path)
+        assert shard.returncode == 0, shard.stderr
+    merged = _cli("merge", "s1", "s2", "s3", "-o", "merged", cwd=tmp_path)
+    assert merged.returncode == 0, merged.stderr
+
+    def verdicts(d: str) -> dict[tuple[str, str], str]:
+        lines = (tmp_path / d / "results.jsonl").read_text().splitlines()
+        return {(r["case"], r["backend"]): r["status"] for r in map(json.loads, lines)}
+
+    shard_sets = [set(verdicts(f"s{i}")) for i in (1, 2, 3)]
+    assert all(shard_sets) and sum(map(len, shard_sets)) == len(set().union(*shard_sets))
+    assert verdicts("merged") == verdicts("full")
+    assert len(verdicts("full")) == 7
+    assert (tmp_path / "merged" / "junit.xml").exists()
+    again = _cli("merge", "s1", "s1", "-o", "dup", cwd=tmp_path)
+    assert again.returncode == 2 and "is in both" in again.stderr
