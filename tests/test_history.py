@@ -54,7 +54,9 @@ def test_changed_since_previous_run(db: Path) -> None:
     ids = [r.id for r in history.runs(db)]
     second = history.changes(db, ids[1])
     assert second.previous is not None and second.previous.id == ids[0]
-    assert [(c.case, c.backend, c.before, c.after) for c in second.new_failures] == [("a", "ind", "pass", "fail-parity")]
+    assert [(c.case, c.backend, c.before, c.after) for c in second.new_failures] == [
+        ("a", "ind", "pass", "fail-parity")
+    ]
     assert [(c.case, c.backend, c.before, c.after) for c in second.fixes] == [("b", "ind", "fail-peak", "pass")]
     assert second.memory_regressions == []  # b@ind shrank 1200 -> 1000
 
