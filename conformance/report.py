@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -50,6 +51,13 @@ def load_results(results_dirs: Sequence[Path]) -> list[Result]:
     return list(merged.values())
 
 
+def results_time(results_dirs: Sequence[Path]) -> str:
+    """When the run finished: the newest results file's modification time (what the history records)."""
+    paths = [d / "results.jsonl" if d.is_dir() else d for d in results_dirs]
+    newest = max(p.stat().st_mtime for p in paths)
+    return datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="seconds")
+
+
 # --------------------------------------------------------------------------- charts
 
 
@@ -59,7 +67,7 @@ def fmt_bytes(n: float | None) -> str:
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 
@@ -101,10 +109,10 @@ class Series:
 
 @dataclass
 class Chart:
-    width: int = 660
+    width: int = 700
     height: int = 250
     left: int = 70
-    right: int = 150
+    right: int = 180
     top: int = 16
     bottom: int = 36
 
@@ -116,8 +124,18 @@ class Chart:
         return round(self.top + h - (b / top) * h if top else self.top + h, 2)
 
 
-def _ticks(top: float, n: int = 4) -> list[float]:
-    return [top * i / n for i in range(n + 1)]
+def nice_ticks(highest: float, target: int = 5) -> list[float]:
+    """Round byte ticks (1, 2, 2.5 or 5 x 10^k of B, KiB, MiB...) from 0 to at least ``highest``."""
+    if highest <= 0:
+        return [0.0, 1.0]
+    unit = 1.0
+    while highest / unit >= 1024:
+        unit *= 1024
+    raw = highest / unit / target
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = max(1.0, next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw) * unit)
+    count = math.ceil(highest / step - 1e-9)
+    return [i * step for i in range(count + 1)]
 
 
 def spread(labels: list[tuple[float, str, str, str]], gap: float, lo: float, hi: float
@@ -157,14 +175,15 @@ def timeline_svg(memory: dict[str, Any]) -> Markup:
     if not series:
         return Markup('<p class="muted" id="no-timeline">No memory timeline recorded for this verdict.</p>')
     chart = Chart()
-    top = max(max(b for _, b in s.points) for s in series)
-    top = max(top, *(s.peak or 0 for s in series)) * 1.1 or 1.0
+    highest = max(max(max(b for _, b in s.points), s.peak or 0) for s in series)
+    ticks = nice_ticks(highest)
+    top = ticks[-1]
     e = html.escape
     out = [
         f'<svg class="timeline" id="timeline-chart" viewBox="0 0 {chart.width} {chart.height}" '
         f'width="{chart.width}" height="{chart.height}" role="img" aria-label="memory timeline">'
     ]
-    for t in _ticks(top / 1.1):
+    for t in ticks:
         y = chart.y(t, top)
         out.append(f'<line class="grid" x1="{chart.left}" x2="{chart.x(1)}" y1="{y}" y2="{y}"/>')
         out.append(f'<text class="tick" x="{chart.left - 6}" y="{y + 4}" text-anchor="end">{e(fmt_bytes(t))}</text>')
@@ -214,11 +233,11 @@ def sparkline(values: Sequence[float], width: int = 120, height: int = 28, lo: f
         return Markup("")
     lo = min(values) if lo is None else lo
     hi = max(values) if hi is None else hi
-    span = (hi - lo) or 1.0
+    span = hi - lo
     n = len(values)
     pts = [
         (round(3 + (i / (n - 1) if n > 1 else 0.5) * (width - 6), 2),
-         round(height - 3 - (v - lo) / span * (height - 6), 2))
+         round(height - 3 - ((v - lo) / span if span else 0.5) * (height - 6), 2))
         for i, v in enumerate(values)
     ]
     poly = " ".join(f"{x},{y}" for x, y in pts)
@@ -276,12 +295,12 @@ class Page:
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
-               title: str = "torch-conformance") -> Page:
+               title: str = "torch-conformance", run_time: str | None = None) -> Page:
     backends = list(dict.fromkeys(r.backend for r in results))
     cases: dict[str, str] = {}
     for r in sorted(results, key=lambda r: (r.family, r.case)):
         cases.setdefault(r.case, r.family)
-    run = hist.record_run(history, results) if history else None
+    run = hist.record_run(history, results, started_at=run_time) if history else None
     case_trends = hist.case_trends(history) if history else {}
     cells: list[Cell] = []
     by_key: dict[tuple[str, str], Cell] = {}
@@ -341,7 +360,7 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     since the previous run.
     """
     results = load_results(results_dirs)
-    page = build_page(results, [str(d) for d in results_dirs], history)
+    page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs))
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
     index.write_text(render(page), encoding="utf-8")

@@ -243,3 +243,11 @@ def test_labels_are_spread_apart() -> None:
     placed = spread([(50, "a", "", ""), (52, "b", "", ""), (200, "c", "", "")], gap=13, lo=10, hi=120)
     ys = [y for y, *_ in placed]
     assert all(b - a >= 13 for a, b in itertools.pairwise(ys)) and ys[-1] <= 120
+
+
+def test_byte_ticks_are_round_and_cover_the_peak() -> None:
+    from conformance.report import fmt_bytes, nice_ticks
+
+    assert [fmt_bytes(t) for t in nice_ticks(21985)] == ["0 B", "5 KiB", "10 KiB", "15 KiB", "20 KiB", "25 KiB"]
+    assert [fmt_bytes(t) for t in nice_ticks(2048)] == ["0 B", "512 B", "1 KiB", "1.5 KiB", "2 KiB"]
+    assert nice_ticks(5_000_000)[-1] >= 5_000_000

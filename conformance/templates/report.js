@@ -72,6 +72,6 @@
   if (location.hash.length > 1) {
     var want = decodeURIComponent(location.hash.slice(1));
     var hit = cells.filter(function (c) { return c.dataset.case + "@" + c.dataset.backend === want; })[0];
-    if (hit) { open(hit); hit.scrollIntoView({block: "center"}); }
+    if (hit) { open(hit); hit.scrollIntoView({block: "nearest"}); }
   }
 })();
