@@ -156,8 +156,12 @@ def step_path(points: Sequence[tuple[float, int]], chart: Chart, top: float) -> 
     if not points:
         return ""
     parts = [f"M{chart.x(points[0][0])},{chart.y(points[0][1], top)}"]
-    for x, b in points[1:]:
+    held = points[0][1]
+    for i, (x, b) in enumerate(points[1:], 1):
+        if b == held and i < len(points) - 1:
+            continue  # same value: the horizontal run continues (keeps long timelines small)
         parts.append(f"H{chart.x(x)}V{chart.y(b, top)}")
+        held = b
     return "".join(parts)
 
 

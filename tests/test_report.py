@@ -22,6 +22,7 @@ from conformance.backends.eager import EagerBackend
 
 from conformance import cases as _builtin_cases  # noqa: F401  (registers the built-in cases)
 from conformance import history
+from conformance.adapter import Capabilities
 from conformance.case import select_cases
 from conformance.engine import run_case
 from conformance.report import build_report, measured_points, model_points, spread
@@ -53,13 +54,14 @@ def keep_output(label: str, value: Any) -> None:
 class LeakyEager(EagerBackend):
     name = "leaky-eager"
     node_hook = staticmethod(keep_output)
+    capabilities = Capabilities(exact_memory=True, custom_ops=False)  # so the custom-op case is a skip
 
 
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("results")
     runs = [(c, EagerBackend()) for c in select_cases(["mlp-s-infer", "customop-early-late-s"])]
-    runs.append((select_cases(["mlp-s-infer"])[0], LeakyEager()))
+    runs.extend((c, LeakyEager()) for c in select_cases(["mlp-s-infer", "customop-early-late-s"]))
     for case, backend in runs:
         append_result(out / "results.jsonl", run_case(case, backend))
     _KEPT.clear()
@@ -113,6 +115,7 @@ def test_the_planted_leak_is_what_the_report_shows(results: dict[tuple[str, str]
     leaky = results[("mlp-s-infer", "leaky-eager")]
     assert leaky.status == "fail-residual", leaky.reason
     assert leaky.memory["measured_residual_bytes"] > leaky.memory["model_residual_bytes"]
+    assert results[("customop-early-late-s", "leaky-eager")].status == "skip"
 
 
 def test_failing_cell_opens_its_details(
@@ -181,12 +184,30 @@ def test_failing_cell_opens_its_details(
     assert page.errors == []
 
 
+def test_a_skipped_cell_has_no_chart_but_its_reason(
+    page: Any, results_dir: Path, results: dict[tuple[str, str], Result], tmp_path: Path
+) -> None:
+    page.goto(build_report([results_dir], tmp_path / "site", history=None).as_uri())
+    assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="skip"]') == "1"
+    page.click('td[data-case="customop-early-late-s"][data-backend="leaky-eager"]')
+    page.locator('#detail[data-case="customop-early-late-s"][data-status="skip"]').wait_for()
+    assert page.locator("#detail svg.timeline").count() == 0
+    assert page.locator("#detail #no-timeline").count() == 1
+    assert page.inner_text("#detail-reason") == results[("customop-early-late-s", "leaky-eager")].reason
+    assert "custom_ops" in page.inner_text("#detail-reason")
+    page.click('#detail [data-action="close"]')
+    assert page.get_attribute("#detail", "data-case") is None
+    assert page.errors == []
+
+
 def test_filters(page: Any, results_dir: Path, tmp_path: Path) -> None:
     page.goto(build_report([results_dir], tmp_path / "site", history=None).as_uri())
     rows = page.locator("#matrix tbody tr:visible")
     assert rows.count() == 2
     page.select_option("#filter-status", "fail-residual")
     assert [r.get_attribute("data-case") for r in rows.all()] == ["mlp-s-infer"]
+    page.select_option("#filter-status", "skip")
+    assert [r.get_attribute("data-case") for r in rows.all()] == ["customop-early-late-s"]
     page.select_option("#filter-status", "failing")
     assert rows.count() == 1
     page.select_option("#filter-status", "")
@@ -196,6 +217,7 @@ def test_filters(page: Any, results_dir: Path, tmp_path: Path) -> None:
     page.select_option("#filter-backend", "eager")
     assert page.locator('#matrix [data-backend="leaky-eager"]:visible').count() == 0
     assert page.locator('#matrix td[data-backend="eager"]:visible').count() == 2
+    assert page.locator('#matrix td.cell:visible').count() == 2
     page.select_option("#filter-status", "fail-residual")  # no failing eager cell: nothing left
     assert rows.count() == 0
     assert page.inner_text("#visible-count") == "0 of 2 cases shown"
@@ -208,7 +230,7 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
     earlier = []
     for r in tonight:
         r = dataclasses.replace(r, memory=dict(r.memory))
-        if r.backend == "leaky-eager":
+        if (r.case, r.backend) == ("mlp-s-infer", "leaky-eager"):
             r.status, r.reason = "pass", ""
             r.memory["measured_peak_bytes"] = int(r.memory["measured_peak_bytes"] / 1.5)
         earlier.append(r)
@@ -251,3 +273,17 @@ def test_byte_ticks_are_round_and_cover_the_peak() -> None:
     assert [fmt_bytes(t) for t in nice_ticks(21985)] == ["0 B", "5 KiB", "10 KiB", "15 KiB", "20 KiB", "25 KiB"]
     assert [fmt_bytes(t) for t in nice_ticks(2048)] == ["0 B", "512 B", "1 KiB", "1.5 KiB", "2 KiB"]
     assert nice_ticks(5_000_000)[-1] >= 5_000_000
+
+
+def test_main_report_cli(results_dir: Path, tmp_path: Path) -> None:
+    """What ``conformance report RESULTS -o SITE --history PATH`` runs."""
+    from conformance.report import main_report
+
+    db = tmp_path / "h.sqlite"
+    assert main_report([str(results_dir), "-o", str(tmp_path / "site"), "--history", str(db)]) == 0
+    assert (tmp_path / "site" / "index.html").read_text().count('<td class="cell ') == 4
+    assert len(history.runs(db)) == 1
+    assert main_report([str(results_dir / "results.jsonl"), "-o", str(tmp_path / "s2"), "--no-history"]) == 0
+    assert (tmp_path / "s2" / "index.html").exists()
+    with pytest.raises(FileNotFoundError, match=r"no results\.jsonl"):
+        main_report([str(tmp_path / "nowhere"), "-o", str(tmp_path / "s3"), "--no-history"])
