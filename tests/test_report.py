@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,13 @@ def page(browser: Any) -> Iterator[Any]:
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
     yield pg
     context.close()
+
+
+def test_the_network_guard_sees_requests(page: Any) -> None:
+    """The no-network assertions below can fail: a page that fetches is caught."""
+    page.set_content('<img src="http://198.51.100.7/x.png">')
+    page.wait_for_timeout(200)
+    assert any(u.startswith("http://198.51.100.7") for u in page.requested)
 
 
 def test_the_planted_leak_is_what_the_report_shows(results: dict[tuple[str, str], Result]) -> None:
@@ -281,7 +289,9 @@ def test_main_report_cli(results_dir: Path, tmp_path: Path) -> None:
 
     db = tmp_path / "h.sqlite"
     assert main_report([str(results_dir), "-o", str(tmp_path / "site"), "--history", str(db)]) == 0
-    assert (tmp_path / "site" / "index.html").read_text().count('<td class="cell ') == 4
+    text = (tmp_path / "site" / "index.html").read_text()
+    assert text.count('<td class="cell ') == 4
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the page must not load anything"
     assert len(history.runs(db)) == 1
     assert main_report([str(results_dir / "results.jsonl"), "-o", str(tmp_path / "s2"), "--no-history"]) == 0
     assert (tmp_path / "s2" / "index.html").exists()
