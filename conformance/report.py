@@ -13,6 +13,8 @@ import html
 import json
 import math
 import re
+import sqlite3
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -378,7 +380,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``conformance report``; the CLI adds them to its ``report`` subparser."""
     parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
                         help="results directories (each with results.jsonl) or results.jsonl files")
-    parser.add_argument("-o", "--output", type=Path, default=Path("conformance-report"), metavar="SITE_DIR",
+    parser.add_argument("-o", "--out", "--output", dest="output", type=Path, default=Path("conformance-report"),
+                        metavar="SITE_DIR",
                         help="directory to write the site to (index.html); default: %(default)s")
     parser.add_argument("--history", type=Path, default=hist.DEFAULT_HISTORY, metavar="PATH",
                         help="SQLite run history to record this run in and draw trends from; default: %(default)s")
@@ -386,14 +389,21 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main_report(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
-    """``conformance report RESULTS... -o SITE_DIR [--history PATH | --no-history]``."""
+    """``conformance report RESULTS... -o SITE_DIR [--history PATH | --no-history]``; exit 2 on bad input.
+
+    Takes argv, or the Namespace of a parser that ``add_report_arguments`` filled in.
+    """
     if isinstance(argv, argparse.Namespace):
         args = argv
     else:
         parser = argparse.ArgumentParser(prog="conformance report", description=__doc__)
         add_report_arguments(parser)
         args = parser.parse_args(argv)
-    index = build_report(list(args.results), args.output, None if args.no_history else args.history)
+    try:
+        index = build_report(list(args.results), args.output, None if args.no_history else args.history)
+    except (OSError, ValueError, sqlite3.DatabaseError) as exc:  # missing/bad results, unusable history file
+        print(f"conformance report: error: {exc}", file=sys.stderr)
+        return 2
     print(f"report: {index.resolve().as_uri()}")
     return 0
 

@@ -283,7 +283,7 @@ def test_byte_ticks_are_round_and_cover_the_peak() -> None:
     assert nice_ticks(5_000_000)[-1] >= 5_000_000
 
 
-def test_main_report_cli(results_dir: Path, tmp_path: Path) -> None:
+def test_main_report_cli(results_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """What ``conformance report RESULTS -o SITE --history PATH`` runs."""
     from conformance.report import main_report
 
@@ -295,5 +295,8 @@ def test_main_report_cli(results_dir: Path, tmp_path: Path) -> None:
     assert len(history.runs(db)) == 1
     assert main_report([str(results_dir / "results.jsonl"), "-o", str(tmp_path / "s2"), "--no-history"]) == 0
     assert (tmp_path / "s2" / "index.html").exists()
-    with pytest.raises(FileNotFoundError, match=r"no results\.jsonl"):
-        main_report([str(tmp_path / "nowhere"), "-o", str(tmp_path / "s3"), "--no-history"])
+    assert main_report([str(tmp_path / "nowhere"), "--out", str(tmp_path / "s3"), "--no-history"]) == 2
+    assert "no results.jsonl" in capsys.readouterr().err
+    (tmp_path / "bad.sqlite").write_text("not a database")
+    assert main_report([str(results_dir), "-o", str(tmp_path / "s4"), "--history", str(tmp_path / "bad.sqlite")]) == 2
+    assert "database" in capsys.readouterr().err
