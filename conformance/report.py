@@ -1,0 +1,412 @@
+"""The nightly dashboard: a static HTML site built from results directories and the run history.
+
+Everything the page needs is inlined (CSS, a small script, the charts as SVG drawn
+here in Python), so it works from a ``file://`` URL with no server and fetches
+nothing at view time.  Charts are pure functions of the numbers in ``results.jsonl``
+and the history database, so every mark on them can be checked against those numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import re
+import sqlite3
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from conformance import history as hist
+from conformance.result import STATUSES, Result, read_results
+
+#: Short cell labels; the full status is in the cell's data-status and tooltip.
+SHORT = {
+    "pass": "pass", "fail-compile": "compile", "fail-run": "run", "fail-parity": "parity",
+    "fail-peak": "peak", "fail-residual": "residual", "crash": "crash", "timeout": "timeout",
+    "skip": "skip", "xfail": "xfail", "xpass": "XPASS",
+}
+MODEL_COLOUR = "#2f6fdf"
+MEASURED_COLOUR = "#e0561b"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_results(results_dirs: Sequence[Path]) -> list[Result]:
+    """Results of all directories (or results.jsonl files); a later one wins for the same case x backend."""
+    merged: dict[tuple[str, str], Result] = {}
+    for d in results_dirs:
+        path = d / "results.jsonl" if d.is_dir() else d
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no results.jsonl (run `conformance run` first)")
+        for r in read_results(path):
+            merged[(r.case, r.backend)] = r
+    return list(merged.values())
+
+
+def results_time(results_dirs: Sequence[Path]) -> str:
+    """When the run finished: the newest results file's modification time (what the history records)."""
+    paths = [d / "results.jsonl" if d.is_dir() else d for d in results_dirs]
+    newest = max(p.stat().st_mtime for p in paths)
+    return datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def model_points(model_timeline: Sequence[Sequence[Any]], residual: int | None) -> list[tuple[float, int]]:
+    """The model's live bytes after each event at step progress i/(n-1); the residual closes the step.
+
+    The model's last event still holds the step's outputs; they are dropped when the
+    step ends, which is what the residual is, so it is drawn as the value at progress 1.
+    """
+    values = [int(b) for _, b in model_timeline]
+    if not values:
+        return []
+    n = len(values)
+    pts = [(i / (n - 1) if n > 1 else 0.0, v) for i, v in enumerate(values)]
+    if residual is not None and residual != values[-1]:
+        pts.append((1.0, int(residual)))
+    return pts
+
+
+def measured_points(timeline: Sequence[Sequence[Any]]) -> list[tuple[float, int]]:
+    """The probe's (microseconds, live bytes) rescaled so the step spans progress 0..1."""
+    if not timeline:
+        return []
+    t0, t1 = float(timeline[0][0]), float(timeline[-1][0])
+    span = t1 - t0
+    return [((float(t) - t0) / span if span > 0 else 0.0, int(b)) for t, b in timeline]
+
+
+@dataclass
+class Series:
+    key: str  # "model" | "measured"
+    label: str
+    colour: str
+    points: list[tuple[float, int]]
+    peak: int | None  # the verdict's figure from results.jsonl
+    residual: int | None
+
+
+@dataclass
+class Chart:
+    width: int = 700
+    height: int = 250
+    left: int = 70
+    right: int = 180
+    top: int = 16
+    bottom: int = 36
+
+    def x(self, p: float) -> float:
+        return round(self.left + p * (self.width - self.left - self.right), 2)
+
+    def y(self, b: float, top: float) -> float:
+        h = self.height - self.top - self.bottom
+        return round(self.top + h - (b / top) * h if top else self.top + h, 2)
+
+
+def nice_ticks(highest: float, target: int = 5) -> list[float]:
+    """Round byte ticks (1, 2, 2.5 or 5 x 10^k of B, KiB, MiB...) from 0 to at least ``highest``."""
+    if highest <= 0:
+        return [0.0, 1.0]
+    unit = 1.0
+    while highest / unit >= 1024:
+        unit *= 1024
+    raw = highest / unit / target
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = max(1.0, next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw) * unit)
+    count = math.ceil(highest / step - 1e-9)
+    return [i * step for i in range(count + 1)]
+
+
+def spread(labels: list[tuple[float, str, str, str]], gap: float, lo: float, hi: float
+           ) -> list[tuple[float, str, str, str]]:
+    """Move labels apart vertically (at least ``gap``) so values close together stay readable."""
+    placed: list[tuple[float, str, str, str]] = []
+    for y, *rest in sorted(labels, key=lambda lab: lab[0]):
+        y = max(y, lo, placed[-1][0] + gap if placed else lo)
+        placed.append((y, *rest))  # type: ignore[arg-type]
+    overflow = placed[-1][0] - hi if placed else 0
+    if overflow > 0:  # pushed off the bottom: shift the stack up
+        placed = [(y - overflow, *rest) for y, *rest in placed]  # type: ignore[misc]
+    return placed
+
+
+def step_path(points: Sequence[tuple[float, int]], chart: Chart, top: float) -> str:
+    """An SVG path that holds each value until the next point (live bytes change in steps)."""
+    if not points:
+        return ""
+    parts = [f"M{chart.x(points[0][0])},{chart.y(points[0][1], top)}"]
+    held = points[0][1]
+    for i, (x, b) in enumerate(points[1:], 1):
+        if b == held and i < len(points) - 1:
+            continue  # same value: the horizontal run continues (keeps long timelines small)
+        parts.append(f"H{chart.x(x)}V{chart.y(b, top)}")
+        held = b
+    return "".join(parts)
+
+
+def timeline_svg(memory: dict[str, Any]) -> Markup:
+    """Model and measured live bytes over the step on one chart, peaks and residuals marked."""
+    series = [
+        Series("model", f"model ({memory.get('model_source', 'lifetime model')})", MODEL_COLOUR,
+               model_points(memory.get("model_timeline") or [], memory.get("model_residual_bytes")),
+               memory.get("model_peak_bytes"), memory.get("model_residual_bytes")),
+        Series("measured", f"measured ({memory.get('domain', 'probe')})", MEASURED_COLOUR,
+               measured_points(memory.get("timeline") or []),
+               memory.get("measured_peak_bytes"), memory.get("measured_residual_bytes")),
+    ]
+    series = [s for s in series if s.points]
+    if not series:
+        return Markup('<p class="muted" id="no-timeline">No memory timeline recorded for this verdict.</p>')
+    chart = Chart()
+    highest = max(max(max(b for _, b in s.points), s.peak or 0) for s in series)
+    ticks = nice_ticks(highest)
+    top = ticks[-1]
+    e = html.escape
+    out = [
+        f'<svg class="timeline" id="timeline-chart" viewBox="0 0 {chart.width} {chart.height}" '
+        f'width="{chart.width}" height="{chart.height}" role="img" aria-label="memory timeline">'
+    ]
+    for t in ticks:
+        y = chart.y(t, top)
+        out.append(f'<line class="grid" x1="{chart.left}" x2="{chart.x(1)}" y1="{y}" y2="{y}"/>')
+        out.append(f'<text class="tick" x="{chart.left - 6}" y="{y + 4}" text-anchor="end">{e(fmt_bytes(t))}</text>')
+    for p in (0, 0.25, 0.5, 0.75, 1):
+        out.append(f'<text class="tick" x="{chart.x(p)}" y="{chart.height - chart.bottom + 16}" '
+                   f'text-anchor="middle">{p:g}</text>')
+    out.append(f'<text class="axis" x="{chart.x(0.5)}" y="{chart.height - 4}" text-anchor="middle">'
+               "step progress</text>")
+    labels: list[tuple[float, str, str, str]] = []  # (y, class, colour, text), spread apart below
+    for s in series:
+        peak = s.peak if s.peak is not None else max(b for _, b in s.points)
+        residual = s.residual if s.residual is not None else s.points[-1][1]
+        dash = ' stroke-dasharray="6 3"' if s.key == "model" else ""
+        out.append(
+            f'<path class="series series-{s.key}" data-series="{s.key}" data-peak="{peak}" '
+            f'data-residual="{residual}" data-points="{len(s.points)}" d="{step_path(s.points, chart, top)}" '
+            f'fill="none" stroke="{s.colour}" stroke-width="2"{dash}/>'
+        )
+        py = chart.y(peak, top)
+        px = next((x for x, b in s.points if b == peak), None)
+        out.append(f'<line class="peak-line" data-series="{s.key}" x1="{chart.left}" x2="{chart.x(1)}" '
+                   f'y1="{py}" y2="{py}" stroke="{s.colour}" stroke-opacity="0.35" stroke-dasharray="2 3"/>')
+        if px is not None:
+            out.append(f'<circle class="peak-marker" data-series="{s.key}" data-bytes="{peak}" '
+                       f'cx="{chart.x(px)}" cy="{py}" r="4" fill="{s.colour}"/>')
+        ry = chart.y(residual, top)
+        out.append(f'<rect class="residual-marker" data-series="{s.key}" data-bytes="{residual}" '
+                   f'x="{chart.x(1) - 4}" y="{ry - 4}" width="8" height="8" fill="white" stroke="{s.colour}" '
+                   f'stroke-width="2" transform="rotate(45 {chart.x(1)} {ry})"/>')
+        labels.append((py, "peak-label", s.colour, f"{s.key} peak {fmt_bytes(peak)}"))
+        labels.append((ry, "residual-label", s.colour, f"{s.key} residual {fmt_bytes(residual)}"))
+    for y, cls, colour, text in spread(labels, gap=13, lo=chart.top + 4, hi=chart.height - chart.bottom + 4):
+        out.append(f'<text class="{cls}" x="{chart.x(1) + 8}" y="{y + 4}" style="fill:{colour}">{e(text)}</text>')
+    out.append("</svg>")
+    legend = "".join(
+        f'<span class="legend-item" data-series="{s.key}"><span class="swatch" '
+        f'style="background:{s.colour}"></span>{e(s.label)}</span>'
+        for s in series
+    )
+    return Markup("".join(out) + f'<div class="legend">{legend}</div>')
+
+
+def sparkline(values: Sequence[float], width: int = 120, height: int = 28, lo: float | None = None,
+              hi: float | None = None, cls: str = "spark", attrs: str = "") -> Markup:
+    """A tiny trend line over runs, oldest on the left; the last point is dotted."""
+    if not values:
+        return Markup("")
+    lo = min(values) if lo is None else lo
+    hi = max(values) if hi is None else hi
+    span = hi - lo
+    n = len(values)
+    pts = [
+        (round(3 + (i / (n - 1) if n > 1 else 0.5) * (width - 6), 2),
+         round(height - 3 - ((v - lo) / span if span else 0.5) * (height - 6), 2))
+        for i, v in enumerate(values)
+    ]
+    poly = " ".join(f"{x},{y}" for x, y in pts)
+    lx, ly = pts[-1]
+    data = html.escape(json.dumps([round(v, 4) for v in values]))
+    return Markup(
+        f'<svg class="{cls}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'data-values="{data}" {attrs}><polyline points="{poly}" fill="none" stroke="#555" stroke-width="1.5"/>'
+        f'<circle cx="{lx}" cy="{ly}" r="2.5" fill="#111"/></svg>'
+    )
+
+
+# --------------------------------------------------------------------------- page model
+
+
+@dataclass
+class Cell:
+    index: int
+    result: Result
+    peak_trend: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def short(self) -> str:
+        return SHORT.get(self.result.status, self.result.status)
+
+    @property
+    def repro_file(self) -> str:
+        """A generated case's standalone repro script, where the run wrote one."""
+        direct = getattr(self.result, "repro_file", "") or self.result.memory.get("repro_file", "")
+        if direct:
+            return str(direct)
+        for note in self.result.notes:
+            m = re.match(r"repro (?:file|script): (.+)", note)
+            if m:
+                return m.group(1).strip()
+        return ""
+
+
+@dataclass
+class Page:
+    title: str
+    generated_at: str
+    sources: list[str]
+    backends: list[str]
+    families: list[str]
+    rows: list[tuple[str, str, dict[str, Cell]]]  # (case, family, backend -> cell)
+    cells: list[Cell]
+    counts: dict[str, Counter[str]]
+    statuses: list[str]
+    versions: dict[str, dict[str, str]]
+    backend_trends: dict[str, list[tuple[int, float]]]
+    changes: hist.Changes | None
+    runs: list[hist.Run]
+    run: hist.Run | None
+
+
+def build_page(results: list[Result], sources: list[str], history: Path | None,
+               title: str = "torch-conformance", run_time: str | None = None) -> Page:
+    backends = list(dict.fromkeys(r.backend for r in results))
+    cases: dict[str, str] = {}
+    for r in sorted(results, key=lambda r: (r.family, r.case)):
+        cases.setdefault(r.case, r.family)
+    run = hist.record_run(history, results, started_at=run_time) if history else None
+    case_trends = hist.case_trends(history) if history else {}
+    cells: list[Cell] = []
+    by_key: dict[tuple[str, str], Cell] = {}
+    for r in sorted(results, key=lambda r: (list(cases).index(r.case), backends.index(r.backend))):
+        cell = Cell(len(cells), r, case_trends.get((r.case, r.backend), []))
+        cells.append(cell)
+        by_key[(r.case, r.backend)] = cell
+    rows = [(c, fam, {b: by_key[(c, b)] for b in backends if (c, b) in by_key}) for c, fam in cases.items()]
+    counts = {b: Counter(r.status for r in results if r.backend == b) for b in backends}
+    present = {r.status for r in results}
+    versions: dict[str, dict[str, str]] = {}
+    for r in results:
+        versions.setdefault(r.backend, {}).update(r.versions)
+    return Page(
+        title=title,
+        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        sources=sources,
+        backends=backends,
+        families=sorted({fam for fam in cases.values()}),
+        rows=rows,
+        cells=cells,
+        counts=counts,
+        statuses=[s for s in STATUSES if s in present],
+        versions=versions,
+        backend_trends=hist.backend_trends(history) if history else {},
+        changes=hist.changes(history, run.id) if history and run else None,
+        runs=hist.runs(history) if history else [],
+        run=run,
+    )
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("conformance", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["bytes"] = fmt_bytes
+    env.globals.update(timeline_svg=timeline_svg, sparkline=sparkline, is_failure=hist.is_failure)
+    return env
+
+
+def render(page: Page) -> str:
+    env = _env()
+    css = env.loader.get_source(env, "report.css")[0]  # type: ignore[union-attr]
+    js = env.loader.get_source(env, "report.js")[0]  # type: ignore[union-attr]
+    return env.get_template("report.html.j2").render(page=page, css=Markup(css), js=Markup(js))
+
+
+def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None = None) -> Path:
+    """Build the site into ``out_dir`` and return its ``index.html``.
+
+    With ``history`` the results are recorded there as a run (once: the same results
+    are recognised by their fingerprint) and the page shows trends and what changed
+    since the previous run.
+    """
+    results = load_results(results_dirs)
+    page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = out_dir / "index.html"
+    index.write_text(render(page), encoding="utf-8")
+    return index
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``conformance report``; the CLI adds them to its ``report`` subparser."""
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+                        help="results directories (each with results.jsonl) or results.jsonl files")
+    parser.add_argument("-o", "--out", "--output", dest="output", type=Path, default=Path("conformance-report"),
+                        metavar="SITE_DIR",
+                        help="directory to write the site to (index.html); default: %(default)s")
+    parser.add_argument("--history", type=Path, default=hist.DEFAULT_HISTORY, metavar="PATH",
+                        help="SQLite run history to record this run in and draw trends from; default: %(default)s")
+    parser.add_argument("--no-history", action="store_true", help="neither record nor show run history")
+
+
+def main_report(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
+    """``conformance report RESULTS... -o SITE_DIR [--history PATH | --no-history]``; exit 2 on bad input.
+
+    Takes argv, or the Namespace of a parser that ``add_report_arguments`` filled in.
+    """
+    if isinstance(argv, argparse.Namespace):
+        args = argv
+    else:
+        parser = argparse.ArgumentParser(prog="conformance report", description=__doc__)
+        add_report_arguments(parser)
+        args = parser.parse_args(argv)
+    try:
+        index = build_report(list(args.results), args.output, None if args.no_history else args.history)
+    except (OSError, ValueError, sqlite3.DatabaseError) as exc:  # missing/bad results, unusable history file
+        print(f"conformance report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {index.resolve().as_uri()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_report())

@@ -1,0 +1,117 @@
+"""The run history store: trends, what changed since the previous run, and atomic inserts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance import history
+from conformance.result import Result
+
+
+def res(case: str, backend: str, status: str, peak: int | None = 1000, family: str = "mlp") -> Result:
+    memory = {} if peak is None else {
+        "model_peak_bytes": 1000, "measured_peak_bytes": peak,
+        "model_residual_bytes": 0, "measured_residual_bytes": 0,
+    }
+    return Result(case, backend, status, family=family, memory=memory)
+
+
+RUN1 = [res("a", "eager", "pass"), res("b", "eager", "pass"), res("a", "ind", "pass"),
+        res("b", "ind", "fail-peak", 1200), res("c", "ind", "skip", None)]
+RUN2 = [res("a", "eager", "pass"), res("b", "eager", "pass"), res("a", "ind", "fail-parity"),
+        res("b", "ind", "pass", 1000), res("c", "ind", "skip", None)]
+RUN3 = [res("a", "eager", "pass", 1060), res("b", "eager", "pass", 1049), res("a", "ind", "pass"),
+        res("b", "ind", "pass", 1000), res("c", "ind", "skip", None), res("d", "ind", "fail-residual")]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "h.sqlite"
+    for i, run in enumerate((RUN1, RUN2, RUN3), 1):
+        history.record_run(path, run, label=f"night {i}", started_at=f"2026-01-0{i}T00:00:00+00:00")
+    return path
+
+
+def test_three_runs_trends(db: Path) -> None:
+    assert [r.label for r in history.runs(db)] == ["night 1", "night 2", "night 3"]
+    ids = [r.id for r in history.runs(db)]
+    trends = history.backend_trends(db)
+    # skips do not count; pass rate over judged verdicts
+    assert trends["eager"] == [(ids[0], 1.0), (ids[1], 1.0), (ids[2], 1.0)]
+    assert trends["ind"] == [(ids[0], 0.5), (ids[1], 0.5), (ids[2], 2 / 3)]
+    peaks = history.case_trends(db)
+    assert peaks[("a", "eager")] == [(ids[0], 1000), (ids[1], 1000), (ids[2], 1060)]
+    assert peaks[("b", "ind")] == [(ids[0], 1200), (ids[1], 1000), (ids[2], 1000)]
+    assert ("c", "ind") not in peaks  # skipped: no measured peak
+
+
+def test_changed_since_previous_run(db: Path) -> None:
+    ids = [r.id for r in history.runs(db)]
+    second = history.changes(db, ids[1])
+    assert second.previous is not None and second.previous.id == ids[0]
+    assert [(c.case, c.backend, c.before, c.after) for c in second.new_failures] == [
+        ("a", "ind", "pass", "fail-parity")
+    ]
+    assert [(c.case, c.backend, c.before, c.after) for c in second.fixes] == [("b", "ind", "fail-peak", "pass")]
+    assert second.memory_regressions == []  # b@ind shrank 1200 -> 1000
+
+    last = history.changes(db)  # defaults to the latest run
+    assert last.run is not None and last.run.id == ids[2]
+    assert [(c.case, c.after) for c in last.new_failures] == [("d", "fail-residual")]  # new case, failing
+    assert [(c.case, c.backend) for c in last.fixes] == [("a", "ind")]
+    # +6% is a regression, +4.9% is not (threshold 5%)
+    assert [(c.case, c.backend, c.peak_before, c.peak_after) for c in last.memory_regressions] == [
+        ("a", "eager", 1000, 1060)
+    ]
+    assert history.changes(db, ids[0]).previous is None
+    assert history.changes(db, ids[0]).empty
+
+
+def test_recording_the_same_results_twice_is_one_run(db: Path) -> None:
+    again = history.record_run(db, RUN3)
+    assert again.id == history.runs(db)[-1].id
+    assert len(history.runs(db)) == 3
+
+
+def test_exception_mid_insert_leaves_database_intact(db: Path) -> None:
+    class Boom(dict):
+        def get(self, *a: object) -> object:
+            raise RuntimeError("interrupted mid-insert")
+
+    before = (history.runs(db), history.backend_trends(db), history.case_trends(db))
+    bad = Result("z", "ind", "pass", memory=Boom(measured_peak_bytes=5))
+    with pytest.raises(RuntimeError, match="mid-insert"):
+        history.record_run(db, [res("a", "eager", "fail-peak"), res("b", "ind", "pass"), bad, res("q", "x", "pass")])
+    assert (history.runs(db), history.backend_trends(db), history.case_trends(db)) == before
+    assert history.changes(db).run == before[0][-1]
+
+
+def test_process_killed_mid_insert_leaves_database_intact(db: Path) -> None:
+    """A hard kill (no exception handling, no rollback in Python) halfway through the rows."""
+    before = (history.runs(db), history.backend_trends(db), history.case_trends(db))
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from conformance import history
+        from conformance.result import Result
+
+        class Die(dict):
+            def get(self, *a):
+                os._exit(9)  # the process dies with the transaction open
+
+        rows = [Result(f"k{{i}}", "eager", "fail-peak", memory={{"measured_peak_bytes": i}}) for i in range(5)]
+        rows.append(Result("k9", "eager", "pass", memory=Die(x=1)))
+        history.record_run(Path({str(db)!r}), rows)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 9, proc.stderr
+    assert (history.runs(db), history.backend_trends(db), history.case_trends(db)) == before
+    # and the database still takes new runs
+    history.record_run(db, [res("a", "eager", "pass", 2000)])
+    assert len(history.runs(db)) == 4
+    assert [(c.case, c.peak_after) for c in history.changes(db).memory_regressions] == [("a", 2000)]

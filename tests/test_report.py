@@ -1,0 +1,302 @@
+"""The HTML report, opened in a real headless Chromium from a file:// URL.
+
+The results behind it come from really running the harness: ``mlp-s-infer`` and
+``customop-early-late-s`` on ``eager``, and ``mlp-s-infer`` on a planted-fault eager
+backend whose node hook keeps the step's output alive after the step (a leak the
+harness must report as ``fail-residual``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conformance.backends.eager import EagerBackend
+
+from conformance import cases as _builtin_cases  # noqa: F401  (registers the built-in cases)
+from conformance import history
+from conformance.adapter import Capabilities
+from conformance.case import select_cases
+from conformance.engine import run_case
+from conformance.report import build_report, measured_points, model_points, spread
+from conformance.result import Result, append_result, read_results
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+]
+
+
+def find_chromium() -> str | None:
+    for name in ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+_KEPT: dict[str, Any] = {}
+
+
+def keep_output(label: str, value: Any) -> None:
+    """Planted fault: hold the last layer's output past the end of every step."""
+    if label == "addmm_2":
+        _KEPT["value"] = value
+
+
+class LeakyEager(EagerBackend):
+    name = "leaky-eager"
+    node_hook = staticmethod(keep_output)
+    capabilities = Capabilities(exact_memory=True, custom_ops=False)  # so the custom-op case is a skip
+
+
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("results")
+    runs = [(c, EagerBackend()) for c in select_cases(["mlp-s-infer", "customop-early-late-s"])]
+    runs.extend((c, LeakyEager()) for c in select_cases(["mlp-s-infer", "customop-early-late-s"]))
+    for case, backend in runs:
+        append_result(out / "results.jsonl", run_case(case, backend))
+    _KEPT.clear()
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(results_dir: Path) -> dict[tuple[str, str], Result]:
+    return {(r.case, r.backend): r for r in read_results(results_dir / "results.jsonl")}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("no chromium binary (apt-get install chromium): the report's browser tests need one")
+    from playwright.sync_api import sync_playwright  # a test dependency: fails loudly when missing
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A page that refuses any non-file request, and records console errors."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = context.new_page()
+    pg.requested = []
+    pg.errors = []
+
+    def guard(route: Any) -> None:
+        pg.requested.append(route.request.url)
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            route.abort()
+
+    pg.route("**/*", guard)
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    yield pg
+    context.close()
+
+
+def test_the_network_guard_sees_requests(page: Any) -> None:
+    """The no-network assertions below can fail: a page that fetches is caught."""
+    page.set_content('<img src="http://198.51.100.7/x.png">')
+    page.wait_for_timeout(200)
+    assert any(u.startswith("http://198.51.100.7") for u in page.requested)
+
+
+def test_the_planted_leak_is_what_the_report_shows(results: dict[tuple[str, str], Result]) -> None:
+    """The data is real: the clean backend passes, the leaky one fails on residual."""
+    assert results[("mlp-s-infer", "eager")].status == "pass"
+    assert results[("customop-early-late-s", "eager")].status == "pass"
+    leaky = results[("mlp-s-infer", "leaky-eager")]
+    assert leaky.status == "fail-residual", leaky.reason
+    assert leaky.memory["measured_residual_bytes"] > leaky.memory["model_residual_bytes"]
+    assert results[("customop-early-late-s", "leaky-eager")].status == "skip"
+
+
+def test_failing_cell_opens_its_details(
+    page: Any, results_dir: Path, results: dict[tuple[str, str], Result], tmp_path: Path
+) -> None:
+    index = build_report([results_dir], tmp_path / "site", history=None)
+    page.goto(index.as_uri())
+    # counts per backend at the top
+    assert page.inner_text('#counts tr[data-backend="eager"] td[data-status="pass"]') == "2"
+    assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="fail-residual"]') == "1"
+    assert page.get_attribute('#counts tr[data-backend="leaky-eager"] td.rate', "data-rate") == "0.0000"
+
+    leaky = results[("mlp-s-infer", "leaky-eager")]
+    mem = leaky.memory
+    cell = page.locator('td[data-case="mlp-s-infer"][data-backend="leaky-eager"]')
+    assert cell.get_attribute("data-status") == "fail-residual"
+    cell.click()
+    detail = page.locator('#detail[data-case="mlp-s-infer"][data-backend="leaky-eager"]')
+    detail.wait_for()
+    assert page.inner_text("#detail-status") == "fail-residual"
+    assert page.inner_text("#detail-reason") == leaky.reason
+
+    # the chart: both series drawn, their marks carry the verdict's numbers
+    measured = page.locator('#detail svg path[data-series="measured"]')
+    model = page.locator('#detail svg path[data-series="model"]')
+    assert int(measured.get_attribute("data-peak")) == mem["measured_peak_bytes"]
+    assert int(measured.get_attribute("data-residual")) == mem["measured_residual_bytes"]
+    assert int(model.get_attribute("data-peak")) == mem["model_peak_bytes"]
+    assert int(model.get_attribute("data-residual")) == mem["model_residual_bytes"]
+    assert int(measured.get_attribute("data-points")) == len(mem["timeline"])
+    for series in (measured, model):
+        box = series.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 20, box
+
+    # the geometry agrees with the numbers: the measured line's top is the peak marker,
+    # it ends at the residual marker, and the model's end sits lower (smaller residual)
+    geo = page.evaluate("""() => {
+        const q = s => document.querySelector('#detail ' + s);
+        const seg = p => p.getPathData ? null : p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
+        const m = q('path[data-series=measured]'), mo = q('path[data-series=model]');
+        const mc = seg(m), oc = seg(mo);
+        return {
+          measuredTop: m.getBBox().y, peakMarker: +q('circle.peak-marker[data-series=measured]').getAttribute('cy'),
+          measuredEnd: mc[mc.length - 1], modelEnd: oc[oc.length - 1],
+          residualMarker: +q('rect.residual-marker[data-series=measured]').getAttribute('y') + 4,
+        };
+    }""")
+    assert geo["measuredTop"] == pytest.approx(geo["peakMarker"], abs=0.01)
+    assert geo["measuredEnd"] == pytest.approx(geo["residualMarker"], abs=0.01)
+    assert geo["measuredEnd"] < geo["modelEnd"]  # svg y grows downwards: measured residual is higher
+
+    for field in ("model_peak_bytes", "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes"):
+        assert int(page.get_attribute(f'#detail [data-field="{field}"]', "data-value")) == mem[field]
+    assert float(page.get_attribute('#detail [data-field="max_abs_err"]', "data-value")) == pytest.approx(
+        leaky.parity["max_abs_err"], rel=1e-12)
+
+    blamed = page.locator("#detail #blamed tr[data-producer]")
+    assert blamed.count() == len(mem["blamed"]) >= 1
+    assert blamed.first.get_attribute("data-producer") == mem["blamed"][0]["producer"] == "addmm_2"
+    assert int(blamed.first.get_attribute("data-bytes")) == mem["measured_residual_bytes"]
+    assert page.inner_text("#detail #repro") == leaky.repro
+    assert leaky.repro == "conformance run --case mlp-s-infer --backend leaky-eager"
+    assert torch.__version__ in page.inner_text("#detail #versions")
+
+    assert all(u.startswith("file://") for u in page.requested), page.requested
+    assert page.errors == []
+
+
+def test_a_skipped_cell_has_no_chart_but_its_reason(
+    page: Any, results_dir: Path, results: dict[tuple[str, str], Result], tmp_path: Path
+) -> None:
+    page.goto(build_report([results_dir], tmp_path / "site", history=None).as_uri())
+    assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="skip"]') == "1"
+    page.click('td[data-case="customop-early-late-s"][data-backend="leaky-eager"]')
+    page.locator('#detail[data-case="customop-early-late-s"][data-status="skip"]').wait_for()
+    assert page.locator("#detail svg.timeline").count() == 0
+    assert page.locator("#detail #no-timeline").count() == 1
+    assert page.inner_text("#detail-reason") == results[("customop-early-late-s", "leaky-eager")].reason
+    assert "custom_ops" in page.inner_text("#detail-reason")
+    page.click('#detail [data-action="close"]')
+    assert page.get_attribute("#detail", "data-case") is None
+    assert page.errors == []
+
+
+def test_filters(page: Any, results_dir: Path, tmp_path: Path) -> None:
+    page.goto(build_report([results_dir], tmp_path / "site", history=None).as_uri())
+    rows = page.locator("#matrix tbody tr:visible")
+    assert rows.count() == 2
+    page.select_option("#filter-status", "fail-residual")
+    assert [r.get_attribute("data-case") for r in rows.all()] == ["mlp-s-infer"]
+    page.select_option("#filter-status", "skip")
+    assert [r.get_attribute("data-case") for r in rows.all()] == ["customop-early-late-s"]
+    page.select_option("#filter-status", "failing")
+    assert rows.count() == 1
+    page.select_option("#filter-status", "")
+    page.select_option("#filter-family", "customop")
+    assert [r.get_attribute("data-case") for r in rows.all()] == ["customop-early-late-s"]
+    page.select_option("#filter-family", "")
+    page.select_option("#filter-backend", "eager")
+    assert page.locator('#matrix [data-backend="leaky-eager"]:visible').count() == 0
+    assert page.locator('#matrix td[data-backend="eager"]:visible').count() == 2
+    assert page.locator('#matrix td.cell:visible').count() == 2
+    page.select_option("#filter-status", "fail-residual")  # no failing eager cell: nothing left
+    assert rows.count() == 0
+    assert page.inner_text("#visible-count") == "0 of 2 cases shown"
+
+
+def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path) -> None:
+    """An earlier night where the leaky backend still passed with a smaller peak, then tonight's real run."""
+    db = tmp_path / "h.sqlite"
+    tonight = read_results(results_dir / "results.jsonl")
+    earlier = []
+    for r in tonight:
+        r = dataclasses.replace(r, memory=dict(r.memory))
+        if (r.case, r.backend) == ("mlp-s-infer", "leaky-eager"):
+            r.status, r.reason = "pass", ""
+            r.memory["measured_peak_bytes"] = int(r.memory["measured_peak_bytes"] / 1.5)
+        earlier.append(r)
+    history.record_run(db, earlier, started_at="2026-01-01T00:00:00+00:00")
+
+    index = build_report([results_dir], tmp_path / "site", history=db)
+    build_report([results_dir], tmp_path / "site", history=db)  # rebuilding does not add a run
+    assert len(history.runs(db)) == 2
+    page.goto(index.as_uri() + "#" + "mlp-s-infer%40leaky-eager")
+    assert page.locator('#new-failures li[data-case="mlp-s-infer"][data-backend="leaky-eager"]').count() == 1
+    assert page.locator("#fixes li[data-case]").count() == 0
+    reg = page.locator('#memory-regressions li[data-case="mlp-s-infer"]')
+    assert float(reg.get_attribute("data-growth")) == pytest.approx(0.5, abs=0.01)
+    rates = json.loads(page.get_attribute('svg.rate-trend[data-backend="leaky-eager"]', "data-values"))
+    assert rates == [1.0, 0.0]
+    # opened from the URL fragment; its peak trend over both runs
+    page.locator('#detail[data-backend="leaky-eager"]').wait_for()
+    peaks = json.loads(page.get_attribute("#detail svg.peak-trend", "data-values"))
+    mem = {(r.case, r.backend): r.memory for r in tonight}[("mlp-s-infer", "leaky-eager")]
+    assert peaks == [int(mem["measured_peak_bytes"] / 1.5), mem["measured_peak_bytes"]]
+    assert page.errors == []
+
+
+def test_step_progress_normalisation() -> None:
+    assert model_points([["a", 0], ["b", 10], ["c", 4]], residual=0) == [(0.0, 0), (0.5, 10), (1.0, 4), (1.0, 0)]
+    assert model_points([["a", 3]], residual=3) == [(0.0, 3)]
+    assert measured_points([[100.0, 5], [150.0, 9], [300.0, 1]]) == [(0.0, 5), (0.25, 9), (1.0, 1)]
+    assert measured_points([]) == []
+
+
+def test_labels_are_spread_apart() -> None:
+    placed = spread([(50, "a", "", ""), (52, "b", "", ""), (200, "c", "", "")], gap=13, lo=10, hi=120)
+    ys = [y for y, *_ in placed]
+    assert all(b - a >= 13 for a, b in itertools.pairwise(ys)) and ys[-1] <= 120
+
+
+def test_byte_ticks_are_round_and_cover_the_peak() -> None:
+    from conformance.report import fmt_bytes, nice_ticks
+
+    assert [fmt_bytes(t) for t in nice_ticks(21985)] == ["0 B", "5 KiB", "10 KiB", "15 KiB", "20 KiB", "25 KiB"]
+    assert [fmt_bytes(t) for t in nice_ticks(2048)] == ["0 B", "512 B", "1 KiB", "1.5 KiB", "2 KiB"]
+    assert nice_ticks(5_000_000)[-1] >= 5_000_000
+
+
+def test_main_report_cli(results_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``conformance report RESULTS -o SITE --history PATH`` runs."""
+    from conformance.report import main_report
+
+    db = tmp_path / "h.sqlite"
+    assert main_report([str(results_dir), "-o", str(tmp_path / "site"), "--history", str(db)]) == 0
+    text = (tmp_path / "site" / "index.html").read_text()
+    assert text.count('<td class="cell ') == 4
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the page must not load anything"
+    assert len(history.runs(db)) == 1
+    assert main_report([str(results_dir / "results.jsonl"), "-o", str(tmp_path / "s2"), "--no-history"]) == 0
+    assert (tmp_path / "s2" / "index.html").exists()
+    assert main_report([str(tmp_path / "nowhere"), "--out", str(tmp_path / "s3"), "--no-history"]) == 2
+    assert "no results.jsonl" in capsys.readouterr().err
+    (tmp_path / "bad.sqlite").write_text("not a database")
+    assert main_report([str(results_dir), "-o", str(tmp_path / "s4"), "--history", str(tmp_path / "bad.sqlite")]) == 2
+    assert "database" in capsys.readouterr().err
