@@ -39,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="previous results directory whose timings weigh the shards")
     run.add_argument("--update-manifest", action="store_true",
                      help="rewrite each selected backend's manifest from this run, keeping reasons")
+    run.add_argument("--report", default=None, metavar="SITE_DIR",
+                     help="where the HTML report goes (default: DIR/report)")
+    run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
+    run.add_argument("--history", type=Path, default=None, metavar="PATH",
+                     help="SQLite run history the report records this run in (default: ./conformance-history.sqlite)")
+    run.add_argument("--no-history", action="store_true", help="do not record this run in the history")
+    from conformance.report import add_report_arguments
+
+    add_report_arguments(sub.add_parser("report", help="build the HTML dashboard from results directories"))
     merge = sub.add_parser("merge", help="combine shard results directories into one")
     merge.add_argument("dirs", nargs="+", metavar="DIR")
     merge.add_argument("-o", "--out", required=True, metavar="DIR")
@@ -96,7 +105,24 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.update_manifest:
         pytest_args.append("--update-manifest")
     code = int(pytest.main([*pytest_args, *extra]))
+    if code in (0, 1) and not args.no_report and (out / "results.jsonl").exists():
+        _build_run_report(args, out)
     return 0 if code == 0 else (EXIT_USAGE if code == 4 else 1)
+
+
+def _build_run_report(args: argparse.Namespace, out: Path) -> None:
+    """The report of this run, also when verdicts failed: that is when people look at it."""
+    from conformance import history
+    from conformance.report import build_report
+
+    site = Path(args.report) if args.report else out / "report"
+    hist = None if args.no_history else (args.history or history.DEFAULT_HISTORY)
+    try:
+        index = build_report([out], site, hist)
+    except Exception as exc:  # a report problem must not hide the verdicts
+        print(f"conformance: warning: report not built: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -152,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, extra)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "report":
+            from conformance.report import main_report
+
+            return main_report(args)
         return cmd_list(args)
     except UsageFailure as exc:
         print(f"conformance: error: {exc}", file=sys.stderr)

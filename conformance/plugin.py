@@ -183,6 +183,8 @@ class ResultWriter:
         self.started = time.perf_counter()
         self.progress = config.getoption("conformance_progress")
         self.total = 0
+        self.bar: Any = None  # a rich Progress, on a terminal only
+        self.task: Any = None
         self.out.mkdir(parents=True, exist_ok=True)
         self.path.write_text("", encoding="utf-8")
 
@@ -198,9 +200,16 @@ class ResultWriter:
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        if self.progress and sys.stderr.isatty() and "[" in nodeid:
-            sys.stderr.write(f"\r\033[K[{len(self.results) + 1}/{self.total}] running {nodeid.split('[', 1)[1][:-1]}")
-            sys.stderr.flush()
+        if self.bar is None and self.progress and sys.stderr.isatty() and self.total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("starting", total=self.total)
+        if self.bar is not None and "[" in nodeid:
+            self.bar.update(self.task, description=f"running {nodeid.split('[', 1)[1][:-1]}")
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -211,12 +220,15 @@ class ResultWriter:
         self.results.append(result)
         append_result(self.path, result)
         if self.progress:
-            if sys.stderr.isatty():
-                sys.stderr.write("\r\033[K")
             t = sum(result.timing.values())
             mark = "ok " if result.ok else "BAD"
-            _echo(f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
-                  f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+            line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
+                    f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+            if self.bar is not None:
+                self.bar.console.print(line, markup=False, highlight=False)
+                self.bar.advance(self.task)
+            else:
+                _echo(line)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> Generator[None, Any, None]:
@@ -240,6 +252,9 @@ class ResultWriter:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
         if not self.results:
             return
         from conformance.summary import summary_table
