@@ -50,9 +50,12 @@ def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_deat
         entry.update({"producer": a.label or a.op, "op": a.op, "shape": None, "model_death": "not in model"})
         return entry
     entry.update(s.describe())
-    entry["model_death"] = (
-        "outlives the step" if s.death is None else f"after {model.events[s.death]} (event {s.death})"
-    )
+    if s.death is not None:
+        entry["model_death"] = f"after {model.events[s.death]} (event {s.death})"
+    elif s.role == "output":
+        entry["model_death"] = "when the caller drops the step's outputs"
+    else:
+        entry["model_death"] = "outlives the step"
     return entry
 
 

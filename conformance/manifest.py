@@ -49,8 +49,8 @@ class Manifest:
 
 
 def load_manifest(backend: str, path: Path | None = None) -> Manifest:
-    path = path or _packaged_manifest(backend)
-    if path is None or not path.exists():
+    path = path or manifest_location(backend)
+    if not path.exists():
         return Manifest(backend, None, [])
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -84,14 +84,13 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
     return Manifest(backend, path, entries)
 
 
-def _packaged_manifest(backend: str) -> Path | None:
+def manifest_location(backend: str) -> Path:
+    """Where a built-in backend's manifest lives (whether or not it exists yet)."""
     import conformance.backends as pkg
 
-    for base in pkg.__path__:
-        candidate = Path(base) / "manifests" / f"{backend}.toml"
-        if candidate.exists():
-            return candidate
-    return None
+    dirs = [Path(base) / "manifests" for base in pkg.__path__]
+    found = [d / f"{backend}.toml" for d in dirs if (d / f"{backend}.toml").exists()]
+    return found[0] if found else dirs[0] / f"{backend}.toml"
 
 
 def apply(result: Result, manifest: Manifest) -> Result:
@@ -192,16 +191,10 @@ def header_of(path: Path | None) -> str:
 
 
 def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
-    target = path or manifest.path or _default_location(manifest.backend)
+    target = path or manifest.path or manifest_location(manifest.backend)
     new, notes = update(manifest, results)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
                       encoding="utf-8")
     load_manifest(manifest.backend, target)  # what we wrote must read back
     return target, notes
-
-
-def _default_location(backend: str) -> Path:
-    import conformance.backends as pkg
-
-    return Path(next(iter(pkg.__path__))) / "manifests" / f"{backend}.toml"
