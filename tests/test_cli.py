@@ -97,3 +97,16 @@ def test_list_backends_and_cases(tmp_path: Path) -> None:
     proc = _run("list", "cases", cwd=tmp_path)
     assert proc.returncode == 0
     assert "mlp-s-train" in proc.stdout and "train_step" in proc.stdout and "loop-rnn-t3" in proc.stdout
+
+
+def test_plain_pytest_with_xdist_ships_results_from_workers(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-q",
+         "-n", "2", "--backend", "eager", "--case", "mlp-s-*", "--case", "mlp-m-infer",
+         "--conformance-out", "out"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["case"] for r in records) == ["mlp-m-infer", "mlp-s-infer", "mlp-s-train"]
+    assert all(r["status"] == "pass" for r in records)
