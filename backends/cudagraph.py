@@ -1,0 +1,263 @@
+"""``cudagraph``: ``torch.compile(mode="reduce-overhead")``, i.e. inductor with CUDA graph trees.
+
+Inductor is called through the same recording shim as ``inductor`` with the
+options ``mode="reduce-overhead"`` sets (``triton.cudagraphs``), so the graphs it
+lowers are still modelled.  Graph trees run each graph in phases: *warm-up*
+(first call, eager in the tree's pool), *record* (second call, captured into the
+pool), then *replay*.  The engine's probed steps are the later runs; each run's
+phase is measured (graphs recorded / functions warmed up during it, read from
+the tree manager) and reported as ``result.memory["phase"]`` / ``["phases"]``.
+
+A replay allocates nothing through the caching allocator: the graphs' memory is
+the tree's private pool, visible only in snapshots.  So beyond peak and residual
+(on the replay, in requested bytes) the backend checks, per case:
+
+- every step: one private pool for all graphs (forward, backward, branches), and
+  the last probed replay recorded nothing and reserved no new pool memory;
+- pool cases (``cases/cuda_pools.py``, ``pool_contract``): sharing between
+  branches, reuse of dropped outputs, re-recording for kept outputs
+  (:mod:`conformance.pools`), measured in fresh trees.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from conformance.adapter import Backend, Capabilities, CompiledStep
+from conformance.case import Case, Workload
+from conformance.lifetime import LifetimeModel, Observation
+from conformance.pools import (
+    PoolCheck,
+    check_pool_reuse,
+    check_pool_sharing,
+    check_replay_stable,
+    check_rerecorded,
+    check_single_pool,
+)
+from conformance.probe import MemoryProbe
+from conformance.probe_cuda import (
+    DOMAIN,
+    CudaAllocatorProbe,
+    Snapshot,
+    cuda_unavailable_reason,
+    new_pools,
+    pool_reserved,
+)
+from conformance.step import StepOutput, run_module_step
+
+from .inductor import RecordingCompiler, model_of_received
+from .inductor_cuda import cuda_versions, move_workload
+
+CALIBRATION_RUNS = 3  # warm-up, record, replay: a scenario's pool is complete after the first replay
+
+
+def reduce_overhead_options() -> dict[str, Any]:
+    """Exactly the inductor options ``torch.compile(mode="reduce-overhead")`` sets."""
+    return dict(torch._inductor.list_mode_options("reduce-overhead"))
+
+
+def count_tree_nodes(roots: Mapping[Any, list[Any]]) -> int:
+    """Recorded graphs in a tree manager's ``roots`` (warm-up nodes are never in the tree)."""
+    stack = [n for nodes in roots.values() for n in nodes]
+    count = 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        stack.extend(c for children in node.children.values() for c in children)
+    return count
+
+
+def tree_counts(device: int) -> tuple[int, int]:
+    """``(graphs recorded, functions warmed up)`` so far by the graph-tree manager of ``device``."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(device, create_if_none_exists=False)
+    if manager is None or manager.roots is None:
+        return 0, 0
+    return count_tree_nodes(manager.roots), len(manager.warmed_up_functions)
+
+
+def phase_of(recorded: int, warmed: int, total_graphs: int) -> str:
+    """Which phase a step was in: any recording makes it ``record``; no graph at all, ``eager``."""
+    if recorded:
+        return "record"
+    if warmed:
+        return "warmup"
+    return "replay" if total_graphs else "eager"
+
+
+def private_reserved_since(baseline: Snapshot, snapshot: Snapshot) -> dict[tuple[int, int], int]:
+    """Reserved bytes of the private pools created after ``baseline`` (this step's tree)."""
+    fresh = new_pools(baseline, snapshot)
+    return {p: b for p, b in pool_reserved(snapshot).items() if p in fresh}
+
+
+@dataclass
+class RunInfo:
+    phase: str
+    recorded: int
+    warmed: int
+    pool_reserved_bytes: int
+    pools: dict[tuple[int, int], int]  # private pool -> reserved bytes, after the run
+
+
+class CountedUnit:
+    """A separately compiled unit that counts the graphs recorded while it ran."""
+
+    def __init__(self, name: str, compiled: Callable[..., Any], counts: dict[str, int], device: int) -> None:
+        self.name, self.compiled, self.counts, self.device = name, compiled, counts, device
+
+    def __call__(self, *args: Any) -> Any:
+        before = tree_counts(self.device)[0]
+        out = self.compiled(*args)
+        self.counts[self.name] += tree_counts(self.device)[0] - before
+        return out
+
+
+def compile_units(model: torch.nn.Module, counts: dict[str, int], device: int) -> None:
+    """Compile each of a scenario's units as its own graph (its own tree node)."""
+    for name in model.compile_units:
+        compiled = torch.compile(getattr(model, name), backend=RecordingCompiler(reduce_overhead_options()),
+                                 dynamic=False)
+        model.unit_calls[name] = CountedUnit(name, compiled, counts, device)
+
+
+def fresh_trees() -> None:
+    from torch._inductor import cudagraph_trees
+
+    torch._dynamo.reset()
+    cudagraph_trees.reset_cudagraph_trees()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def scenario_pool_bytes(case: Case, paths: tuple[str, ...], device: int) -> int:
+    """Private-pool reserved bytes of a fresh tree running only ``paths`` of a scenario case."""
+    fresh_trees()
+    baseline = torch.cuda.memory._snapshot()
+    workload = move_workload(case.build(), "cuda")
+    model = workload.model
+    model.active_paths = paths
+    compile_units(model, defaultdict(int), device)
+    with torch.no_grad():
+        for _ in range(CALIBRATION_RUNS):
+            torch.compiler.cudagraph_mark_step_begin()
+            out = model(*workload.inputs)
+            del out
+    torch.cuda.synchronize()
+    total = sum(private_reserved_since(baseline, torch.cuda.memory._snapshot()).values())
+    del model, workload
+    fresh_trees()
+    return total
+
+
+class CudaGraphStep(CompiledStep):
+    def __init__(self, case: Case, workload: Workload) -> None:
+        self.case = case
+        self.workload = workload
+        self.device = torch.cuda.current_device()
+        self.baseline = torch.cuda.memory._snapshot()
+        self.runs: list[RunInfo] = []
+        self.unit_recordings: dict[str, int] = defaultdict(int)
+        self.checks: dict[str, PoolCheck] = {}
+        model = workload.model
+        self.scenario = hasattr(model, "compile_units")
+        self.recorder: RecordingCompiler | None = None
+        if self.scenario:
+            compile_units(model, self.unit_recordings, self.device)
+            self.call: Callable[..., Any] = model
+        else:
+            self.recorder = RecordingCompiler(reduce_overhead_options())
+            self.call = torch.compile(model, backend=self.recorder, dynamic=False)
+
+    def run(self) -> StepOutput:
+        torch.compiler.cudagraph_mark_step_begin()  # each run is one step of the tree
+        graphs0, warm0 = tree_counts(self.device)
+        out = run_module_step(self.call, self.workload, self.case.trains)
+        torch.cuda.synchronize()
+        graphs1, warm1 = tree_counts(self.device)
+        pools = private_reserved_since(self.baseline, torch.cuda.memory._snapshot())
+        self.runs.append(RunInfo(phase_of(graphs1 - graphs0, warm1 - warm0, graphs1), graphs1 - graphs0,
+                                 warm1 - warm0, sum(pools.values()), pools))
+        return out
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        return model_of_received(self.recorder.graphs, observation) if self.recorder else None
+
+    def memory_info(self) -> dict[str, Any]:
+        last = self.runs[-1] if self.runs else None
+        return {
+            "phase": last.phase if last else None,  # the phase of the last probed step
+            "phases": [r.phase for r in self.runs],  # every run: parity run, timed run, probed steps
+            "graphs_recorded_per_run": [r.recorded for r in self.runs],
+            "private_pool_reserved_bytes": last.pool_reserved_bytes if last else 0,
+            "private_pools": [list(p) for p in last.pools] if last else [],
+            "unit_recordings": dict(self.unit_recordings),
+            "pool_checks": {k: c.to_json() for k, c in self.checks.items()},
+        }
+
+    def notes(self) -> list[str]:
+        if self.runs and self.runs[-1].phase == "eager":
+            return ["no CUDA graph was recorded: graph trees fell back to eager (see inductor's cudagraph skip log)"]
+        return []
+
+    def contract_check(self) -> tuple[str, str] | None:
+        if len(self.runs) < 2:
+            return None
+        prev, last = self.runs[-2], self.runs[-1]
+        if last.phase == "eager":
+            if self.scenario:
+                return "fail-run", "no CUDA graph was recorded for a CUDA-graph pool case"
+            return None
+        self.checks["single_pool"] = check_single_pool(last.pools)
+        self.checks["replay_stable"] = check_replay_stable(prev.pool_reserved_bytes, last.pool_reserved_bytes,
+                                                           last.recorded)
+        contract = getattr(self.workload.model, "pool_contract", None)
+        if contract is not None:
+            self.checks[contract.kind] = self._pool_check(contract.kind)
+        status = {"single_pool": "fail-peak", "replay_stable": "fail-residual", "share": "fail-peak",
+                  "reuse": "fail-peak", "survive": "fail-run"}
+        for name, check in self.checks.items():
+            if not check.ok:
+                return status[name], f"cudagraph contract {name}: {check.reason}"
+        return None
+
+    def _pool_check(self, kind: str) -> PoolCheck:
+        model = self.workload.model
+        if kind == "survive":
+            return check_rerecorded(self.unit_recordings, "b")
+        if kind == "share":
+            ab = scenario_pool_bytes(self.case, ("ab",), self.device)
+            ab_prime = scenario_pool_bytes(self.case, ("ab_prime",), self.device)
+            both = scenario_pool_bytes(self.case, ("ab", "ab_prime"), self.device)
+            return check_pool_sharing(both, ab, ab_prime)
+        if kind == "reuse":
+            dropped = scenario_pool_bytes(self.case, ("drop",), self.device)
+            kept = scenario_pool_bytes(self.case, ("keep",), self.device)
+            return check_pool_reuse(dropped, kept, model.freed_bytes)
+        raise ValueError(f"unknown pool contract {kind!r}")
+
+
+class CudaGraphBackend(Backend):
+    name = "cudagraph"
+    capabilities = Capabilities(cuda_graphs=True, devices=("cuda",), memory_domains=(DOMAIN,))
+
+    def unavailable_reason(self) -> str | None:
+        return cuda_unavailable_reason()
+
+    def versions(self) -> dict[str, str]:
+        return {**cuda_versions(), "inductor": torch.__version__, "mode": "reduce-overhead"}
+
+    def make_probe(self) -> MemoryProbe:
+        return CudaAllocatorProbe()
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        torch._functorch.config.enable_autograd_cache = False  # see InductorBackend.compile
+        return CudaGraphStep(case, move_workload(workload, "cuda"))
