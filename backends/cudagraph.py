@@ -9,8 +9,15 @@ phase is measured (graphs recorded / functions warmed up during it, read from
 the tree manager) and reported as ``result.memory["phase"]`` / ``["phases"]``.
 
 A replay allocates nothing through the caching allocator: the graphs' memory is
-the tree's private pool, visible only in snapshots.  So beyond peak and residual
-(on the replay, in requested bytes) the backend checks, per case:
+the tree's private pool, visible only in snapshots.  The probe of a replay
+(:class:`CudaGraphProbe`) is the allocator's window in requested bytes, plus the
+pool-resident outputs of the tree that someone still holds when the window ends
+(gradients the backward graph wrote into the pool and ``.grad`` now holds), so
+the residual is the caller's view.  The first two runs (warm-up, record) are
+probed by the step itself, and the pool's peak while recording is reported as
+``result.memory["record_pool_peak_bytes"]`` (phase ``record``; reported, not
+judged: the pool also holds copies of non-parameter inputs the model does not
+count).  Beyond peak and residual the backend checks, per case:
 
 - every step: one private pool for all graphs (forward, backward, branches), and
   the last probed replay recorded nothing and reserved no new pool memory;
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +47,14 @@ from conformance.pools import (
     check_rerecorded,
     check_single_pool,
 )
-from conformance.probe import MemoryProbe
+from conformance.probe import Allocation, MemoryProbe, MemoryTrace
 from conformance.probe_cuda import (
     DOMAIN,
     CudaAllocatorProbe,
     Snapshot,
     cuda_unavailable_reason,
     new_pools,
+    pool_peaks,
     pool_reserved,
 )
 from conformance.step import StepOutput, run_module_step
@@ -55,6 +63,7 @@ from .inductor import RecordingCompiler, model_of_received
 from .inductor_cuda import cuda_versions, move_workload
 
 CALIBRATION_RUNS = 3  # warm-up, record, replay: a scenario's pool is complete after the first replay
+SELF_PROBED_RUNS = 2  # warm-up and record: the engine's parity and timed runs, before its probed steps
 
 
 def reduce_overhead_options() -> dict[str, Any]:
@@ -98,6 +107,58 @@ def private_reserved_since(baseline: Snapshot, snapshot: Snapshot) -> dict[tuple
     return {p: b for p, b in pool_reserved(snapshot).items() if p in fresh}
 
 
+def pool_outputs_held(path: Iterable[Any], is_live: Callable[[Any], bool]) -> dict[int, int]:
+    """``data_ptr -> nbytes`` of the outputs of a tree path that something still holds."""
+    held: dict[int, int] = {}
+    for node in path:
+        metas = getattr(node, "outputs_metadata", None)  # warm-up nodes have none: nothing in the pool yet
+        if metas is None:
+            continue
+        for ref, meta in zip(node.outputs_weakrefs, metas):
+            if ref is not None and isinstance(meta, dict) and is_live(ref):
+                held[int(meta["data_ptr"])] = int(meta["nbytes"])
+    return held
+
+
+def tree_outputs_held(device: int) -> dict[int, int]:
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(device, create_if_none_exists=False)
+    node = getattr(manager, "current_node", None)
+    if node is None:
+        return {}
+    return pool_outputs_held(node._path_from_root, cudagraph_trees.is_live)
+
+
+def add_pool_held(trace: MemoryTrace, before: Mapping[int, int], after: Mapping[int, int]) -> None:
+    """Append the pool outputs held at the window's end that the allocator did not see allocated.
+
+    A replay writes its outputs into pool memory recorded long ago, so they are
+    not allocations of the window; held at its end, they are what the caller keeps.
+    """
+    alive = {a.ptr for a in trace.still_alive()}
+    t = trace.timeline[-1][0] + 1 if trace.timeline else 0
+    for ptr, nbytes in sorted(after.items()):
+        if ptr in before or ptr in alive:
+            continue
+        trace.allocations.append(Allocation(ptr, nbytes, t, None, None, "cudagraph pool output",
+                                            seq=len(trace.allocations)))
+        trace.timeline.append((t, trace.residual_bytes + nbytes))
+
+
+class CudaGraphProbe(CudaAllocatorProbe):
+    """The caching allocator over a replay, plus the tree's pool outputs still held at its end."""
+
+    def __enter__(self) -> CudaGraphProbe:
+        self._held_before = tree_outputs_held(self._device_index())
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        add_pool_held(self.trace, self._held_before, tree_outputs_held(self._device_index()))
+
+
 @dataclass
 class RunInfo:
     phase: str
@@ -105,6 +166,7 @@ class RunInfo:
     warmed: int
     pool_reserved_bytes: int
     pools: dict[tuple[int, int], int]  # private pool -> reserved bytes, after the run
+    pool_peak_bytes: int | None = None  # peak live requested bytes in this tree's pools (self-probed runs)
 
 
 class CountedUnit:
@@ -120,7 +182,7 @@ class CountedUnit:
         return out
 
 
-def compile_units(model: torch.nn.Module, counts: dict[str, int], device: int) -> None:
+def compile_units(model: Any, counts: dict[str, int], device: int) -> None:
     """Compile each of a scenario's units as its own graph (its own tree node)."""
     for name in model.compile_units:
         compiled = torch.compile(getattr(model, name), backend=RecordingCompiler(reduce_overhead_options()),
@@ -143,7 +205,7 @@ def scenario_pool_bytes(case: Case, paths: tuple[str, ...], device: int) -> int:
     fresh_trees()
     baseline = torch.cuda.memory._snapshot()
     workload = move_workload(case.build(), "cuda")
-    model = workload.model
+    model: Any = workload.model  # a PoolScenario
     model.active_paths = paths
     compile_units(model, defaultdict(int), device)
     with torch.no_grad():
@@ -180,12 +242,20 @@ class CudaGraphStep(CompiledStep):
     def run(self) -> StepOutput:
         torch.compiler.cudagraph_mark_step_begin()  # each run is one step of the tree
         graphs0, warm0 = tree_counts(self.device)
-        out = run_module_step(self.call, self.workload, self.case.trains)
+        probe = CudaAllocatorProbe(self.device) if len(self.runs) < SELF_PROBED_RUNS else None
+        if probe is None:
+            out = run_module_step(self.call, self.workload, self.case.trains)
+        else:
+            with probe:
+                out = run_module_step(self.call, self.workload, self.case.trains)
         torch.cuda.synchronize()
         graphs1, warm1 = tree_counts(self.device)
         pools = private_reserved_since(self.baseline, torch.cuda.memory._snapshot())
+        peak = None
+        if probe is not None and probe.snapshot is not None:
+            peak = sum(v for p, v in pool_peaks(probe.snapshot, self.device).items() if p in pools)
         self.runs.append(RunInfo(phase_of(graphs1 - graphs0, warm1 - warm0, graphs1), graphs1 - graphs0,
-                                 warm1 - warm0, sum(pools.values()), pools))
+                                 warm1 - warm0, sum(pools.values()), pools, peak))
         return out
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
@@ -197,6 +267,8 @@ class CudaGraphStep(CompiledStep):
             "phase": last.phase if last else None,  # the phase of the last probed step
             "phases": [r.phase for r in self.runs],  # every run: parity run, timed run, probed steps
             "graphs_recorded_per_run": [r.recorded for r in self.runs],
+            "record_pool_peak_bytes": max((r.pool_peak_bytes or 0 for r in self.runs if r.phase == "record"),
+                                          default=None),
             "private_pool_reserved_bytes": last.pool_reserved_bytes if last else 0,
             "private_pools": [list(p) for p in last.pools] if last else [],
             "unit_recordings": dict(self.unit_recordings),
@@ -230,7 +302,7 @@ class CudaGraphStep(CompiledStep):
         return None
 
     def _pool_check(self, kind: str) -> PoolCheck:
-        model = self.workload.model
+        model: Any = self.workload.model
         if kind == "survive":
             return check_rerecorded(self.unit_recordings, "b")
         if kind == "share":
@@ -256,7 +328,7 @@ class CudaGraphBackend(Backend):
         return {**cuda_versions(), "inductor": torch.__version__, "mode": "reduce-overhead"}
 
     def make_probe(self) -> MemoryProbe:
-        return CudaAllocatorProbe()
+        return CudaGraphProbe()
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         torch._functorch.config.enable_autograd_cache = False  # see InductorBackend.compile

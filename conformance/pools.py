@@ -36,9 +36,8 @@ ContractKind = Literal["share", "reuse", "survive"]
 class PoolContract:
     """What a pool case asks of a CUDA graph backend beyond parity and memory.
 
-    ``paths`` are the steps of the case's scenario, each a sequence of unit names
-    (submodules compiled as separate graphs); ``keep`` names outputs the caller
-    holds across the next unit on that path (see ``cases/cuda_pools.py``).
+    The case's module says how (``cases/cuda_pools.py``: units compiled as separate
+    graphs, paths run one CUDA-graph step each); ``kind`` names the promise.
     """
 
     kind: ContractKind
