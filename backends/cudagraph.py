@@ -67,8 +67,12 @@ SELF_PROBED_RUNS = 2  # warm-up and record: the engine's parity and timed runs, 
 
 
 def reduce_overhead_options() -> dict[str, Any]:
-    """Exactly the inductor options ``torch.compile(mode="reduce-overhead")`` sets."""
-    return dict(torch._inductor.list_mode_options("reduce-overhead"))
+    """Exactly the inductor options ``torch.compile(mode="reduce-overhead", dynamic=False)`` passes.
+
+    Taken from torch.compile's own inductor wrapper, which also sets the CUPTI
+    environment variables CUDA graphs need (profiler teardown workaround).
+    """
+    return dict(torch._TorchCompileInductorWrapper("reduce-overhead", None, False).config)
 
 
 def count_tree_nodes(roots: Mapping[Any, list[Any]]) -> int:
@@ -332,4 +336,5 @@ class CudaGraphBackend(Backend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         torch._functorch.config.enable_autograd_cache = False  # see InductorBackend.compile
+        fresh_trees()  # a new tree manager, hence a new private pool: the case's pool is told apart by its id
         return CudaGraphStep(case, move_workload(workload, "cuda"))

@@ -11,7 +11,7 @@ shows a whole tensor more than the documented slack (``conformance.pools``).
   the tree's pool costs ``max(mem(A,B), mem(A,B'))``, not the sum.
 - ``cudagraph-pool-reuse``: A returns ``p, q``; the caller drops ``p`` before B:
   B reuses its memory (pool smaller by ``p``'s bytes than when ``p`` is kept).
-- ``cudagraph-pool-survive``: first with ``p`` dropped before B, then kept while B
+- ``cudagraph-pool-survive``: B recorded with ``p`` dropped, then ``p`` kept while B
   runs: ``p``'s values must survive B (parity on ``p``, copied after B), which
   needs B recorded again for that liveness.
 - ``cudagraph-train-mlp``: a training step: forward and backward graphs in one
@@ -134,7 +134,10 @@ class Reuse(KeepOrDrop):
 
 
 class Survive(KeepOrDrop):
-    paths = ("drop", "keep")
+    # B must first be *recorded* with p dead (its memory may then overlap p's): the first
+    # "drop" only warms A and B up, the second records them, and "keep" then needs B again
+    # with p alive.  (Recorded with p alive first, B could safely replay with p dead.)
+    paths = ("drop", "drop", "keep")
     pool_contract = PoolContract("survive", "an output of A kept while B runs survives B (B re-recorded)")
 
 
