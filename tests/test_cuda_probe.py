@@ -10,6 +10,7 @@ Those run on CPU.  Tests marked ``cuda`` need a GPU and skip here with the reaso
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 import torch
 from conformance.backends.cudagraph import (
     CudaGraphBackend,
+    CudaGraphStep,
+    RunInfo,
     add_pool_held,
     count_tree_nodes,
     phase_of,
@@ -25,7 +28,7 @@ from conformance.backends.cudagraph import (
 )
 from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor_cuda import InductorCudaBackend
-from conformance.cases.cuda_pools import TENSOR_BYTES
+from conformance.cases.cuda_pools import COLS, ROWS, TENSOR_BYTES, Share, Survive
 
 from conformance.adapter import CAPABILITY_NAMES, Capabilities, discover
 from conformance.case import all_cases, select_cases
@@ -348,6 +351,80 @@ def test_pool_scenarios_have_a_reference_on_cpu(case) -> None:
     assert len(ref.outputs) == sum(per_path[p] for p in model.paths)
     user_model, _ = user_level_model(case)
     assert user_model.peak_bytes >= TENSOR_BYTES
+
+
+def test_survive_scenario_records_b_with_p_dead_before_keeping_it() -> None:
+    """The liveness the case promises: p dead when B runs on the "drop" paths, alive on "keep"."""
+    model = Survive()
+    p_refs: list[weakref.ref[torch.Tensor]] = []
+    p_alive_at_b: list[bool] = []
+
+    def a(x: torch.Tensor) -> Any:
+        p, q = model.a(x)
+        p_refs.append(weakref.ref(p))
+        return p, q
+
+    def b(q: torch.Tensor) -> Any:
+        p_alive_at_b.append(p_refs[-1]() is not None)
+        return model.b(q)
+
+    model.unit_calls = {"a": a, "b": b}
+    with torch.no_grad():
+        outs = model(torch.randn(ROWS, COLS))
+    assert p_alive_at_b == [False, False, True]
+    assert len(outs) == 4
+
+
+def test_share_scenario_runs_a_subset_of_paths() -> None:
+    model = Share()
+    calls: list[str] = []
+
+    def recording(name: str) -> Any:
+        def call(*args: torch.Tensor) -> Any:
+            calls.append(name)
+            return getattr(model, name)(*args)
+
+        return call
+
+    model.unit_calls = {n: recording(n) for n in model.compile_units}
+    model.active_paths = ("ab_prime",)
+    with torch.no_grad():
+        model(torch.randn(ROWS, COLS))
+    assert calls == ["a", "b_prime"]
+
+
+def _step_with_runs(runs: list[RunInfo], model: torch.nn.Module) -> CudaGraphStep:
+    """A CudaGraphStep as after the engine's runs, without CUDA: only its verdict logic is exercised."""
+    step = object.__new__(CudaGraphStep)
+    step.runs, step.checks, step.scenario = runs, {}, False
+    step.unit_recordings = {}
+    step.workload = SimpleNamespace(model=model)
+    return step
+
+
+def test_contract_verdicts() -> None:
+    pool = {(0, 3): 4 * T}
+    warm, rec = RunInfo("warmup", 0, 2, 0, {}), RunInfo("record", 2, 0, 4 * T, pool)
+    replay = RunInfo("replay", 0, 0, 4 * T, pool)
+    plain = torch.nn.Linear(2, 2)
+    assert _step_with_runs([warm, rec, replay, replay], plain).contract_check() is None
+    status, reason = _step_with_runs([warm, rec, replay, rec], plain).contract_check()
+    assert status == "fail-residual" and "replay_stable" in reason
+    grown = RunInfo("replay", 0, 0, 5 * T, {(0, 3): 5 * T})
+    assert _step_with_runs([warm, rec, replay, grown], plain).contract_check()[0] == "fail-residual"
+    two = RunInfo("replay", 0, 0, 4 * T, {(0, 3): 2 * T, (0, 4): 2 * T})
+    status, reason = _step_with_runs([warm, rec, two, two], plain).contract_check()
+    assert status == "fail-peak" and "2 private pools" in reason
+    eager = RunInfo("eager", 0, 0, 0, {})
+    assert _step_with_runs([eager, eager], plain).contract_check() is None  # not a pool case: a note only
+    survive = _step_with_runs([warm, rec, replay, replay], Survive())
+    survive.unit_recordings = {"a": 1, "b": 1}
+    status, reason = survive.contract_check()
+    assert status == "fail-run" and "survive" in reason
+    survive.unit_recordings = {"a": 1, "b": 2}
+    assert survive.contract_check() is None
+    info = survive.memory_info()
+    assert info["phase"] == "replay" and info["phases"] == ["warmup", "record", "replay", "replay"]
 
 
 # ---- on CUDA ------------------------------------------------------------------------------
