@@ -19,8 +19,10 @@ probed by the step itself, and the pool's peak while recording is reported as
 judged: the pool also holds copies of non-parameter inputs the model does not
 count).  Beyond peak and residual the backend checks, per case:
 
-- every step: one private pool for all graphs (forward, backward, branches), and
-  the last probed replay recorded nothing and reserved no new pool memory;
+- every step: the last replay's outputs and gradients equal the first run's (the
+  engine's parity run is the warm-up; a replay writing over live memory shows
+  here), one private pool for all graphs (forward, backward, branches), and the
+  last probed replay recorded nothing and reserved no new pool memory;
 - pool cases (``cases/cuda_pools.py``, ``pool_contract``): sharing between
   branches, reuse of dropped outputs, re-recording for kept outputs
   (:mod:`conformance.pools`), measured in fresh trees.
@@ -37,7 +39,7 @@ from typing import Any
 import torch
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
-from conformance.case import Case, Workload
+from conformance.case import Case, Tolerance, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.pools import (
     PoolCheck,
@@ -163,6 +165,19 @@ class CudaGraphProbe(CudaAllocatorProbe):
         add_pool_held(self.trace, self._held_before, tree_outputs_held(self._device_index()))
 
 
+def replay_mismatches(
+    first: Mapping[str, torch.Tensor], later: Mapping[str, torch.Tensor], tol: Tolerance
+) -> list[str]:
+    """Outputs/grads of a later run that differ from the first run's (at the case's tolerance)."""
+    bad = []
+    for name, ref in first.items():
+        got = later.get(name)
+        if got is None or got.shape != ref.shape or not torch.allclose(got, ref, rtol=tol.rtol, atol=tol.atol,
+                                                                        equal_nan=True):
+            bad.append(name)
+    return bad
+
+
 @dataclass
 class RunInfo:
     phase: str
@@ -231,6 +246,7 @@ class CudaGraphStep(CompiledStep):
         self.device = torch.cuda.current_device()
         self.baseline = torch.cuda.memory._snapshot()
         self.runs: list[RunInfo] = []
+        self.outputs: list[dict[str, torch.Tensor] | None] = []  # CPU copies per run (not the timed one)
         self.unit_recordings: dict[str, int] = defaultdict(int)
         self.checks: dict[str, PoolCheck] = {}
         model = workload.model
@@ -253,6 +269,9 @@ class CudaGraphStep(CompiledStep):
             with probe:
                 out = run_module_step(self.call, self.workload, self.case.trains)
         torch.cuda.synchronize()
+        # Copied to host memory, which the CUDA probe does not see; the timed run is left alone.
+        self.outputs.append(None if len(self.runs) == 1 else
+                            {k: v.detach().to("cpu", copy=True) for k, v in out.named().items()})
         graphs1, warm1 = tree_counts(self.device)
         pools = private_reserved_since(self.baseline, torch.cuda.memory._snapshot())
         peak = None
@@ -288,6 +307,12 @@ class CudaGraphStep(CompiledStep):
         if len(self.runs) < 2:
             return None
         prev, last = self.runs[-2], self.runs[-1]
+        first, final = self.outputs[0], self.outputs[-1]
+        if first is not None and final is not None:
+            bad = replay_mismatches(first, final, self.case.tolerance)
+            if bad:
+                return "fail-parity", (f"cudagraph {last.phase} run differs from the first (warm-up) run in "
+                                       f"{', '.join(bad[:5])}: memory a replay relies on was overwritten?")
         if last.phase == "eager":
             if self.scenario:
                 return "fail-run", "no CUDA graph was recorded for a CUDA-graph pool case"
