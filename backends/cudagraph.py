@@ -349,6 +349,7 @@ class CudaGraphStep(CompiledStep):
 class CudaGraphBackend(Backend):
     name = "cudagraph"
     capabilities = Capabilities(cuda_graphs=True, devices=("cuda",), memory_domains=(DOMAIN,))
+    cost_weight = 10.0  # inductor compiles, plus the pool cases' calibration trees
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason()

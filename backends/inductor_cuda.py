@@ -39,6 +39,7 @@ def cuda_versions() -> dict[str, str]:
 class InductorCudaBackend(Backend):
     name = "inductor-cuda"
     capabilities = Capabilities(devices=("cuda",), memory_domains=(DOMAIN,))
+    cost_weight = 6.0  # shard balancing (main's Backend.cost_weight): compiles like inductor
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason()
