@@ -29,8 +29,10 @@ class ReceivedGraph:
 class RecordingCompiler:
     """A ``torch.compile`` backend: inductor's ``compile_fx`` with a recording ``inner_compile``."""
 
-    def __init__(self) -> None:
+    def __init__(self, config_patches: dict[str, Any] | None = None) -> None:
         self.graphs: list[ReceivedGraph] = []
+        #: inductor options, as ``torch.compile(mode=...)`` would set them (e.g. CUDA graphs)
+        self.config_patches = config_patches
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -41,7 +43,7 @@ class RecordingCompiler:
             self.graphs.append(ReceivedGraph(gm, bool(kwargs.get("is_backward"))))
             return compile_fx_inner(gm, example_inputs, *args, **kwargs)
 
-        return compile_fx(gm, example_inputs, inner_compile=inner)
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
 
 class DynamoStep(CompiledStep):

@@ -12,16 +12,17 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
+from conformance.probe import CpuAllocatorProbe, MemoryProbe
 from conformance.step import StepOutput
 
 ENTRY_POINT_GROUP = "conformance.backends"
-CAPABILITY_NAMES = ("training", "while_loop", "custom_ops")
+CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Capabilities:
     training: bool = True
     while_loop: bool = True
     custom_ops: bool = True
+    cuda_graphs: bool = False  # records and replays CUDA graphs (graph trees, private memory pools)
     devices: tuple[str, ...] = ("cpu",)
     memory_domains: tuple[str, ...] = ("torch-cpu",)
     exact_memory: bool = False  # measured peak must equal the model's, not just stay below
@@ -60,6 +62,18 @@ class CompiledStep(ABC):
     def notes(self) -> list[str]:
         return []
 
+    def memory_info(self) -> dict[str, Any]:
+        """Extra fields for ``result.memory`` (e.g. which phase the probed steps were: ``"replay"``)."""
+        return {}
+
+    def contract_check(self) -> tuple[str, str] | None:
+        """A backend-specific memory contract beyond peak and residual, checked after them.
+
+        Returns ``(status, reason)`` to fail the case (e.g. CUDA graph trees not sharing
+        their pool), or ``None``.  Called once, after every probed step.
+        """
+        return None
+
 
 class Backend(ABC):
     """One backend adapter."""
@@ -78,6 +92,10 @@ class Backend(ABC):
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}
+
+    def make_probe(self) -> MemoryProbe:
+        """A fresh probe of the memory domain this backend's steps allocate in (one per probed step)."""
+        return CpuAllocatorProbe()
 
     @abstractmethod
     def compile(self, case: Case, workload: Workload) -> CompiledStep:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from conformance.case import Case
 from conformance.interpreter import GraphExecutor
 from conformance.lifetime import LifetimeModel, ModelError, model_graph
 from conformance.parity import compare
-from conformance.probe import CpuAllocatorProbe, MemoryTrace
+from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, trace_step
 
@@ -69,7 +70,7 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
         out = compiled.run()
         result.timing["run_s"] = time.perf_counter() - t1
         del out
-        traces = [probed_step(compiled, workload.model) for _ in range(PROBED_STEPS)]
+        traces = [probed_step(compiled, workload.model, backend.make_probe) for _ in range(PROBED_STEPS)]
     except Exception as exc:
         return _verdict(result, "fail-run", _one_line(exc), traceback.format_exc())
     finally:
@@ -84,6 +85,15 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
     model = received or user_model
     status, reason = judge_memory(result, backend, model, user_model, traces,
                                   "received-graphs" if received else "user-graph")
+    if status == "pass" and parity.ok:
+        try:
+            extra = compiled.contract_check()
+        except Exception as exc:
+            extra = ("fail-run", f"contract check failed: {_one_line(exc)}")
+            result.notes.append(traceback.format_exc()[-4000:])
+        if extra:
+            status, reason = extra
+    result.memory.update(compiled.memory_info())
     if not parity.ok:
         worst = parity.worst
         assert worst is not None
@@ -104,11 +114,13 @@ def user_level_model(case: Case) -> tuple[LifetimeModel, Any]:
     return model_graph(gm, executor.observation, retained), executor.observation
 
 
-def probed_step(compiled: CompiledStep, model: torch.nn.Module) -> MemoryTrace:
+def probed_step(
+    compiled: CompiledStep, model: torch.nn.Module, make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe
+) -> MemoryTrace:
     """One step inside the probe's window; outputs are dropped inside it, grads kept."""
     clear_grads(model)
     gc.collect()
-    with CpuAllocatorProbe() as probe:
+    with make_probe() as probe:
         out: StepOutput | None = compiled.run()
         del out
     return probe.trace
