@@ -12,12 +12,13 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
+from conformance.probe import MemoryProbe, MemoryTrace
 from conformance.step import StepOutput
 
 ENTRY_POINT_GROUP = "conformance.backends"
@@ -43,6 +44,10 @@ class Capabilities:
         return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains)]
 
 
+class CompileError(RuntimeError):
+    """Raised by an adapter when its backend fails to compile, even lazily at the first run."""
+
+
 class CompiledStep(ABC):
     """A case compiled by a backend: runs one step and says what graphs it received."""
 
@@ -59,6 +64,18 @@ class CompiledStep(ABC):
 
     def notes(self) -> list[str]:
         return []
+
+    def extra_probes(self) -> list[MemoryProbe]:
+        """Probes of the other memory domains this step allocates in (e.g. ``iree-hal``).
+
+        Each probed step enters them inside the torch CPU probe's window; the verdict is
+        then taken on the sum of all domains (:func:`conformance.probe.combine_traces`).
+        """
+        return []
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        """Extra entries for ``result.memory``, from the probed steps' traces (all domains combined)."""
+        return {}
 
 
 class Backend(ABC):

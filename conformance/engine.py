@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import traceback
@@ -9,13 +10,13 @@ from typing import Any
 
 import torch
 
-from conformance.adapter import Backend, CompiledStep
+from conformance.adapter import Backend, CompiledStep, CompileError
 from conformance.blame import blame_peak, blame_residual
 from conformance.case import Case
 from conformance.interpreter import GraphExecutor
 from conformance.lifetime import LifetimeModel, ModelError, model_graph
 from conformance.parity import compare
-from conformance.probe import CpuAllocatorProbe, MemoryTrace
+from conformance.probe import CpuAllocatorProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, trace_step
 
@@ -69,7 +70,7 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
         out = compiled.run()
         result.timing["run_s"] = time.perf_counter() - t1
         del out
-        traces = [probed_step(compiled, workload.model) for _ in range(PROBED_STEPS)]
+        domain_traces = [probed_step(compiled, workload.model) for _ in range(PROBED_STEPS)]
     except Exception as exc:
         return _verdict(result, "fail-run", _one_line(exc), traceback.format_exc())
     finally:
@@ -82,8 +83,12 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
         result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
     result.notes.extend(compiled.notes())
     model = received or user_model
+    traces = [d[0] if len(d) == 1 else combine_traces(d) for d in domain_traces]
     status, reason = judge_memory(result, backend, model, user_model, traces,
                                   "received-graphs" if received else "user-graph")
+    if any(len(d) > 1 for d in domain_traces):
+        result.memory["domains"] = domain_summary(domain_traces, traces)
+    result.memory.update(compiled.memory_findings(observation, traces))
     if not parity.ok:
         worst = parity.worst
         assert worst is not None
@@ -104,14 +109,37 @@ def user_level_model(case: Case) -> tuple[LifetimeModel, Any]:
     return model_graph(gm, executor.observation, retained), executor.observation
 
 
-def probed_step(compiled: CompiledStep, model: torch.nn.Module) -> MemoryTrace:
-    """One step inside the probe's window; outputs are dropped inside it, grads kept."""
+def probed_step(compiled: CompiledStep, model: torch.nn.Module) -> list[MemoryTrace]:
+    """One step inside the probes' window; outputs are dropped inside it, grads kept.
+
+    Returns the torch CPU trace, then one trace per extra domain the step declares."""
     clear_grads(model)
     gc.collect()
-    with CpuAllocatorProbe() as probe:
+    extras = compiled.extra_probes()
+    with CpuAllocatorProbe() as probe, contextlib.ExitStack() as stack:
+        for extra in extras:
+            stack.enter_context(extra)
         out: StepOutput | None = compiled.run()
         del out
-    return probe.trace
+    return [probe.trace, *(extra.trace for extra in extras)]
+
+
+def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, Any]:
+    """Peak and residual per domain (worst probed step) and of their sum."""
+    summary: dict[str, Any] = {}
+    for i, first in enumerate(domain_traces[0]):
+        per_step = [d[i] for d in domain_traces]
+        summary[first.domain] = {
+            "peak_bytes": max(t.peak_bytes for t in per_step),
+            "residual_bytes": per_step[-1].residual_bytes,
+            "residual_per_step": [t.residual_bytes for t in per_step],
+        }
+    summary["combined"] = {
+        "peak_bytes": max(t.peak_bytes for t in combined),
+        "residual_bytes": combined[-1].residual_bytes,
+        "residual_per_step": [t.residual_bytes for t in combined],
+    }
+    return summary
 
 
 def judge_memory(
@@ -175,6 +203,8 @@ def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Resu
 
 
 def _is_compile_error(exc: BaseException) -> bool:
+    if isinstance(exc, CompileError):
+        return True
     mod = type(exc).__module__
     return mod.startswith(("torch._dynamo", "torch._inductor", "torch._functorch"))
 
