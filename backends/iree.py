@@ -62,6 +62,8 @@ from conformance.probe import MemoryProbe, MemoryTrace
 from conformance.step import StepOutput, params_of, trace_step
 
 DRIVER = "local-sync"
+#: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
+RESULT_ALIGNMENT = 64
 AOT_ROUTE_REASON = (
     "AOT route: AOTAutograd cannot trace the backward of a while_loop whose trip count is data "
     "(aten._local_scalar_dense), so torch.compile falls back to eager and IREE would compile nothing; "
@@ -308,8 +310,9 @@ class IreeDynamoStep(DynamoStep):
         if len(forwards) != 1 or len(backwards) > 1:
             return None
         bw = backwards[0] if backwards else None
-        donated = model_forward_backward(forwards[0], bw, observation, staged=True)
-        held = model_forward_backward(forwards[0], bw, observation, "held", staged=True) if bw else None
+        kw: dict[str, Any] = {"staged": True, "results_at_start": RESULT_ALIGNMENT}
+        donated = model_forward_backward(forwards[0], bw, observation, **kw)
+        held = model_forward_backward(forwards[0], bw, observation, "held", **kw) if bw else None
         return donated, held
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
@@ -388,7 +391,7 @@ class IreeAotStep(CompiledStep):
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         retained = range(1, 1 + len(self.trainable)) if self.case.trains else ()
-        return model_graph(self.gm, observation, retained, staged=True)
+        return model_graph(self.gm, observation, retained, staged=True, results_at_start=RESULT_ALIGNMENT)
 
     def extra_probes(self) -> list[MemoryProbe]:
         return [HalAllocatorProbe(self.rt.allocator)]
