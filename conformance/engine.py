@@ -210,5 +210,8 @@ def _is_compile_error(exc: BaseException) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+    text = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    first = text[0] if text else ""
+    if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
+        first = f"{first} {text[1]}"
+    return f"{type(exc).__name__}: {first}"[:500]
