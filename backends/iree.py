@@ -320,14 +320,17 @@ class IreeDynamoStep(DynamoStep):
         return models[0] if models else None
 
     def extra_probes(self) -> list[MemoryProbe]:
-        return [HalAllocatorProbe(self.rt.allocator)]
+        self.hal_probe = HalAllocatorProbe(self.rt.allocator)
+        return [self.hal_probe]
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        found: dict[str, Any] = {"iree_invocations": self.hal_probe.invocations}
         if not self.case.trains:
-            return {}
+            return found
         models = self._models(observation)
         donated, held = models if models else (None, None)
-        return classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack)
+        found.update(classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack))
+        return found
 
     def notes(self) -> list[str]:
         n_fw = sum(not g.is_backward for g in self.recorder.graphs)
@@ -394,7 +397,11 @@ class IreeAotStep(CompiledStep):
         return model_graph(self.gm, observation, retained, staged=True, results_at_start=RESULT_ALIGNMENT)
 
     def extra_probes(self) -> list[MemoryProbe]:
-        return [HalAllocatorProbe(self.rt.allocator)]
+        self.hal_probe = HalAllocatorProbe(self.rt.allocator)
+        return [self.hal_probe]
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        return {"iree_invocations": self.hal_probe.invocations}
 
     def notes(self) -> list[str]:
         return [AOT_ROUTE_REASON]
