@@ -52,6 +52,7 @@ import torch
 import torch._functorch.config
 import torch.fx
 from conformance.backends.inductor import DynamoStep, ReceivedGraph
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.adapter import Backend, Capabilities, CompiledStep, CompileError
 from conformance.case import Case, Workload
@@ -252,6 +253,9 @@ class BoxedLaunch:
     launch: Any
     none_positions: list[int]
     _boxed_call: bool = True
+    #: Per probed call: bytes of inputs whose storage died when dropped after their copy, and how
+    #: many of those bytes the HAL allocator really freed then (the rest share a buffer still in use).
+    staging: list[dict[str, int]] = field(default_factory=list)
 
     def __call__(self, args: list[Any]) -> Any:
         from iree.runtime import HalBufferView, VmRef, VmVariantList
@@ -262,9 +266,13 @@ class BoxedLaunch:
         arg_list = VmVariantList(len(args))
         pending = list(reversed(args))
         args.clear()  # the caller's list no longer keeps anything alive
+        dropped = freed = 0
         while pending:
             arg = pending.pop()
+            weak, nbytes, live0 = None, 0, probe.live() if probe is not None else 0
             if isinstance(arg, torch.Tensor):
+                copy_bytes = arg.numel() * arg.element_size()
+                weak, nbytes = StorageWeakRef(arg.untyped_storage()), arg.untyped_storage().nbytes()
                 arg_list.push_ref(device.import_torch_tensor(arg.data.contiguous()))
             elif isinstance(arg, int):
                 arg_list.push_int(arg)
@@ -273,6 +281,12 @@ class BoxedLaunch:
             if probe is not None:
                 probe.sample()  # original and copy both alive here, at most one input at a time
             del arg  # its last use was the copy
+            if probe is not None and weak is not None and weak.expired():
+                dropped += nbytes
+                freed += max(0, live0 + copy_bytes - probe.live())
+        if probe is not None:
+            self.staging.append({"dropped_bytes": dropped, "hal_freed_bytes": freed,
+                                 "still_allocated_bytes": dropped - freed})
         vm_context, vm_function = self.launch._resolve_target_binary(device)
         ret_list = VmVariantList(0)
         invoke_vm_function(device, self.launch._is_async, vm_context, vm_function, arg_list, ret_list)
@@ -327,9 +341,15 @@ class IreeDynamoStep(DynamoStep):
         found: dict[str, Any] = {"iree_invocations": self.hal_probe.invocations}
         if not self.case.trains:
             return found
+        staged = [w.compiled.staging[-1] for w in self.recorder.watches
+                  if isinstance(w.compiled, BoxedLaunch) and w.compiled.staging]
+        pinned = staged[-1]["still_allocated_bytes"] if staged else 0
+        if staged:  # dropped saved inputs whose IREE buffer stayed allocated (shared with live results)
+            found["backward_inputs_staging"] = staged[-1]
         models = self._models(observation)
         donated, held = models if models else (None, None)
-        found.update(classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack))
+        found.update(classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack,
+                              pinned))
         return found
 
     def notes(self) -> list[str]:

@@ -18,7 +18,9 @@ Two pieces of evidence, both measured, for any ``aot_autograd`` backend:
 The verdict (``result.memory["backward_inputs"]``): ``held-for-call`` when saved
 storages outlive the call; ``released-at-last-use`` when none does and the measured
 peak stays within the donated model; ``released-late`` when none outlives the call but
-the peak exceeds the donated model; ``no-backward`` when no backward ran.
+the peak exceeds the donated model, or the adapter measured that released inputs stayed
+allocated (IREE: a result buffer shared with live results); ``no-backward`` when no
+backward ran.
 """
 
 from __future__ import annotations
@@ -83,8 +85,13 @@ def classify(
     donated: LifetimeModel | None,
     held: LifetimeModel | None,
     slack: int = 0,
+    still_allocated_bytes: int = 0,
 ) -> dict[str, Any]:
-    """The verdict and the numbers behind it (see the module docstring)."""
+    """The verdict and the numbers behind it (see the module docstring).
+
+    ``still_allocated_bytes``: bytes of backward inputs whose storage the wrapper released
+    but whose memory the backend's allocator did not free then (an adapter that can see its
+    allocator says so); any makes the verdict ``released-late``."""
     calls = [c for w in watches for c in w.calls]
     detail: dict[str, Any] = {
         "measured_peak_bytes": measured_peak,
@@ -96,8 +103,11 @@ def classify(
         return {"backward_inputs": "no-backward", "backward_inputs_detail": detail}
     last = calls[-1]  # the last probed step's backward
     detail["saved_bytes"], detail["held_bytes"] = last.saved_bytes, last.held_bytes
+    detail["still_allocated_bytes"] = still_allocated_bytes
     if last.held_bytes:
         verdict = "held-for-call"
+    elif still_allocated_bytes:
+        verdict = "released-late"
     elif donated is None or measured_peak <= donated.peak_bytes + slack:
         verdict = "released-at-last-use"
     else:
