@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conformance.case import select_cases
 from conformance.isolation import WorkerPool
+from conformance.manifest import apply, load_manifest
 from conformance.result import append_result
 
 
@@ -23,7 +24,8 @@ def row(r) -> str:
     par = r.parity.get("max_abs_err", "")
     par = f"{par:.2e}" if isinstance(par, float) else par
     t = r.timing
-    return (f"| {r.case} | {r.backend} | {r.status} | {m.get('model_peak_bytes', '')} | {torch_pk} | {hal_pk} | "
+    status = f"{r.status} ({r.raw_status})" if r.raw_status and r.raw_status != r.status else r.status
+    return (f"| {r.case} | {r.backend} | {status} | {m.get('model_peak_bytes', '')} | {torch_pk} | {hal_pk} | "
             f"{m.get('measured_peak_bytes', '')} | {m.get('model_residual_bytes', '')} | "
             f"{m.get('measured_residual_bytes', '')} | {par} | {m.get('backward_inputs', '')} | "
             f"{t.get('compile_s', 0):.2f} | {t.get('run_s', 0) * 1000:.2f} | {r.reason[:160]} |")
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--out", type=Path, default=Path("results.jsonl"))
+    ap.add_argument("--apply-manifest", action="store_true", help="turn raw verdicts into xfail/xpass")
     args = ap.parse_args()
     print("| case | backend | verdict | model peak B | torch-cpu peak B | iree-hal peak B | combined peak B | "
           "model resid B | measured resid B | max abs err vs fp64 | backward inputs | compile+1st run s | run ms | "
@@ -44,6 +47,8 @@ def main() -> None:
         for backend in args.backend:
             for case in select_cases(args.case):
                 r = pool.run(case.id, backend, args.timeout)
+                if args.apply_manifest:
+                    r = apply(r, load_manifest(r.backend))
                 append_result(args.out, r)
                 print(row(r), flush=True)
 

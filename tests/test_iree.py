@@ -44,8 +44,10 @@ def test_backward_inputs_held_with_the_shipped_convention_released_with_boxed() 
     s, b = shipped.memory["backward_inputs_detail"], boxed.memory["backward_inputs_detail"]
     assert shipped.memory["backward_inputs"] == "held-for-call"
     assert s["held_bytes"] == s["saved_bytes"] > 0
-    assert boxed.memory["backward_inputs"] != "held-for-call"
     assert b["held_bytes"] == 0 and b["saved_bytes"] == s["saved_bytes"]
+    # Released by the wrapper, but IREE packs the forward's results into one buffer the loss keeps alive.
+    assert boxed.memory["backward_inputs"] == "released-late"
+    assert boxed.memory["backward_inputs_staging"]["still_allocated_bytes"] > 0
     assert boxed.memory["measured_peak_bytes"] < shipped.memory["measured_peak_bytes"]
     assert boxed.parity["max_abs_err"] < 1e-5
 
