@@ -451,7 +451,7 @@ class IreeBackend(Backend):
         return None
 
     def versions(self) -> dict[str, str]:
-        found = {"torch": torch.__version__}
+        found: dict[str, str] = {"torch": str(torch.__version__)}
         for dist in ("iree-turbine", "iree-base-compiler", "iree-base-runtime"):
             try:
                 found[dist] = metadata.version(dist)

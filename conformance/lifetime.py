@@ -278,7 +278,10 @@ class _Builder:
             if node.op == "output":
                 # A result still waiting in its up-front buffer is a view of another value:
                 # the backend materialises it there (results are dense buffers of their own).
-                result = torch.fx.node.map_arg(node.args[0], lambda n: self._early.pop(n, None) or env[n])
+                def value_of(n: torch.fx.Node) -> Any:
+                    return self._early.pop(n, None) or env[n]
+
+                result: Any = torch.fx.node.map_arg(node.args[0], value_of)
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
                 for value in outputs:
                     self.acquire(value)
