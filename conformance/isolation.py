@@ -95,6 +95,10 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Start the worker now (otherwise the first case starts it)."""
+        self._ensure()
+
     def _ensure(self) -> _Worker:
         if self._worker is not None and self._worker.alive():
             return self._worker
