@@ -89,6 +89,8 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
     if any(len(d) > 1 for d in domain_traces):
         result.memory["domains"] = domain_summary(domain_traces, traces)
     result.memory.update(compiled.memory_findings(observation, traces))
+    if status == "pass":
+        status, reason = judge_backward_inputs(result.memory)
     if not parity.ok:
         worst = parity.worst
         assert worst is not None
@@ -191,6 +193,20 @@ def judge_memory(
             f"residual {residuals} B per step != model residual {model.residual_bytes} B; "
             f"still alive: {names}"
         )
+    return "pass", ""
+
+
+def judge_backward_inputs(memory: dict[str, Any]) -> tuple[str, str]:
+    """Saved activations measured alive past their last use fail the peak contract even when the
+    backend's other savings keep the peak under the model (see :mod:`conformance.donation`)."""
+    verdict = memory.get("backward_inputs")
+    detail = memory.get("backward_inputs_detail") or {}
+    if verdict == "held-for-call":
+        return "fail-peak", (f"backward inputs held for the whole backward call: {detail.get('held_bytes')} B of "
+                             "saved activations outlive the call (argument list never cleared)")
+    if verdict == "released-late" and detail.get("still_allocated_bytes"):
+        return "fail-peak", (f"backward inputs released late: {detail['still_allocated_bytes']} B of saved "
+                             "activations stayed allocated after the backward dropped them")
     return "pass", ""
 
 
