@@ -283,7 +283,7 @@ class BoxedLaunch:
             del arg  # its last use was the copy
             if probe is not None and weak is not None and weak.expired():
                 dropped += nbytes
-                freed += max(0, live0 + copy_bytes - probe.live())
+                freed += min(nbytes, max(0, live0 + copy_bytes - probe.live()))  # its own bytes, freed now
         if probe is not None:
             self.staging.append({"dropped_bytes": dropped, "hal_freed_bytes": freed,
                                  "still_allocated_bytes": dropped - freed})
