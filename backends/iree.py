@@ -267,12 +267,15 @@ class BoxedLaunch:
         pending = list(reversed(args))
         args.clear()  # the caller's list no longer keeps anything alive
         dropped = freed = 0
+        seen: set[int] = set()  # IREE may return one buffer for two results (relu and its detach)
         while pending:
             arg = pending.pop()
             weak, nbytes, live0 = None, 0, probe.live() if probe is not None else 0
             if isinstance(arg, torch.Tensor):
                 copy_bytes = arg.numel() * arg.element_size()
-                weak, nbytes = StorageWeakRef(arg.untyped_storage()), arg.untyped_storage().nbytes()
+                if arg.untyped_storage().data_ptr() not in seen:
+                    seen.add(arg.untyped_storage().data_ptr())
+                    weak, nbytes = StorageWeakRef(arg.untyped_storage()), arg.untyped_storage().nbytes()
                 arg_list.push_ref(device.import_torch_tensor(arg.data.contiguous()))
             elif isinstance(arg, int):
                 arg_list.push_int(arg)
@@ -281,7 +284,7 @@ class BoxedLaunch:
             if probe is not None:
                 probe.sample()  # original and copy both alive here, at most one input at a time
             del arg  # its last use was the copy
-            if probe is not None and weak is not None and weak.expired():
+            if probe is not None and weak is not None and weak.expired():  # credited once all aliases died
                 dropped += nbytes
                 freed += min(nbytes, max(0, live0 + copy_bytes - probe.live()))  # its own bytes, freed now
         if probe is not None:
