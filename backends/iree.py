@@ -24,12 +24,18 @@ for the whole call; the program's transients; and the results, which stay in IRE
 memory (torch tensors over mapped HAL buffers), so saved activations and gradients
 live there.  The device is a ``local-sync`` one (installed as turbine's device for
 ``torch.device("cpu")``) because only that driver counts the program's allocations.
-The verdict is taken on the sum of both domains against the lifetime model of the
-received graphs with ``staged=True``: each call's inputs are charged as copies held
-for the call, and a donated original dies right after its copy.  Staging is modelled,
-not allowed as slack, so a tensor the backend keeps past its modelled death still
-shows: as shipped, the saved activations stay alive for the whole backward call next
-to their copies, above the staged donated model by exactly their bytes.
+The verdict is taken on the sum of both domains (``combine_traces``: same clock) against
+the lifetime model of the received graphs with ``staged=True, results_at_start=64``:
+each call's inputs are charged as copies held for the call (a donated original dies
+right after its copy), and each result the graph computes is allocated when the call
+starts, 64-byte aligned, as IREE does; each result remains its own storage that dies
+with its last user.  These are modelled, not allowed as slack, so a tensor the backend
+keeps past its modelled death still shows: in the peak and residual (a leaked result
+fails ``fail-residual``, tests/planted_iree_backends.py), and for backward inputs in
+``result.memory["backward_inputs"]`` (:mod:`conformance.donation`), which fails the
+peak contract by itself when saved activations are measured alive past their release
+(as shipped: held for the whole call; iree-boxed: released, but their bytes stay
+allocated because IREE packs a call's results into one buffer shared with the loss).
 
 ``iree-boxed`` calls the same compiled IREE functions (same pass pipeline, importer
 and ``Launchable``) with the boxed convention: it clears AOTAutograd's argument list and
