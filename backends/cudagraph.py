@@ -284,7 +284,7 @@ class CudaGraphStep(CompiledStep):
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return model_of_received(self.recorder.graphs, observation) if self.recorder else None
 
-    def memory_info(self) -> dict[str, Any]:
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
         last = self.runs[-1] if self.runs else None
         return {
             "phase": last.phase if last else None,  # the phase of the last probed step

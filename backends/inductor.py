@@ -16,7 +16,9 @@ import torch.fx
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
 from conformance.case import Case, Workload
+from conformance.donation import BackwardWatch, classify, saved_positions
 from conformance.lifetime import LifetimeModel, Observation, model_forward_backward
+from conformance.probe import MemoryTrace
 from conformance.step import StepOutput, run_module_step
 
 
@@ -33,6 +35,7 @@ class RecordingCompiler:
         self.graphs: list[ReceivedGraph] = []
         #: inductor options, as ``torch.compile(mode=...)`` would set them (e.g. CUDA graphs)
         self.config_patches = config_patches
+        self.watches: list[BackwardWatch] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -40,8 +43,15 @@ class RecordingCompiler:
         def inner(gm: torch.fx.GraphModule, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
             # Kept by reference: inductor's post-grad passes (reinplacing among them)
             # rewrite it in place, so the model reads the graph inductor really lowered.
-            self.graphs.append(ReceivedGraph(gm, bool(kwargs.get("is_backward"))))
-            return compile_fx_inner(gm, example_inputs, *args, **kwargs)
+            is_backward = bool(kwargs.get("is_backward"))
+            self.graphs.append(ReceivedGraph(gm, is_backward))
+            positions = saved_positions(gm) if is_backward else []
+            compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
+            if not is_backward:
+                return compiled
+            watch = BackwardWatch(compiled, positions)  # sees whether saved inputs outlive the call
+            self.watches.append(watch)
+            return watch
 
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
@@ -66,14 +76,23 @@ class InductorStep(DynamoStep):
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return model_of_received(self.recorder.graphs, observation)
 
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        if not self.case.trains:
+            return {}
+        donated = model_of_received(self.recorder.graphs, observation)
+        held = model_of_received(self.recorder.graphs, observation, saved_inputs="held")
+        return classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held)
 
-def model_of_received(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
+
+def model_of_received(
+    graphs: list[ReceivedGraph], observation: Observation, saved_inputs: str = "donated"
+) -> LifetimeModel | None:
     """Model one forward (and its backward); several graphs (graph breaks) are not modelled."""
     forwards = [g.gm for g in graphs if not g.is_backward]
     backwards = [g.gm for g in graphs if g.is_backward]
     if len(forwards) != 1 or len(backwards) > 1:
         return None
-    return model_forward_backward(forwards[0], backwards[0] if backwards else None, observation)
+    return model_forward_backward(forwards[0], backwards[0] if backwards else None, observation, saved_inputs)
 
 
 class InductorBackend(Backend):

@@ -9,6 +9,8 @@ the same way: the entry-point group ``conformance.backends`` (like
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -18,7 +20,7 @@ import torch
 
 from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
-from conformance.probe import CpuAllocatorProbe, MemoryProbe
+from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace
 from conformance.step import StepOutput
 
 ENTRY_POINT_GROUP = "conformance.backends"
@@ -45,6 +47,10 @@ class Capabilities:
         return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains)]
 
 
+class CompileError(RuntimeError):
+    """Raised by an adapter when its backend fails to compile, even lazily at the first run."""
+
+
 class CompiledStep(ABC):
     """A case compiled by a backend: runs one step and says what graphs it received."""
 
@@ -62,8 +68,16 @@ class CompiledStep(ABC):
     def notes(self) -> list[str]:
         return []
 
-    def memory_info(self) -> dict[str, Any]:
-        """Extra fields for ``result.memory`` (e.g. which phase the probed steps were: ``"replay"``)."""
+    def extra_probes(self) -> list[MemoryProbe]:
+        """Probes of the other memory domains this step allocates in (e.g. ``iree-hal``).
+
+        Each probed step enters them inside the torch CPU probe's window; the verdict is
+        then taken on the sum of all domains (:func:`conformance.probe.combine_traces`).
+        """
+        return []
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        """Extra entries for ``result.memory``, from the probed steps' traces (all domains combined)."""
         return {}
 
     def contract_check(self) -> tuple[str, str] | None:
@@ -132,6 +146,8 @@ class BackendRegistry:
 def load_backend_class(label: str, spec: str) -> Backend:
     """Import ``module:Class`` and check it is a usable adapter; raise :class:`BackendError` if not."""
     module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:  # like pytest's rootdir: ad hoc adapters may live in the project
+        sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except Exception as exc:  # an import error in a plugin must not take the run down

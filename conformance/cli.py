@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="previous results directory whose timings weigh the shards")
     run.add_argument("--update-manifest", action="store_true",
                      help="rewrite each selected backend's manifest from this run, keeping reasons")
+    run.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                     help="each pair in a reusable worker process: a crash or hang is that pair's "
+                          "crash/timeout verdict, not the end of the run (default: on)")
+    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="per-pair time limit when isolated (default: 600)")
     run.add_argument("--report", default=None, metavar="SITE_DIR",
                      help="where the HTML report goes (default: DIR/report)")
     run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
@@ -104,6 +109,11 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
             pytest_args += ["--shard-durations", args.shard_durations]
     if args.update_manifest:
         pytest_args.append("--update-manifest")
+    pytest_args.append("--isolate" if args.isolate else "--no-isolate")
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise UsageFailure("--timeout must be positive")
+        pytest_args += ["--timeout", str(args.timeout)]
     code = int(pytest.main([*pytest_args, *extra]))
     if code in (0, 1) and not args.no_report and (out / "results.jsonl").exists():
         _build_run_report(args, out)

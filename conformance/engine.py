@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import traceback
@@ -10,13 +11,13 @@ from typing import Any
 
 import torch
 
-from conformance.adapter import Backend, CompiledStep
+from conformance.adapter import Backend, CompiledStep, CompileError
 from conformance.blame import blame_peak, blame_residual
 from conformance.case import Case
 from conformance.interpreter import GraphExecutor
 from conformance.lifetime import LifetimeModel, ModelError, model_graph
 from conformance.parity import compare
-from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace
+from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, trace_step
 
@@ -70,7 +71,7 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
         out = compiled.run()
         result.timing["run_s"] = time.perf_counter() - t1
         del out
-        traces = [probed_step(compiled, workload.model, backend.make_probe) for _ in range(PROBED_STEPS)]
+        domain_traces = [probed_step(compiled, workload.model, backend.make_probe) for _ in range(PROBED_STEPS)]
     except Exception as exc:
         return _verdict(result, "fail-run", _one_line(exc), traceback.format_exc())
     finally:
@@ -83,6 +84,7 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
         result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
     result.notes.extend(compiled.notes())
     model = received or user_model
+    traces = [d[0] if len(d) == 1 else combine_traces(d) for d in domain_traces]
     status, reason = judge_memory(result, backend, model, user_model, traces,
                                   "received-graphs" if received else "user-graph")
     if status == "pass" and parity.ok:
@@ -93,7 +95,11 @@ def _run(case: Case, backend: Backend, result: Result) -> Result:
             result.notes.append(traceback.format_exc()[-4000:])
         if extra:
             status, reason = extra
-    result.memory.update(compiled.memory_info())
+    if any(len(d) > 1 for d in domain_traces):
+        result.memory["domains"] = domain_summary(domain_traces, traces)
+    result.memory.update(compiled.memory_findings(observation, traces))
+    if status == "pass":
+        status, reason = judge_backward_inputs(result.memory)
     if not parity.ok:
         worst = parity.worst
         assert worst is not None
@@ -116,14 +122,38 @@ def user_level_model(case: Case) -> tuple[LifetimeModel, Any]:
 
 def probed_step(
     compiled: CompiledStep, model: torch.nn.Module, make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe
-) -> MemoryTrace:
-    """One step inside the probe's window; outputs are dropped inside it, grads kept."""
+) -> list[MemoryTrace]:
+    """One step inside the probes' window; outputs are dropped inside it, grads kept.
+
+    Returns the backend's main probe's trace (the torch CPU allocator unless the backend
+    says otherwise), then one trace per extra domain the step declares."""
     clear_grads(model)
     gc.collect()
-    with make_probe() as probe:
+    extras = compiled.extra_probes()
+    with make_probe() as probe, contextlib.ExitStack() as stack:
+        for extra in extras:
+            stack.enter_context(extra)
         out: StepOutput | None = compiled.run()
         del out
-    return probe.trace
+    return [probe.trace, *(extra.trace for extra in extras)]
+
+
+def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, Any]:
+    """Peak and residual per domain (worst probed step) and of their sum."""
+    summary: dict[str, Any] = {}
+    for i, first in enumerate(domain_traces[0]):
+        per_step = [d[i] for d in domain_traces]
+        summary[first.domain] = {
+            "peak_bytes": max(t.peak_bytes for t in per_step),
+            "residual_bytes": per_step[-1].residual_bytes,
+            "residual_per_step": [t.residual_bytes for t in per_step],
+        }
+    summary["combined"] = {
+        "peak_bytes": max(t.peak_bytes for t in combined),
+        "residual_bytes": combined[-1].residual_bytes,
+        "residual_per_step": [t.residual_bytes for t in combined],
+    }
+    return summary
 
 
 def judge_memory(
@@ -183,6 +213,20 @@ def _names(blamed: list[dict[str, Any]]) -> str:
     return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:3]) or "none matched"
 
 
+def judge_backward_inputs(memory: dict[str, Any]) -> tuple[str, str]:
+    """Saved activations measured alive past their last use fail the peak contract even when the
+    backend's other savings keep the peak under the model (see :mod:`conformance.donation`)."""
+    verdict = memory.get("backward_inputs")
+    detail = memory.get("backward_inputs_detail") or {}
+    if verdict == "held-for-call":
+        return "fail-peak", (f"backward inputs held for the whole backward call: {detail.get('held_bytes')} B of "
+                             "saved activations outlive the call (argument list never cleared)")
+    if verdict == "released-late" and detail.get("still_allocated_bytes"):
+        return "fail-peak", (f"backward inputs released late: {detail['still_allocated_bytes']} B of saved "
+                             "activations stayed allocated after the backward dropped them")
+    return "pass", ""
+
+
 def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Result:
     result.status = status
     result.reason = reason
@@ -192,10 +236,15 @@ def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Resu
 
 
 def _is_compile_error(exc: BaseException) -> bool:
+    if isinstance(exc, CompileError):
+        return True
     mod = type(exc).__module__
     return mod.startswith(("torch._dynamo", "torch._inductor", "torch._functorch"))
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+    text = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    first = text[0] if text else ""
+    if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
+        first = f"{first} {text[1]}"
+    return f"{type(exc).__name__}: {first}"[:500]

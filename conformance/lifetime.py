@@ -217,6 +217,7 @@ class _Builder:
         self._live_now = 0
         self._trips = list(observation.trip_counts)
         self._symbols: dict[Any, int] = {}
+        self._early: dict[torch.fx.Node, Storage] = {}
 
     # -- storages and references ---------------------------------------------------
     def new_storage(
@@ -256,25 +257,45 @@ class _Builder:
         inputs: Sequence[Any],
         prefix: str,
         donated: bool = False,
+        staged: bool = False,
+        results_at_start: int = 0,
     ) -> list[Any]:
         """Model one graph; ``inputs`` are storage-structured values the caller holds.
 
         With ``donated`` the caller hands its references over (the boxed calling
         convention: the argument list is cleared), so inputs die at their last use.
+
+        With ``staged`` the backend copies every tensor input into a buffer of its own
+        (contiguous, ``numel * itemsize`` bytes) and holds the copies for the whole
+        call, as IREE's runtime does with its VM argument list; the graph then reads
+        the copies.  A donated original dies right after its copy is made, one input
+        at a time; an original that is not donated stays alive until the call returns.
+
+        With ``results_at_start=N`` (N > 0) the backend allocates each result the graph
+        computes when the call starts, rounded up to a multiple of N bytes (IREE allocates
+        a function's results before its first dispatch, 64-byte aligned).  Each result is
+        still its own storage: one result dying frees its bytes whatever the others do.
         """
         env: dict[torch.fx.Node, Any] = {}
+        call_refs: list[Any] = []  # staged copies and held originals: released when the call returns
         keys: dict[Any, Storage] = {}
         schedule = release_schedule(gm.graph)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(inputs):
             raise ModelError(f"{prefix}: {len(placeholders)} placeholders, {len(inputs)} inputs")
         outputs: list[Any] = []
+        pending_results = self._result_nodes(gm) if results_at_start else []
         for node in gm.graph.nodes:
+            if pending_results and node.op not in ("placeholder", "get_attr"):
+                call_refs.extend(self._allocate_results(pending_results, prefix, results_at_start))
+                pending_results = []
             if node.op == "placeholder":
                 value = inputs[placeholders.index(node)]
-                env[node] = value
-                if not donated:
+                if staged:
+                    value = self._stage(node, value, prefix, donated, call_refs)
+                elif not donated:
                     self.acquire(value)
+                env[node] = value
                 for key, s in zip(_storage_keys(node.meta.get("val")), _flatten(value)):
                     if key is not None and isinstance(s, Storage):
                         keys[key] = s
@@ -283,7 +304,12 @@ class _Builder:
                 env[node] = None
                 continue
             if node.op == "output":
-                result = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+                # A result still waiting in its up-front buffer is a view of another value:
+                # the backend materialises it there (results are dense buffers of their own).
+                def value_of(n: torch.fx.Node) -> Any:
+                    return self._early.pop(n, None) or env[n]
+
+                result: Any = torch.fx.node.map_arg(node.args[0], value_of)
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
                 for value in outputs:
                     self.acquire(value)
@@ -307,7 +333,51 @@ class _Builder:
                     self.release(env.pop(dead))
         for value in env.values():
             self.release(value)
+        self.release(call_refs)
         return outputs
+
+    @staticmethod
+    def _result_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        seen: list[torch.fx.Node] = []
+        for n in _flat_nodes(out.args):
+            is_tensor = isinstance(n.meta.get("val"), torch.Tensor)
+            if n.op not in ("placeholder", "get_attr") and is_tensor and n not in seen:
+                seen.append(n)
+        return seen
+
+    def _allocate_results(self, nodes: list[torch.fx.Node], prefix: str, align: int) -> list[Storage]:
+        made = []
+        for n in nodes:
+            val = n.meta["val"]
+            nbytes = _concrete(val.numel(), self._symbols) * val.element_size()
+            nbytes = -(-nbytes // align) * align
+            s = self.new_storage(nbytes, f"{prefix}{n.name}", op_name(n), val, "intermediate")
+            self.acquire(s)  # the call's own reference, dropped when it returns
+            self._early[n] = s
+            made.append(s)
+        self.event(f"{prefix}results")
+        return made
+
+    def _stage(self, node: torch.fx.Node, value: Any, prefix: str, donated: bool, call_refs: list[Any]) -> Any:
+        """The backend's copy of one call input; the env holds the copy in place of the original."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not isinstance(value, Storage):
+            if not donated:
+                self.acquire(value)
+            return value
+        nbytes = _concrete(val.numel(), self._symbols) * val.element_size()
+        copy = self.new_storage(nbytes, f"{prefix}stage:{node.name}", "stage", val, "staging")
+        self.acquire(copy)  # the env's reference, dropped at the copy's last use
+        self.acquire(copy)  # the argument list's, dropped when the call returns
+        call_refs.append(copy)
+        self.event(f"{prefix}stage:{node.name}")
+        if donated:
+            self.release(value)  # the caller's reference was handed over; the copy replaces it
+        else:
+            self.acquire(value)
+            call_refs.append(value)
+        return copy
 
     def _op(self, node: torch.fx.Node, keys: dict[Any, Storage], label: str) -> Any:
         val = node.meta.get("val")
@@ -318,6 +388,9 @@ class _Builder:
                 return None
             key = StorageWeakRef(t.untyped_storage())
             if key in keys:  # a view or in-place result: same storage as an earlier value
+                return keys[key]
+            if node in self._early:  # a result allocated when the call started
+                keys[key] = self._early.pop(node)
                 return keys[key]
             s = self.new_storage(storage_nbytes(t, self._symbols), label, op, t, "intermediate")
             keys[key] = s
@@ -442,15 +515,18 @@ def model_graph(
     gm: torch.fx.GraphModule,
     observation: Observation | None = None,
     retained_outputs: Iterable[int] = (),
+    staged: bool = False,
+    results_at_start: int = 0,
 ) -> LifetimeModel:
     """Model a whole step traced as one graph (the user-level graph).
 
     ``retained_outputs`` are output positions that outlive the step (parameter
-    gradients); the rest are outputs the caller drops after the step.
+    gradients); the rest are outputs the caller drops after the step.  ``staged``:
+    see :meth:`_Builder.run_graph` (a backend that copies its inputs for the call).
     """
     builder = _Builder(observation or Observation())
     inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(gm)]
-    outputs = builder.run_graph(gm, inputs, "")
+    outputs = builder.run_graph(gm, inputs, "", staged=staged, results_at_start=results_at_start)
     return _finish(builder, outputs, set(retained_outputs))
 
 
@@ -458,6 +534,9 @@ def model_forward_backward(
     forward: torch.fx.GraphModule,
     backward: torch.fx.GraphModule | None,
     observation: Observation | None = None,
+    saved_inputs: str = "donated",
+    staged: bool = False,
+    results_at_start: int = 0,
 ) -> LifetimeModel:
     """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
 
@@ -468,10 +547,19 @@ def model_forward_backward(
     Tangents are made by the autograd engine just before the backward runs and are
     held by it for the whole backward call.  The
     backward's outputs are gradients, retained past the step.
+
+    ``saved_inputs="held"`` models the other convention, the one of a compiled
+    backward that takes its inputs unpacked and never clears the boxed list: saved
+    tensors stay alive until the backward call returns.  Comparing a measurement
+    with both tells which one a backend follows (:mod:`conformance.donation`).
+    ``staged`` and ``results_at_start`` model a backend that copies each call's inputs and
+    allocates its results up front (see ``run_graph``).
     """
+    if saved_inputs not in ("donated", "held"):
+        raise ValueError(f"saved_inputs must be 'donated' or 'held', not {saved_inputs!r}")
     builder = _Builder(observation or Observation())
     fw_inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(forward)]
-    fw_outputs = builder.run_graph(forward, fw_inputs, "fw:")
+    fw_outputs = builder.run_graph(forward, fw_inputs, "fw:", staged=staged, results_at_start=results_at_start)
     if backward is None:
         return _finish(builder, fw_outputs, set())
     out_node = next(n for n in forward.graph.nodes if n.op == "output")
@@ -497,7 +585,12 @@ def model_forward_backward(
     # for the whole backward call whatever the compiled graph does with them.
     tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
     builder.acquire(tangents)
-    bw_outputs = builder.run_graph(backward, bw_inputs, "bw:", donated=True)
+    donated = saved_inputs == "donated"
+    bw_outputs = builder.run_graph(backward, bw_inputs, "bw:", donated=donated, staged=staged,
+                                   results_at_start=results_at_start)
+    if not donated:  # the caller's list of saved tensors is dropped only after the call
+        builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
+        builder.release(tangents)  # the list's reference to each tangent
     builder.release(tangents)
     return _finish(
         builder,

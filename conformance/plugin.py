@@ -9,6 +9,7 @@ interrupted run keeps every finished verdict.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.result import Result, append_result
 
 RESULT_ATTR = "conformance_result"
+DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_OUT = "conformance-results"
 
 
@@ -35,6 +37,7 @@ class Pair:
     case: Case
     backend: Backend
     manifest: Manifest
+    spec: str  # how a worker process finds the backend again: its name or module:Class
 
     @property
     def id(self) -> str:
@@ -50,16 +53,23 @@ class Selection:
     manifests: dict[str, Manifest]
     registry: BackendRegistry
     warnings: list[str] = field(default_factory=list)
+    specs: dict[str, str] = field(default_factory=dict)
 
     def pairs(self) -> list[Pair]:
-        return [Pair(c, b, self.manifests[b.name]) for b in self.backends for c in self.cases]
+        return [Pair(c, b, self.manifests[b.name], self.specs.get(b.name, b.name))
+                for b in self.backends for c in self.cases]
 
 
 def select(backend_names: list[str], case_globs: list[str]) -> Selection:
     """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError."""
     registry = discover()
+    specs: dict[str, str] = {}
     if backend_names:
-        backends = [registry.get(name) for name in dict.fromkeys(backend_names)]
+        backends = []
+        for name in dict.fromkeys(backend_names):
+            backend = registry.get(name)
+            backends.append(backend)
+            specs[backend.name] = name
     else:
         backends = registry.usable()
     cases = select_cases(case_globs)
@@ -74,7 +84,7 @@ def select(backend_names: list[str], case_globs: list[str]) -> Selection:
         for m in manifests.values():
             for e in m.stale(ids):
                 warnings.append(f"manifest {m.path}: entry {e.case!r} ({e.status}) matches no case: stale")
-    return Selection(backends, cases, manifests, registry, warnings)
+    return Selection(backends, cases, manifests, registry, warnings, specs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,6 +103,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a previous results directory whose timings weigh the shards")
     group.addoption("--update-manifest", action="store_true",
                     help="rewrite each selected backend's manifest from this run's verdicts")
+    group.addoption("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                    help="run each pair in a reusable worker process, so a crash or hang costs one "
+                         "verdict (crash/timeout) and not the run (default: on)")
+    group.addoption("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help=f"per-pair time limit with --isolate (default: {DEFAULT_TIMEOUT_S:g})")
 
 
 _SELECTION: Selection | None = None
@@ -144,11 +159,25 @@ def _pair_of(item: pytest.Item) -> Pair | None:
     return callspec.params.get("conformance_pair") if callspec is not None else None
 
 
+_ISOLATION: tuple[bool, float] = (False, DEFAULT_TIMEOUT_S)
+
+
 def execute_pair(pair: Pair) -> None:
     """Run one pair, attach its result to the test, and turn the verdict into an outcome."""
-    from conformance.engine import run_case
+    isolate, timeout_s = _ISOLATION
+    if isolate:
+        from conformance.isolation import run_isolated
 
-    result = apply(run_case(pair.case, pair.backend), pair.manifest)
+        raw = run_isolated(pair.case.id, pair.spec, timeout_s)
+        # a crash or timeout verdict is made without the backend: name it as the run knows it
+        raw.backend = pair.backend.name
+        raw.kind, raw.family, raw.seed = pair.case.kind, pair.case.family, pair.case.seed
+        raw.versions = raw.versions or pair.backend.versions()
+    else:
+        from conformance.engine import run_case
+
+        raw = run_case(pair.case, pair.backend)
+    result = apply(raw, pair.manifest)
     _CURRENT_RESULTS.append(result)
     if result.status == "pass":
         return
@@ -285,10 +314,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_configure(config: pytest.Config) -> None:
     if not _runs_suite(config):
         return
+    global _ISOLATION
+    _ISOLATION = (bool(config.getoption("isolate")), float(config.getoption("timeout")))
     _quiet_torch()
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if not _is_worker(config):
         config.pluginmanager.register(ResultWriter(config), "conformance-writer")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _ISOLATION[0]:
+        from conformance.isolation import shutdown
+
+        shutdown()
 
 
 def _runs_suite(config: pytest.Config) -> bool:

@@ -34,6 +34,7 @@ from conformance.cases.cuda_pools import COLS, ROWS, TENSOR_BYTES, Share, Surviv
 from conformance.adapter import CAPABILITY_NAMES, Capabilities, discover
 from conformance.case import all_cases, select_cases
 from conformance.engine import run_case, user_level_model
+from conformance.lifetime import Observation
 from conformance.pools import (
     POOL_SLACK_BYTES,
     check_pool_reuse,
@@ -442,7 +443,7 @@ def test_contract_verdicts() -> None:
     assert status == "fail-parity" and "output[0]" in reason
     outs[-1] = ok_out
     assert _step_with_runs([warm, rec, replay, replay], plain, outs).contract_check() is None
-    info = survive.memory_info()
+    info = survive.memory_findings(Observation(), [])
     assert info["phase"] == "replay" and info["phases"] == ["warmup", "record", "replay", "replay"]
 
 

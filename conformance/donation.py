@@ -1,0 +1,115 @@
+"""Does an ``aot_autograd`` backend release backward inputs at their last use?
+
+AOTAutograd calls the compiled backward with one list holding the saved
+activations (and the tangents), and steals its own reference (boxed calling
+convention).  A compiled backward that clears the list and drops each input after
+its last use lets activations die during the backward; one that unpacks
+``*args`` (``make_boxed_func`` around a plain function, as iree-turbine's backend
+does) keeps the list, and every activation in it, alive for the whole call.
+
+Two pieces of evidence, both measured, for any ``aot_autograd`` backend:
+
+* :class:`BackwardWatch` wraps the compiled backward the backend returns (same
+  boxed convention, no strong references added) and records, per call, the bytes of
+  the saved-activation storages still alive when the call returns (``held_bytes``).
+* :func:`classify` compares the step's measured peak with the lifetime model of the
+  received graphs in both conventions, ``saved_inputs="donated"`` and ``"held"``.
+
+The verdict (``result.memory["backward_inputs"]``): ``held-for-call`` when saved
+storages outlive the call; ``released-at-last-use`` when none does and the measured
+peak stays within the donated model; ``released-late`` when none outlives the call but
+the peak exceeds the donated model, or the adapter measured that released inputs stayed
+allocated (IREE: a result buffer shared with live results); ``no-backward`` when no
+backward ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from conformance.lifetime import LifetimeModel
+
+#: Placeholder-name prefixes of backward inputs that are not saved activations.
+NOT_SAVED_PREFIXES = ("tangents_", "primals_")
+
+
+def saved_positions(bw_gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the backward's inputs that are activations the forward saved."""
+    names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    return [i for i, name in enumerate(names) if not name.startswith(NOT_SAVED_PREFIXES)]
+
+
+@dataclass
+class BackwardCall:
+    saved_bytes: int  # distinct storages of saved activations passed in
+    held_bytes: int  # of those, still alive when the compiled backward returned
+    list_cleared: bool  # the callee emptied the boxed argument list
+
+
+@dataclass
+class BackwardWatch:
+    """A compiled backward, called with AOTAutograd's boxed convention, watched for held inputs."""
+
+    compiled: Callable[[list[Any]], Any]
+    positions: list[int]
+    calls: list[BackwardCall] = field(default_factory=list)
+    _boxed_call: bool = True  # AOTAutograd passes the list itself, as to the wrapped callable
+
+    def __call__(self, args: list[Any]) -> Any:
+        refs = _weak_storages([args[i] for i in self.positions if i < len(args)])
+        out = self.compiled(args)
+        held = sum(n for ref, n in refs.values() if not ref.expired())
+        self.calls.append(BackwardCall(sum(n for _, n in refs.values()), held, len(args) == 0))
+        return out
+
+
+def _weak_storages(tensors: list[Any]) -> dict[int, tuple[StorageWeakRef, int]]:
+    """Weak references to the tensors' storages, so watching keeps nothing alive."""
+    refs: dict[int, tuple[StorageWeakRef, int]] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            refs.setdefault(storage.data_ptr(), (StorageWeakRef(storage), storage.nbytes()))
+    return refs
+
+
+def classify(
+    watches: list[BackwardWatch],
+    measured_peak: int,
+    donated: LifetimeModel | None,
+    held: LifetimeModel | None,
+    slack: int = 0,
+    still_allocated_bytes: int = 0,
+) -> dict[str, Any]:
+    """The verdict and the numbers behind it (see the module docstring).
+
+    ``still_allocated_bytes``: bytes of backward inputs whose storage the wrapper released
+    but whose memory the backend's allocator did not free then (an adapter that can see its
+    allocator says so); any makes the verdict ``released-late``."""
+    calls = [c for w in watches for c in w.calls]
+    detail: dict[str, Any] = {
+        "measured_peak_bytes": measured_peak,
+        "model_peak_donated_bytes": donated.peak_bytes if donated else None,
+        "model_peak_held_bytes": held.peak_bytes if held else None,
+        "calls": [asdict(c) for c in calls[-1:]],
+    }
+    if not calls:
+        return {"backward_inputs": "no-backward", "backward_inputs_detail": detail}
+    last = calls[-1]  # the last probed step's backward
+    detail["saved_bytes"], detail["held_bytes"] = last.saved_bytes, last.held_bytes
+    detail["still_allocated_bytes"] = still_allocated_bytes
+    if last.held_bytes:
+        verdict = "held-for-call"
+    elif still_allocated_bytes:
+        verdict = "released-late"
+    elif donated is None or measured_peak <= donated.peak_bytes + slack:
+        verdict = "released-at-last-use"
+    else:
+        verdict = "released-late"
+    return {"backward_inputs": verdict, "backward_inputs_detail": detail}

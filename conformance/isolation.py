@@ -1,0 +1,265 @@
+"""Crash isolation: run each case in a reusable worker process, so a crash costs one verdict.
+
+A backend that segfaults, aborts or hangs (the IREE compiler does the first on
+``while_loop`` graphs) must not take the run down.  :class:`WorkerPool` keeps one
+worker subprocess (a fresh interpreter: no threads inherited from torch or the IREE runtime)
+and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; the worker runs
+:func:`conformance.engine.run_case` and sends the :class:`Result` back as JSON.
+
+* The worker dies by a signal (or exits): the case's verdict is ``crash`` with the
+  signal's name and the tail of what the worker wrote to stderr.
+* No verdict within ``timeout_s``: the worker is killed; the verdict is ``timeout``.
+
+Either way the next case gets a fresh worker.  Workers are reused across cases
+otherwise, so the cost of isolation is one pipe round trip per case plus one
+interpreter start (``import torch``) per worker, not per case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from conformance.result import Result
+
+STDERR_TAIL_CHARS = 3000
+
+
+def worker_main(reply_fd: int) -> None:
+    """Worker loop: one JSON request ``[case_id, backend_spec]`` per stdin line, one JSON reply line each."""
+    import faulthandler
+
+    faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
+    reply = os.fdopen(reply_fd, "w", encoding="utf-8")
+
+    def send(kind: str, payload: Any) -> None:
+        reply.write(json.dumps([kind, payload], default=str) + "\n")
+        reply.flush()
+
+    from conformance.adapter import discover
+    from conformance.case import select_cases
+    from conformance.engine import run_case
+
+    registry = discover()
+    send("ready", os.getpid())  # a case's clock starts after interpreter start-up
+    for line in sys.stdin:
+        case_id, spec = json.loads(line)
+        try:
+            case = select_cases([case_id])[0]
+            result = run_case(case, registry.get(spec))
+            send("ok", result.to_json())
+        except Exception as exc:  # an error outside the engine's own handling
+            send("error", f"{type(exc).__name__}: {exc}")
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen[bytes]
+    replies: IO[bytes]
+    stderr_path: Path
+    cases_run: int = 0
+
+    def stderr_tail(self, offset: int = 0) -> str:
+        try:
+            with self.stderr_path.open("rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")[-STDERR_TAIL_CHARS:]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class WorkerPool:
+    """One reusable worker subprocess, respawned after a crash or a timeout."""
+
+    start_timeout_s: float = 300.0  # interpreter start-up (imports torch), not counted against a case
+    spawn_count: int = 0
+    _worker: _Worker | None = field(default=None, repr=False)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the worker now (otherwise the first case starts it)."""
+        self._ensure()
+
+    def _ensure(self) -> _Worker:
+        if self._worker is not None and self._worker.alive():
+            return self._worker
+        self._discard()
+        rfd, wfd = os.pipe()
+        fd, path = tempfile.mkstemp(prefix="conformance-worker-", suffix=".log")
+        env = dict(os.environ)
+        # The worker imports what the parent can: planted test adapters, ad hoc module:Class specs.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "conformance.isolation", "--worker", str(wfd)],
+                stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(wfd,), env=env,
+            )
+        finally:
+            os.close(wfd)
+            os.close(fd)
+        self.spawn_count += 1
+        self._worker = _Worker(process, os.fdopen(rfd, "rb"), Path(path))
+        got = _wait(self._worker, self.start_timeout_s)
+        if got is None or got[0] != "ready":
+            tail = self._worker.stderr_tail()
+            self._discard()
+            raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
+        return self._worker
+
+    def run(self, case_id: str, backend: str, timeout_s: float) -> Result:
+        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
+        worker = self._ensure()
+        offset = worker.stderr_path.stat().st_size
+        assert worker.process.stdin is not None
+        worker.process.stdin.write((json.dumps([case_id, backend]) + "\n").encode())
+        worker.process.stdin.flush()
+        worker.cases_run += 1
+        t0 = time.perf_counter()
+        got = _wait(worker, timeout_s)
+        elapsed = time.perf_counter() - t0
+        if got is not None:
+            kind, payload = got
+            if kind == "ok":
+                result = Result.from_json(payload)
+                result.timing["isolated_wall_s"] = elapsed
+                return result
+            return _placeholder(case_id, backend, "fail-run", f"worker error outside the engine: {payload}")
+        if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
+            try:
+                worker.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        if worker.alive():
+            self._discard()
+            return _placeholder(case_id, backend, "timeout", f"no verdict within {timeout_s:g} s (worker killed)",
+                                elapsed=elapsed)
+        code = worker.process.wait()
+        tail = worker.stderr_tail(offset)
+        self._discard()
+        return _placeholder(case_id, backend, "crash", describe_exit(code), tail, elapsed)
+
+    def close(self) -> None:
+        worker = self._worker
+        if worker is not None and worker.alive() and worker.process.stdin is not None:
+            try:
+                worker.process.stdin.close()  # EOF: the worker loop ends
+                worker.process.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._discard()
+
+    def _discard(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        if worker.alive():
+            worker.process.kill()  # SIGKILL: a hung native call ignores SIGTERM
+        worker.process.wait()
+        if worker.process.stdin is not None:
+            try:
+                worker.process.stdin.close()
+            except OSError:
+                pass
+        worker.replies.close()
+        worker.stderr_path.unlink(missing_ok=True)
+
+
+def _wait(worker: _Worker, timeout_s: float) -> list[Any] | None:
+    """The worker's next reply, or ``None`` if it died or the time ran out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([worker.replies], [], [], min(left, 0.5))
+        if ready:
+            line = worker.replies.readline()
+            if not line:  # EOF: the worker is gone
+                return None
+            try:
+                return json.loads(line)  # type: ignore[no-any-return]
+            except json.JSONDecodeError:  # died mid-write
+                return None
+        elif not worker.alive():
+            return None
+
+
+def describe_exit(code: int | None) -> str:
+    """``-11`` -> ``worker killed by signal SIGSEGV (11)``."""
+    if code is None:
+        return "worker vanished (exit status unknown)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker killed by signal {name} ({-code})"
+    return f"worker exited with status {code} before giving a verdict"
+
+
+def _placeholder(
+    case_id: str, backend: str, status: str, reason: str, detail: str = "", elapsed: float | None = None
+) -> Result:
+    """A result for a case whose worker gave none, with what the parent knows of the case."""
+    from conformance.engine import repro_command
+
+    result = Result(case_id, backend, status, reason)
+    try:
+        from conformance.case import select_cases
+
+        case = select_cases([case_id])[0]
+        result.seed, result.kind, result.family = case.seed, case.kind, case.family
+        result.repro = repro_command(case, backend)
+    except Exception:  # an unknown case id still gets its verdict line
+        pass
+    if elapsed is not None:
+        result.timing["isolated_wall_s"] = elapsed
+    if detail:
+        result.notes.append(detail)
+    return result
+
+
+_DEFAULT_POOL: WorkerPool | None = None
+
+
+def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float) -> Result:
+    """Run one case in the module's shared worker pool (reused across calls)."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool()
+    return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s)
+
+
+def shutdown() -> None:
+    """Stop the shared worker (also done at interpreter exit, as the worker is a daemon)."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is not None:
+        _DEFAULT_POOL.close()
+        _DEFAULT_POOL = None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        worker_main(int(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m conformance.isolation --worker REPLY_FD (started by WorkerPool)")

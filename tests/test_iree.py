@@ -1,0 +1,58 @@
+"""The IREE adapters on one tiny case each (IREE compiles take seconds per graph)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.adapter import discover, load_backend_class
+from conformance.case import select_cases
+from conformance.engine import run_case
+
+pytestmark = pytest.mark.slow
+
+REGISTRY = discover()
+if REGISTRY.get("iree").unavailable_reason():
+    pytest.skip(REGISTRY.get("iree").unavailable_reason() or "", allow_module_level=True)
+
+
+def _run(case: str, backend: str):
+    b = REGISTRY.get(backend) if ":" not in backend else load_backend_class(backend, backend)
+    return run_case(select_cases([case])[0], b)
+
+
+def test_iree_inference_is_byte_exact_in_both_domains() -> None:
+    r = _run("mlp-s-infer", "iree")
+    assert r.status == "pass", r.reason
+    domains = r.memory["domains"]
+    assert set(domains) == {"torch-cpu", "iree-hal", "combined"}
+    # staged inputs (7968 B) + the result allocated up front (256 B) + IREE's transients (2048 B)
+    assert domains["iree-hal"]["peak_bytes"] == r.memory["model_peak_bytes"] == 10272
+    assert domains["combined"]["residual_per_step"] == [0, 0]
+    assert r.parity["max_abs_err"] < 1e-5
+    assert r.versions["iree-driver"] == "local-sync"
+
+
+def test_iree_as_shipped_cannot_compile_a_training_step() -> None:
+    r = _run("mlp-s-train", "iree")
+    assert r.status == "fail-compile"
+    assert "!torch.none" in r.reason  # AOTAutograd's None grad for the input reaches the importer
+
+
+def test_backward_inputs_held_with_the_shipped_convention_released_with_boxed() -> None:
+    shipped = _run("mlp-s-train", "conformance.backends.iree:IreeNoneFixBackend")
+    boxed = _run("mlp-s-train", "iree-boxed")
+    s, b = shipped.memory["backward_inputs_detail"], boxed.memory["backward_inputs_detail"]
+    assert shipped.memory["backward_inputs"] == "held-for-call"
+    assert s["held_bytes"] == s["saved_bytes"] > 0
+    assert b["held_bytes"] == 0 and b["saved_bytes"] == s["saved_bytes"]
+    # Released by the wrapper, but IREE packs the forward's results into one buffer the loss keeps alive.
+    assert boxed.memory["backward_inputs"] == "released-late"
+    assert boxed.memory["backward_inputs_staging"]["still_allocated_bytes"] > 0
+    assert boxed.memory["measured_peak_bytes"] < shipped.memory["measured_peak_bytes"]
+    assert boxed.parity["max_abs_err"] < 1e-5
+
+
+def test_a_leak_of_iree_results_is_caught() -> None:
+    r = _run("mlp-s-infer", "tests.planted_iree_backends:LeakyResultsBackend")
+    assert r.status == "fail-residual", r.reason
+    assert r.memory["domains"]["iree-hal"]["residual_per_step"] == [256, 256]  # the 8x8 fp32 result, every step

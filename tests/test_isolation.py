@@ -1,0 +1,53 @@
+"""Crash isolation: a backend that segfaults, aborts or hangs costs one verdict, not the run."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.isolation import WorkerPool, describe_exit
+
+CASES = ["mlp-s-train", "mlp-s-infer", "loop-rnn-t3"]
+
+
+@pytest.fixture
+def pool():
+    with WorkerPool() as p:
+        yield p
+
+
+def test_segfault_is_a_crash_and_the_run_goes_on(pool: WorkerPool) -> None:
+    spec = "tests.planted_crash_backends:SegfaultBackend"
+    results = {c: pool.run(c, spec, timeout_s=120) for c in CASES}
+    crashed = results["mlp-s-infer"]
+    assert crashed.status == "crash"
+    assert "SIGSEGV" in crashed.reason
+    assert crashed.kind == "inference" and crashed.repro  # the parent still describes the case
+    assert any("Fatal Python error" in n or "Segmentation" in n for n in crashed.notes)  # faulthandler's tail
+    assert results["mlp-s-train"].status == "pass", results["mlp-s-train"].reason
+    assert results["loop-rnn-t3"].status == "pass", results["loop-rnn-t3"].reason  # ran in a respawned worker
+    assert pool.spawn_count == 2  # one worker before the crash, reused for the first case; one after
+
+
+def test_abort_is_a_crash(pool: WorkerPool) -> None:
+    result = pool.run("mlp-s-infer", "tests.planted_crash_backends:AbortBackend", timeout_s=120)
+    assert result.status == "crash" and "SIGABRT" in result.reason
+
+
+def test_hang_is_a_timeout_and_the_worker_is_replaced(pool: WorkerPool) -> None:
+    spec = "tests.planted_crash_backends:HangBackend"
+    hung = pool.run("mlp-s-infer", spec, timeout_s=8)
+    assert hung.status == "timeout"
+    assert "8 s" in hung.reason
+    after = pool.run("mlp-s-train", spec, timeout_s=120)
+    assert after.status == "pass", after.reason
+
+
+def test_clean_backend_reuses_one_worker(pool: WorkerPool) -> None:
+    for case in ("mlp-s-infer", "mlp-s-train"):
+        assert pool.run(case, "eager", timeout_s=120).status == "pass"
+    assert pool.spawn_count == 1
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(-11) == "worker killed by signal SIGSEGV (11)"
+    assert "status 3" in describe_exit(3)

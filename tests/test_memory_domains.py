@@ -1,0 +1,89 @@
+"""Combining memory domains, the staged/held lifetime models, and the backward-input watch."""
+
+from __future__ import annotations
+
+import torch
+from functorch.compile import aot_function, make_boxed_func
+
+from conformance.donation import BackwardWatch, classify, saved_positions
+from conformance.lifetime import model_forward_backward
+from conformance.probe import MemoryTrace, combine_traces
+
+
+def test_combine_traces_adds_domains_on_one_clock() -> None:
+    a = MemoryTrace("torch-cpu", timeline=[(10, 100), (30, 0)])
+    b = MemoryTrace("iree-hal", timeline=[(0, 0), (20, 1000), (40, 50)])
+    c = combine_traces([a, b])
+    assert c.timeline == [(0, 0), (10, 100), (20, 1100), (30, 1000), (40, 50)]
+    assert c.peak_bytes == 1100 and c.residual_bytes == 50
+
+
+def _graphs():
+    graphs = {}
+
+    def fw(gm, _):
+        graphs["fw"] = gm
+        return make_boxed_func(gm.forward)
+
+    def bw(gm, _):
+        graphs["bw"] = gm
+        return make_boxed_func(gm.forward)
+
+    f = aot_function(lambda x, w: torch.tanh(x @ w).sum(), fw_compiler=fw, bw_compiler=bw)
+    f(torch.randn(8, 16), torch.randn(16, 32, requires_grad=True)).backward()
+    return graphs["fw"], graphs["bw"]
+
+
+def test_held_saved_inputs_cost_exactly_the_saved_bytes_at_the_backward_peak() -> None:
+    fw, bw = _graphs()
+    donated = model_forward_backward(fw, bw)
+    held = model_forward_backward(fw, bw, saved_inputs="held")
+    saved = [s for s in held.storages if s.role == "saved"]
+    assert saved and all(s.nbytes == 8 * 32 * 4 for s in saved)  # tanh's output
+    assert held.peak_bytes == donated.peak_bytes + sum(s.nbytes for s in saved)
+
+
+def test_staged_inputs_are_charged_for_the_call() -> None:
+    fw, bw = _graphs()
+    plain = model_forward_backward(fw, bw)
+    staged = model_forward_backward(fw, bw, staged=True)
+    stages = [s for s in staged.storages if s.role == "staging"]
+    assert {s.producer for s in stages} >= {"fw:stage:primals_1", "fw:stage:primals_2"}
+    assert staged.peak_bytes > plain.peak_bytes
+    assert staged.residual_bytes == plain.residual_bytes  # copies die with their call
+    early = model_forward_backward(fw, bw, staged=True, results_at_start=64)
+    assert early.peak_bytes >= staged.peak_bytes
+
+
+def _backward_args(bw: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """Fresh tensors shaped like the backward's inputs (only the list's owner holds them)."""
+    return [torch.empty(tuple(n.meta["val"].shape)) for n in bw.graph.nodes if n.op == "placeholder"]
+
+
+def test_watch_tells_a_held_list_from_a_cleared_one() -> None:
+    _, bw = _graphs()
+    positions = saved_positions(bw)
+    assert len(positions) == 1  # tanh's output; primals and tangents are not saved activations
+
+    def unpacking(a: list) -> list:  # the shipped convention: the list stays alive for the call
+        return make_boxed_func(lambda *xs: [x.sum() for x in xs])(a)
+
+    def boxed(a: list) -> list:  # inductor's: take the list over, drop each input after use
+        pending = list(reversed(a))
+        a.clear()
+        out = []
+        while pending:
+            x = pending.pop()
+            out.append(x.sum())
+            del x
+        return out
+
+    held_watch = BackwardWatch(unpacking, positions)
+    held_watch(_backward_args(bw))
+    assert held_watch.calls[0].held_bytes == 8 * 32 * 4 and not held_watch.calls[0].list_cleared
+    boxed_watch = BackwardWatch(boxed, positions)
+    boxed_watch(_backward_args(bw))
+    assert boxed_watch.calls[0].held_bytes == 0 and boxed_watch.calls[0].list_cleared
+    assert classify([held_watch], 0, None, None)["backward_inputs"] == "held-for-call"
+    assert classify([boxed_watch], 0, None, None)["backward_inputs"] == "released-at-last-use"
+    assert classify([], 0, None, None)["backward_inputs"] == "no-backward"
