@@ -168,6 +168,55 @@ def _concrete_shape(t: torch.Tensor, symbols: dict[Any, int]) -> tuple[int, ...]
     return tuple(_concrete(s, symbols) for s in t.shape)
 
 
+#: TensorIterator ops that wrap a Python number operand into a 0-dim CPU tensor inside the op.
+SCALAR_OPERAND_OPS = frozenset({
+    "add", "sub", "mul", "div", "rsub", "lt", "le", "gt", "ge", "eq", "ne", "remainder",
+    "add_", "sub_", "mul_", "div_",
+})
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def kernel_transient_bytes(node: torch.fx.Node) -> int:
+    """Bytes an eager CPU kernel allocates inside the op and frees before returning,
+    on top of its outputs (measured with :class:`conformance.probe.CpuAllocatorProbe`).
+
+    The table (each entry an op and why; see tests/test_generated_eager.py):
+
+    - ``add/sub/mul/div/rsub/lt/le/gt/ge/eq/ne/remainder`` (and in-place forms) with a
+      Python number operand: the number is wrapped into a 0-dim CPU tensor (8 bytes:
+      float64 or int64) and, when the op's dtype differs, cast to it (one element)
+      by TensorIterator; both are alive while the output is allocated.
+    - ``mean``: divides the sum in place by the element count, a wrapped scalar as
+      above.  For bfloat16/float16 the CPU kernel computes in float32: a float32 copy
+      of the input and a float32 result (ReduceOps.cpp ``mean_out``), which dominate.
+    """
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0
+    name = target.overloadpacket.__name__
+    args = [*node.args, *node.kwargs.values()]
+    tensors = [a.meta.get("val") for a in args if isinstance(a, torch.fx.Node)]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return 0
+    dtype = tensors[0].dtype
+    if name in SCALAR_OPERAND_OPS:
+        total = 0
+        for a in node.args[1:]:
+            if isinstance(a, (bool, int, float)):
+                wrapped = _WRAPPED_DTYPE[type(a)]
+                total += wrapped.itemsize + (dtype.itemsize if dtype != wrapped else 0)
+        return total
+    if name == "mean":
+        wrapped = 8 + (dtype.itemsize if dtype != torch.float64 else 0)
+        if dtype in (torch.bfloat16, torch.float16):
+            out = node.meta.get("val")
+            n_in, n_out = tensors[0].numel(), out.numel() if isinstance(out, torch.Tensor) else 1
+            return max(4 * n_in + 4 * n_out, 4 * n_out + 8 + 4)
+        return wrapped
+    return 0
+
+
 class ModelError(RuntimeError):
     """The graph could not be modelled (a size or an op the model does not know)."""
 
@@ -182,7 +231,8 @@ class Observation:
 class _Builder:
     """Walks graphs the way the reference executor runs them, logging births and deaths."""
 
-    def __init__(self, observation: Observation) -> None:
+    def __init__(self, observation: Observation, kernel_transients: bool = False) -> None:
+        self.kernel_transients = kernel_transients
         self.events: list[str] = []
         self.live: list[int] = []
         self.storages: list[Storage] = []
@@ -273,7 +323,8 @@ class _Builder:
             else:
                 env[node] = self._op(node, keys, label)
                 self.acquire(env[node])
-                self.event(label)
+                extra = kernel_transient_bytes(node) if self.kernel_transients else 0
+                self.event(label, self._live_now + extra if extra else None)
             for dead in schedule[node]:
                 if dead in env:
                     self.release(env.pop(dead))
@@ -416,13 +467,17 @@ def model_graph(
     gm: torch.fx.GraphModule,
     observation: Observation | None = None,
     retained_outputs: Iterable[int] = (),
+    kernel_transients: bool = True,
 ) -> LifetimeModel:
     """Model a whole step traced as one graph (the user-level graph).
 
     ``retained_outputs`` are output positions that outlive the step (parameter
     gradients); the rest are outputs the caller drops after the step.
+    ``kernel_transients`` adds what eager kernels allocate inside an op
+    (:func:`kernel_transient_bytes`): this graph is what eager runs op by op.
+    The graphs a compiler received are modelled without them.
     """
-    builder = _Builder(observation or Observation())
+    builder = _Builder(observation or Observation(), kernel_transients)
     inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(gm)]
     outputs = builder.run_graph(gm, inputs, "")
     return _finish(builder, outputs, set(retained_outputs))

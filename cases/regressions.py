@@ -1,0 +1,1 @@
+"""Regression cases (filled in below)."""
