@@ -453,7 +453,7 @@ def program_source(program: Program) -> str:
         lines.append(f"            return i + 1, {', '.join(names[i] for i in p.body_out)}")
         init = ", ".join(inputs[: p.carried])
         lines.append(f"        _, *out = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), {init}))")
-        results = ["out[%d]" % j for j in range(p.carried)]
+        results = [f"out[{j}]" for j in range(p.carried)]
     if p.train:
         terms = [f"{r}.square().mean()" for r in results] + [f"{q}.square().mean()" for q in params]
         lines.append(f"        return {' + '.join(terms)}")
