@@ -21,3 +21,4 @@ class LeakyEagerBackend(EagerBackend):
 
     name = "eager-leaky"
     node_hook = staticmethod(_keep_tanh)
+
