@@ -562,6 +562,17 @@ def generated_cases(count: int = 12, hypothesis_seed: int = 0) -> list[Case]:
 DEFAULT_COUNT = 12
 DEFAULT_SEED = 0
 
+
+def register_generated(count: int = DEFAULT_COUNT, hypothesis_seed: int = DEFAULT_SEED) -> list[Case]:
+    """Register a generated set (for ``--generated N --hypothesis-seed S``); ids already known are kept."""
+    from conformance.case import _REGISTRY
+
+    cases = generated_cases(count, hypothesis_seed)
+    for case in cases:
+        if case.id not in _REGISTRY:
+            register(case)
+    return cases
+
+
 add_resolver(case_from_id)
-for _case in generated_cases(DEFAULT_COUNT, DEFAULT_SEED):
-    register(_case)
+register_generated(DEFAULT_COUNT, DEFAULT_SEED)
