@@ -416,7 +416,7 @@ def program_source(program: Program) -> str:
     n = p.width
     lines = [
         "import torch",
-        "from torch._higher_order_ops.while_loop import while_loop",
+        *(["from torch._higher_order_ops.while_loop import while_loop"] if p.family == "loop" else []),
         "",
         f"DTYPE = torch.{p.dtype}",
         "",

@@ -349,3 +349,20 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
     print(f"shrunk in {shrunk.runs} runs to {n_ops} ops: {shrunk.result.status}: {shrunk.result.reason}")
     print(f"wrote {path}")
     return 0
+
+
+def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path | str,
+               max_runs: int = 20) -> Path | None:
+    """For the run's plugin: shrink a failing generated case and write its repro next to the results.
+
+    Writes ``<results_dir>/repros/<case>@<backend>.py`` (Hypothesis database in
+    ``<results_dir>/.hypothesis``) and returns the path; ``None`` for a passing or
+    non-generated case.  Costs up to ``max_runs`` extra engine runs.
+    """
+    from conformance.cases import generated
+
+    if _ok(result) or generated.program_of(case) is None:
+        return None
+    results_dir = Path(results_dir)
+    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result)
+    return write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py")

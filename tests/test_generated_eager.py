@@ -76,17 +76,26 @@ def test_eager_equals_model_on_generated_programs(family: str, train: bool) -> N
 
 
 def test_transient_table_is_what_eager_kernels_allocate() -> None:
-    """The table's entries are measured, not assumed: a scalar operand and a bf16 mean."""
+    """Each entry of the table is measured, not assumed: one single-op graph per entry."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(4, 8).to(dtype)
-        for fn in (lambda t: t * 2.0, lambda t: t.mean(1, keepdim=True), lambda t: t + 1):
-            gm = make_fx(fn, tracing_mode="fake")(x)
-            (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
-            fn(x)
+        mask = torch.randn(4, 8) > 0
+        cases = [
+            (lambda t: t * 2.0, (x,)),  # wrapped Python float, cast to the op's dtype
+            (lambda t: t + 1, (x,)),  # wrapped Python int
+            (lambda t: t.mean(1, keepdim=True), (x,)),  # mean: in-place division by the count
+            (lambda t: t.narrow(1, 1, 5).sum(), (x,)),  # full sum of a non-contiguous tensor
+            (lambda t, m: t * m, (x, mask)),  # a bool operand cast to the common dtype
+            (lambda m: m.sum(0, keepdim=True), (mask,)),  # bool summed into int64
+        ]
+        for fn, args in cases:
+            gm = make_fx(fn, tracing_mode="fake")(*args)
+            (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and "slice" not in str(n.target)]
+            fn(*args)
             with CpuAllocatorProbe() as probe:
-                out = fn(x)
+                out = fn(*args)
                 nbytes = out.untyped_storage().nbytes()
                 del out
-            assert probe.trace.peak_bytes == nbytes + kernel_transient_bytes(node), (dtype, node)
+            assert probe.trace.peak_bytes == nbytes + kernel_transient_bytes(node), (dtype, node.target)
