@@ -90,7 +90,7 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
         except Exception:  # a candidate the reference itself cannot run is not our failure
             verdicts[key_] = False
             return False
-        verdicts[key_] = result.status == original.status
+        verdicts[key_] = result.status == (original.raw_status or original.status)
         if verdicts[key_]:
             last[key_] = (shrunk_case, result)
         return verdicts[key_]
