@@ -423,7 +423,8 @@ class IreeAotStep(CompiledStep):
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         retained = range(1, 1 + len(self.trainable)) if self.case.trains else ()
-        return model_graph(self.gm, observation, retained, staged=True, results_at_start=RESULT_ALIGNMENT)
+        return model_graph(self.gm, observation, retained, staged=True, results_at_start=RESULT_ALIGNMENT,
+                           kernel_transients=False)
 
     def extra_probes(self) -> list[MemoryProbe]:
         self.hal_probe = HalAllocatorProbe(self.rt.allocator)

@@ -69,6 +69,22 @@ class CaseError(ValueError):
 
 
 _REGISTRY: dict[str, Case] = {}
+#: Functions that build a case from an id nobody registered (generated cases: ``gen-dag-1234``).
+_RESOLVERS: list[Callable[[str], Case | None]] = []
+
+
+def add_resolver(resolver: Callable[[str], Case | None]) -> None:
+    """Let ids outside the registry resolve (a generated case's id carries its seed)."""
+    if resolver not in _RESOLVERS:
+        _RESOLVERS.append(resolver)
+
+
+def resolve(case_id: str) -> Case | None:
+    """A registered case by id, else the first resolver's case for it."""
+    all_cases()
+    if case_id in _REGISTRY:
+        return _REGISTRY[case_id]
+    return next((c for r in _RESOLVERS if (c := r(case_id)) is not None), None)
 
 
 def register(case: Case) -> Case:
@@ -94,6 +110,9 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
         return cases
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
+    resolved = [c for p in unmatched if (c := resolve(p)) is not None]
+    chosen += resolved
+    unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
     if unmatched:
         known = ", ".join(c.id for c in cases[:8])
         raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases')")

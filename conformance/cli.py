@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="previous results directory whose timings weigh the shards")
     run.add_argument("--update-manifest", action="store_true",
                      help="rewrite each selected backend's manifest from this run, keeping reasons")
+    run.add_argument("--generated", type=int, default=0, metavar="N",
+                     help="add N generated cases (drawn from --hypothesis-seed) to the default set")
+    run.add_argument("--hypothesis-seed", type=int, default=0, metavar="S",
+                     help="seed the --generated cases are drawn from (default 0)")
+    run.add_argument("--no-auto-repro", action="store_true",
+                     help="do not shrink failing generated cases into standalone repros")
     run.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                      help="each pair in a reusable worker process: a crash or hang is that pair's "
                           "crash/timeout verdict, not the end of the run (default: on)")
@@ -56,16 +62,28 @@ def _parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help="combine shard results directories into one")
     merge.add_argument("dirs", nargs="+", metavar="DIR")
     merge.add_argument("-o", "--out", required=True, metavar="DIR")
+    repro = sub.add_parser("repro", help="shrink a failing case and write a standalone repro script")
+    repro.add_argument("case", metavar="CASE")
+    repro.add_argument("--backend", required=True, metavar="NAME")
+    repro.add_argument("-o", "--out", default="repro.py", metavar="FILE")
+    repro.add_argument("--hypothesis-db", default=None, metavar="DIR",
+                       help="Hypothesis example database (default: conformance-results/.hypothesis)")
+    repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
+    repro.add_argument("--no-shrink", action="store_true")
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
+    lst.add_argument("--generated", type=int, default=0, metavar="N")
+    lst.add_argument("--hypothesis-seed", type=int, default=0, metavar="S")
     lst.add_argument("--backend", action="append", default=[], metavar="NAME")
     lst.add_argument("--case", action="append", default=[], metavar="GLOB")
     return parser
 
 
-def _validate(backends: list[str], cases: list[str], build: bool) -> Selection:
+def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0) -> Selection:
+    if generated < 0:
+        raise UsageFailure("--generated must be >= 0")
     try:
-        selection = select(backends, cases)
+        selection = select(backends, cases, generated, seed)
     except (BackendError, CaseError, ManifestError) as exc:
         raise UsageFailure(str(exc)) from None
     if build:
@@ -80,7 +98,7 @@ def _validate(backends: list[str], cases: list[str], build: bool) -> Selection:
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
-    _validate(args.backend, args.case, build=True)
+    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
     import pytest
 
     out = Path(args.out)
@@ -109,6 +127,10 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
             pytest_args += ["--shard-durations", args.shard_durations]
     if args.update_manifest:
         pytest_args.append("--update-manifest")
+    if args.generated:
+        pytest_args += ["--generated", str(args.generated), "--hypothesis-seed", str(args.hypothesis_seed)]
+    if args.no_auto_repro:
+        pytest_args.append("--no-auto-repro")
     pytest_args.append("--isolate" if args.isolate else "--no-isolate")
     if args.timeout is not None:
         if args.timeout <= 0:
@@ -146,13 +168,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_repro(args: argparse.Namespace) -> int:
+    from conformance.repro import main_repro
+
+    db = Path(args.hypothesis_db) if args.hypothesis_db else Path(DEFAULT_OUT) / ".hypothesis"
+    try:
+        return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink)
+    except (BackendError, CaseError) as exc:
+        raise UsageFailure(str(exc)) from None
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "cases":
-        selection = _validate([], args.case, build=False) if args.case else None
-        from conformance.case import all_cases
-
-        cases = selection.cases if selection else all_cases()
-        print(f"{len(cases)} cases")
+        selection = _validate([], args.case or ["*"], build=False, generated=args.generated,
+                              seed=args.hypothesis_seed)
+        cases = selection.cases
+        n_gen = sum(c.id.startswith("gen-") for c in cases)
+        print(f"{len(cases)} cases, {n_gen} of them generated (ids carry family and seed; widen with "
+              f"--generated N --hypothesis-seed S)")
         for c in cases:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
             print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
@@ -188,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, extra)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "repro":
+            return cmd_repro(args)
         if args.command == "report":
             from conformance.report import main_report
 

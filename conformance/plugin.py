@@ -60,8 +60,14 @@ class Selection:
                 for b in self.backends for c in self.cases]
 
 
-def select(backend_names: list[str], case_globs: list[str]) -> Selection:
-    """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError."""
+def select(backend_names: list[str], case_globs: list[str], generated: int = 0, hypothesis_seed: int = 0) -> Selection:
+    """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError.
+
+    ``generated`` widens the default generated set by that many cases drawn from ``hypothesis_seed``."""
+    if generated:
+        from conformance.cases.generated import register_generated
+
+        register_generated(generated, hypothesis_seed)
     registry = discover()
     specs: dict[str, str] = {}
     if backend_names:
@@ -103,6 +109,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a previous results directory whose timings weigh the shards")
     group.addoption("--update-manifest", action="store_true",
                     help="rewrite each selected backend's manifest from this run's verdicts")
+    group.addoption("--generated", type=int, default=0, metavar="N",
+                    help="add N generated cases, drawn from Hypothesis's --hypothesis-seed (default 0), "
+                         "to the default set")
+    group.addoption("--auto-repro", action=argparse.BooleanOptionalAction, default=True,
+                    help="shrink each unexpectedly failing generated case and write a standalone repro "
+                         "under DIR/repros (default: on)")
     group.addoption("--isolate", action=argparse.BooleanOptionalAction, default=True,
                     help="run each pair in a reusable worker process, so a crash or hang costs one "
                          "verdict (crash/timeout) and not the run (default: on)")
@@ -117,10 +129,21 @@ def _selection(config: pytest.Config) -> Selection:
     global _SELECTION
     if _SELECTION is None:
         try:
-            _SELECTION = select(config.getoption("backend"), config.getoption("case"))
+            _SELECTION = select(config.getoption("backend"), config.getoption("case"),
+                                config.getoption("generated"), _int_seed(config.getoption("hypothesis_seed", None)))
         except (BackendError, CaseError, ManifestError) as exc:
             raise pytest.UsageError(str(exc)) from None
     return _SELECTION
+
+
+def _int_seed(value: object) -> int:
+    """Hypothesis's own ``--hypothesis-seed`` (a string, or absent) seeds the generated cases too."""
+    if value in (None, ""):
+        return 0
+    try:
+        return int(str(value))
+    except ValueError:
+        raise pytest.UsageError(f"--hypothesis-seed must be an integer for generated cases, got {value!r}") from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -160,6 +183,21 @@ def _pair_of(item: pytest.Item) -> Pair | None:
 
 
 _ISOLATION: tuple[bool, float] = (False, DEFAULT_TIMEOUT_S)
+_REPRO_DIR: Path | None = None
+
+
+def _write_repro(pair: Pair, result: Result, out: Path) -> None:
+    """A failing generated case is shrunk (Hypothesis) and written out as a standalone script."""
+    from conformance.repro import auto_repro
+
+    try:
+        path = auto_repro(pair.case, pair.backend, result, out)
+    except Exception as exc:  # a repro that cannot be made must not cost the verdict
+        result.notes.append(f"repro not written: {type(exc).__name__}: {exc}")
+        return
+    if path is not None:
+        result.repro_file = str(path)
+        result.notes.append(f"repro file: {path}")
 
 
 def execute_pair(pair: Pair) -> None:
@@ -178,6 +216,8 @@ def execute_pair(pair: Pair) -> None:
 
         raw = run_case(pair.case, pair.backend)
     result = apply(raw, pair.manifest)
+    if _REPRO_DIR is not None and not result.ok and result.status not in ("crash", "timeout"):
+        _write_repro(pair, result, _REPRO_DIR)
     _CURRENT_RESULTS.append(result)
     if result.status == "pass":
         return
@@ -314,8 +354,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_configure(config: pytest.Config) -> None:
     if not _runs_suite(config):
         return
-    global _ISOLATION
+    global _ISOLATION, _REPRO_DIR
     _ISOLATION = (bool(config.getoption("isolate")), float(config.getoption("timeout")))
+    _REPRO_DIR = Path(config.getoption("conformance_out")) if config.getoption("auto_repro") else None
     _quiet_torch()
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if not _is_worker(config):

@@ -32,6 +32,7 @@ class Result:
     timing: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     repro: str = ""
+    repro_file: str = ""  # a standalone script (generated cases that failed: shrunk first)
     notes: list[str] = field(default_factory=list)
 
     @property

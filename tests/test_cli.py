@@ -110,3 +110,19 @@ def test_plain_pytest_with_xdist_ships_results_from_workers(tmp_path: Path) -> N
     records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["case"] for r in records) == ["mlp-m-infer", "mlp-s-infer", "mlp-s-train"]
     assert all(r["status"] == "pass" for r in records)
+
+
+def test_failing_generated_case_in_a_run_gets_a_standalone_repro(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "run", "--backend", "tests.planted:LeakyEagerBackend",
+         "--case", "gen-dag-26", "--out", str(tmp_path / "out"), "--no-report"],
+        cwd=repo, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 1, proc.stderr
+    (record,) = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert record["status"] in ("fail-residual", "fail-peak")
+    script = Path(record["repro_file"])
+    assert script.exists() and script.parent == tmp_path / "out" / "repros"
+    text = script.read_text()
+    assert "import torch" in text and "conformance.engine" not in text
