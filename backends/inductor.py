@@ -28,6 +28,18 @@ class ReceivedGraph:
     is_backward: bool
 
 
+def snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm``'s graph that later in-place passes cannot touch.
+
+    Node metadata is copied shallowly: the fake tensors in ``meta["val"]`` are shared,
+    which keeps the storage identities the lifetime model reads views and aliases from.
+    """
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
 class RecordingCompiler:
     """A ``torch.compile`` backend: inductor's ``compile_fx`` with a recording ``inner_compile``."""
 
@@ -41,11 +53,13 @@ class RecordingCompiler:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         def inner(gm: torch.fx.GraphModule, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            # Kept by reference: inductor's post-grad passes (reinplacing among them)
-            # rewrite it in place, so the model reads the graph inductor really lowered.
+            # A snapshot, taken before inductor's post-grad passes rewrite the graph in
+            # place: they run only on an FX-graph-cache miss, so modelling the rewritten
+            # graph would make the verdict depend on the cache's state.
             is_backward = bool(kwargs.get("is_backward"))
-            self.graphs.append(ReceivedGraph(gm, is_backward))
-            positions = saved_positions(gm) if is_backward else []
+            self.graphs.append(ReceivedGraph(snapshot(gm), is_backward))
+            forwards = [g.gm for g in self.graphs if not g.is_backward]
+            positions = saved_positions(gm, forwards[-1] if forwards else None) if is_backward else []
             compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
             if not is_backward:
                 return compiled

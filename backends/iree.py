@@ -175,7 +175,8 @@ class TurbineRecorder:
     def compiler(self, is_backward: bool) -> CompileFn:
         def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
             self.graphs.append(ReceivedGraph(gm, is_backward))
-            positions = saved_positions(gm) if is_backward else []
+            forwards = [g.gm for g in self.graphs if not g.is_backward]
+            positions = saved_positions(gm, forwards[-1] if forwards else None) if is_backward else []
             compiled = _compile_guarded("backward graph" if is_backward else "forward graph",
                                         lambda: self.compile_graph(gm, example_inputs))
             if not is_backward:

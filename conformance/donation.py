@@ -39,10 +39,31 @@ from conformance.lifetime import LifetimeModel
 NOT_SAVED_PREFIXES = ("tangents_", "primals_")
 
 
-def saved_positions(bw_gm: torch.fx.GraphModule) -> list[int]:
-    """Positions of the backward's inputs that are activations the forward saved."""
+def saved_positions(bw_gm: torch.fx.GraphModule, fw_gm: torch.fx.GraphModule | None = None) -> list[int]:
+    """Positions of the backward's inputs that are activations the forward saved.
+
+    With the forward graph, saved values that are views of the forward's own inputs
+    (say a transposed weight, or the user's input) are left out: their storage belongs
+    to the caller, so it rightly outlives the backward call.
+    """
     names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
-    return [i for i, name in enumerate(names) if not name.startswith(NOT_SAVED_PREFIXES)]
+    caller_owned = views_of_inputs(fw_gm) if fw_gm is not None else set()
+    return [i for i, name in enumerate(names)
+            if not name.startswith(NOT_SAVED_PREFIXES) and name not in caller_owned]
+
+
+def views_of_inputs(fw_gm: torch.fx.GraphModule) -> set[str]:
+    """Names of forward outputs whose storage is one of the forward's inputs'."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def key(node: Any) -> Any:
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+
+    inputs = {key(n) for n in fw_gm.graph.nodes if n.op == "placeholder"} - {None}
+    out = next(n for n in fw_gm.graph.nodes if n.op == "output")
+    values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    return {v.name for v in values if isinstance(v, torch.fx.Node) and key(v) in inputs}
 
 
 @dataclass
