@@ -344,7 +344,9 @@ def test_probe_imports_and_default_probe_is_cpu() -> None:
     assert CudaGraphBackend().make_probe().domain == DOMAIN  # constructing touches no CUDA
 
 
-@pytest.mark.parametrize("case", [c for c in CUDA_CASES if c.kind == "inference"], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [c for c in CUDA_CASES if c.kind == "inference" and c.family == "cuda-pools"], ids=lambda c: c.id
+)
 def test_pool_scenarios_have_a_reference_on_cpu(case) -> None:
     """What the engine computes on CPU before the GPU runs (reference, lifetime model) works."""
     ref = reference_step(case, torch.float64)

@@ -16,7 +16,8 @@ def _model(fn, *args, retained=()):
     ex = GraphExecutor(label_ranges=False)
     with torch.no_grad():
         ex.run(gm, list(args))
-    return model_graph(gm, ex.observation, retained)
+    # Storage arithmetic only: what eager kernels allocate inside an op is tested below.
+    return model_graph(gm, ex.observation, retained, kernel_transients=False)
 
 
 def test_chain_frees_each_value_after_its_last_use() -> None:
@@ -119,3 +120,17 @@ def test_while_loop_carry_is_replaced_each_trip_and_peak_does_not_grow() -> None
     m9 = _model(f, h, torch.tensor(9))
     assert m9.peak_bytes == m3.peak_bytes
     assert len(m9.events) > len(m3.events)  # unrolled with the observed trip count
+
+
+def test_kernel_transients_are_named_and_counted_on_top() -> None:
+    """A Python scalar operand is wrapped into an 8-byte tensor inside the kernel: the model says so."""
+    x = torch.randn(10)
+    gm = make_fx(lambda x: (x + 1) * 2, tracing_mode="fake")(x)
+    ex = GraphExecutor(label_ranges=False)
+    with torch.no_grad():
+        ex.run(gm, [x])
+    plain = model_graph(gm, ex.observation, kernel_transients=False)
+    with_kernels = model_graph(gm, ex.observation)
+    assert plain.peak_bytes == 2 * 10 * F
+    assert with_kernels.peak_bytes > plain.peak_bytes
+    assert with_kernels.peak_bytes - plain.peak_bytes <= 2 * (8 + F)  # one wrapped scalar (+cast) per op
