@@ -42,28 +42,32 @@ NOT_SAVED_PREFIXES = ("tangents_", "primals_")
 def saved_positions(bw_gm: torch.fx.GraphModule, fw_gm: torch.fx.GraphModule | None = None) -> list[int]:
     """Positions of the backward's inputs that are activations the forward saved.
 
-    With the forward graph, saved values that are views of the forward's own inputs
-    (say a transposed weight, or the user's input) are left out: their storage belongs
-    to the caller, so it rightly outlives the backward call.
+    With the forward graph, saved values whose storage the caller holds anyway are
+    left out: views of the forward's own inputs (a transposed weight, the user's
+    input) and values that are also the forward's user outputs (the loss).  Their
+    storage rightly outlives the backward call.
     """
     names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
-    caller_owned = views_of_inputs(fw_gm) if fw_gm is not None else set()
+    caller_held = held_by_caller(fw_gm, set(names)) if fw_gm is not None else set()
     return [i for i, name in enumerate(names)
-            if not name.startswith(NOT_SAVED_PREFIXES) and name not in caller_owned]
+            if not name.startswith(NOT_SAVED_PREFIXES) and name not in caller_held]
 
 
-def views_of_inputs(fw_gm: torch.fx.GraphModule) -> set[str]:
-    """Names of forward outputs whose storage is one of the forward's inputs'."""
+def held_by_caller(fw_gm: torch.fx.GraphModule, saved_names: set[str]) -> set[str]:
+    """Names of saved forward outputs sharing storage with a forward input or a user output."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     def key(node: Any) -> Any:
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
 
-    inputs = {key(n) for n in fw_gm.graph.nodes if n.op == "placeholder"} - {None}
     out = next(n for n in fw_gm.graph.nodes if n.op == "output")
-    values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-    return {v.name for v in values if isinstance(v, torch.fx.Node) and key(v) in inputs}
+    values = [v for v in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])
+              if isinstance(v, torch.fx.Node)]
+    held = {key(n) for n in fw_gm.graph.nodes if n.op == "placeholder"}
+    held |= {key(v) for v in values if v.name not in saved_names}
+    held.discard(None)
+    return {v.name for v in values if v.name in saved_names and key(v) in held}
 
 
 @dataclass
