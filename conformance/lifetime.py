@@ -612,8 +612,12 @@ def model_forward_backward(
     saved_inputs: str = "donated",
     staged: bool = False,
     results_at_start: int = 0,
+    kernel_transients: bool = False,
 ) -> LifetimeModel:
     """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
+
+    ``kernel_transients``: the backend runs the graphs' ATen ops with eager kernels
+    (an interpreting backend), so what those kernels allocate inside an op counts.
 
     The forward returns the user's outputs and what it saves for backward; a
     forward output is saved when the backward takes an input of the same name (the
@@ -632,7 +636,7 @@ def model_forward_backward(
     """
     if saved_inputs not in ("donated", "held"):
         raise ValueError(f"saved_inputs must be 'donated' or 'held', not {saved_inputs!r}")
-    builder = _Builder(observation or Observation())
+    builder = _Builder(observation or Observation(), kernel_transients)
     fw_inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(forward)]
     fw_outputs = builder.run_graph(forward, fw_inputs, "fw:", staged=staged, results_at_start=results_at_start)
     if backward is None:

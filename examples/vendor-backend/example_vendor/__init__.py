@@ -61,7 +61,9 @@ class _VendorStep(CompiledStep):
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         if len(self.forward) != 1 or len(self.backward) > 1:
             return None  # graph breaks: the harness falls back to the user-level model
-        return model_forward_backward(self.forward[0], self.backward[0] if self.backward else None, observation)
+        # The interpreter runs eager ATen kernels, so their in-op allocations are part of the contract.
+        return model_forward_backward(self.forward[0], self.backward[0] if self.backward else None, observation,
+                                      kernel_transients=True)
 
 
 class ExampleVendorBackend(Backend):
