@@ -30,6 +30,7 @@ count).  Beyond peak and residual the backend checks, per case:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -39,7 +40,8 @@ from typing import Any
 import torch
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
-from conformance.case import Case, Tolerance, Workload
+from conformance.aot import no_autograd_cache
+from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.pools import (
     PoolCheck,
@@ -165,19 +167,6 @@ class CudaGraphProbe(CudaAllocatorProbe):
         add_pool_held(self.trace, self._held_before, tree_outputs_held(self._device_index()))
 
 
-def replay_mismatches(
-    first: Mapping[str, torch.Tensor], later: Mapping[str, torch.Tensor], tol: Tolerance
-) -> list[str]:
-    """Outputs/grads of a later run that differ from the first run's (at the case's tolerance)."""
-    bad = []
-    for name, ref in first.items():
-        got = later.get(name)
-        if got is None or got.shape != ref.shape or not torch.allclose(got, ref, rtol=tol.rtol, atol=tol.atol,
-                                                                        equal_nan=True):
-            bad.append(name)
-    return bad
-
-
 @dataclass
 class RunInfo:
     phase: str
@@ -246,7 +235,6 @@ class CudaGraphStep(CompiledStep):
         self.device = torch.cuda.current_device()
         self.baseline = torch.cuda.memory._snapshot()
         self.runs: list[RunInfo] = []
-        self.outputs: list[dict[str, torch.Tensor] | None] = []  # CPU copies per run (not the timed one)
         self.unit_recordings: dict[str, int] = defaultdict(int)
         self.checks: dict[str, PoolCheck] = {}
         model = workload.model
@@ -263,15 +251,9 @@ class CudaGraphStep(CompiledStep):
         torch.compiler.cudagraph_mark_step_begin()  # each run is one step of the tree
         graphs0, warm0 = tree_counts(self.device)
         probe = CudaAllocatorProbe(self.device) if len(self.runs) < SELF_PROBED_RUNS else None
-        if probe is None:
+        with no_autograd_cache(), probe or contextlib.nullcontext():
             out = run_module_step(self.call, self.workload, self.case.trains)
-        else:
-            with probe:
-                out = run_module_step(self.call, self.workload, self.case.trains)
         torch.cuda.synchronize()
-        # Copied to host memory, which the CUDA probe does not see; the timed run is left alone.
-        self.outputs.append(None if len(self.runs) == 1 else
-                            {k: v.detach().to("cpu", copy=True) for k, v in out.named().items()})
         graphs1, warm1 = tree_counts(self.device)
         pools = private_reserved_since(self.baseline, torch.cuda.memory._snapshot())
         peak = None
@@ -307,12 +289,8 @@ class CudaGraphStep(CompiledStep):
         if len(self.runs) < 2:
             return None
         prev, last = self.runs[-2], self.runs[-1]
-        first, final = self.outputs[0], self.outputs[-1]
-        if first is not None and final is not None:
-            bad = replay_mismatches(first, final, self.case.tolerance)
-            if bad:
-                return "fail-parity", (f"cudagraph {last.phase} run differs from the first (warm-up) run in "
-                                       f"{', '.join(bad[:5])}: memory a replay relies on was overwritten?")
+        # A replay reading memory that was overwritten shows as wrong results on the last probed
+        # call, which the engine checks against float64 with that call's own fresh inputs.
         if last.phase == "eager":
             if self.scenario:
                 return "fail-run", "no CUDA graph was recorded for a CUDA-graph pool case"
@@ -361,6 +339,5 @@ class CudaGraphBackend(Backend):
         return CudaGraphProbe()
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
-        torch._functorch.config.enable_autograd_cache = False  # see InductorBackend.compile
         fresh_trees()  # a new tree manager, hence a new private pool: the case's pool is told apart by its id
         return CudaGraphStep(case, move_workload(workload, "cuda"))

@@ -8,46 +8,31 @@ memory can be held to the lifetime model of *those* graphs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
+from conformance.aot import AotRecorder, AotStep, DynamoStep, ReceivedGraph, model_of_received
 from conformance.case import Case, Workload
-from conformance.donation import BackwardWatch, classify, saved_positions
 from conformance.lifetime import LifetimeModel, Observation, model_forward_backward
-from conformance.probe import MemoryTrace
-from conformance.step import StepOutput, run_module_step
+from conformance.program import WrapperProgram
 
-
-@dataclass
-class ReceivedGraph:
-    gm: torch.fx.GraphModule
-    is_backward: bool
-
-
-def snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm``'s graph that later in-place passes cannot touch.
-
-    Node metadata is copied shallowly: the fake tensors in ``meta["val"]`` are shared,
-    which keeps the storage identities the lifetime model reads views and aliases from.
-    """
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
+__all__ = ["DynamoStep", "InductorBackend", "ReceivedGraph", "RecordingCompiler", "model_of_received"]
 
 
 class RecordingCompiler:
     """A ``torch.compile`` backend: inductor's ``compile_fx`` with a recording ``inner_compile``."""
 
     def __init__(self, config_patches: dict[str, Any] | None = None) -> None:
-        self.graphs: list[ReceivedGraph] = []
+        self.recorder = AotRecorder()
         #: inductor options, as ``torch.compile(mode=...)`` would set them (e.g. CUDA graphs)
         self.config_patches = config_patches
-        self.watches: list[BackwardWatch] = []
+
+    @property
+    def graphs(self) -> list[ReceivedGraph]:
+        return self.recorder.graphs
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -57,56 +42,34 @@ class RecordingCompiler:
             # place: they run only on an FX-graph-cache miss, so modelling the rewritten
             # graph would make the verdict depend on the cache's state.
             is_backward = bool(kwargs.get("is_backward"))
-            self.graphs.append(ReceivedGraph(snapshot(gm), is_backward))
-            forwards = [g.gm for g in self.graphs if not g.is_backward]
-            positions = saved_positions(gm, forwards[-1] if forwards else None) if is_backward else []
+            received = self.recorder.record(gm, is_backward)
             compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
-            if not is_backward:
-                return compiled
-            watch = BackwardWatch(compiled, positions)  # sees whether saved inputs outlive the call
-            self.watches.append(watch)
-            return watch
+            received.source = getattr(compiled, "source_code", None)  # the same on a cache hit
+            return self.recorder.watch(compiled, gm) if is_backward else compiled
 
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
 
-class DynamoStep(CompiledStep):
-    """A workload run through ``torch.compile`` with a given backend callable."""
-
-    def __init__(self, case: Case, workload: Workload, backend: Any, **compile_kwargs: Any) -> None:
-        self.case = case
-        self.workload = workload
-        self.compiled = torch.compile(workload.model, backend=backend, dynamic=False, **compile_kwargs)
-
-    def run(self) -> StepOutput:
-        return run_module_step(self.compiled, self.workload, self.case.trains)
-
-
-class InductorStep(DynamoStep):
+class InductorStep(AotStep):
     def __init__(self, case: Case, workload: Workload) -> None:
-        self.recorder = RecordingCompiler()
-        super().__init__(case, workload, self.recorder)
+        self.compiler = RecordingCompiler()
+        self.recorder = self.compiler.recorder
+        super().__init__(case, workload, self.compiler)
 
-    def received_model(self, observation: Observation) -> LifetimeModel | None:
-        return model_of_received(self.recorder.graphs, observation)
-
-    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
-        if not self.case.trains:
-            return {}
-        donated = model_of_received(self.recorder.graphs, observation)
-        held = model_of_received(self.recorder.graphs, observation, saved_inputs="held")
-        return classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held)
+    def program_model(self, observation: Observation) -> LifetimeModel | None:
+        return model_of_programs(self.recorder.graphs, observation)
 
 
-def model_of_received(
-    graphs: list[ReceivedGraph], observation: Observation, saved_inputs: str = "donated"
-) -> LifetimeModel | None:
-    """Model one forward (and its backward); several graphs (graph breaks) are not modelled."""
-    forwards = [g.gm for g in graphs if not g.is_backward]
-    backwards = [g.gm for g in graphs if g.is_backward]
-    if len(forwards) != 1 or len(backwards) > 1:
+def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
+    """Model the Python wrappers inductor generated for one forward (and its backward)."""
+    forwards = [g for g in graphs if not g.is_backward]
+    backwards = [g for g in graphs if g.is_backward]
+    if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None for g in graphs):
         return None
-    return model_forward_backward(forwards[0], backwards[0] if backwards else None, observation, saved_inputs)
+    programs = [WrapperProgram(g.source, "forward" if not g.is_backward else "backward")  # type: ignore[arg-type]
+                for g in (*forwards, *backwards)]
+    return model_forward_backward(forwards[0].gm, backwards[0].gm if backwards else None, observation,
+                                  programs=programs)
 
 
 class InductorBackend(Backend):
@@ -118,7 +81,8 @@ class InductorBackend(Backend):
         return {"torch": torch.__version__, "inductor": torch.__version__}
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
-        # A cache hit in AOTAutograd would skip inductor's inner compile, and with it
-        # the graphs we model; inductor's own FX graph cache still applies.
-        torch._functorch.config.enable_autograd_cache = False
+        # AOTAutograd's cache is off while the step runs (conformance.aot.no_autograd_cache): a hit
+        # would skip inductor's inner compile and the graphs we model. Inductor's FX graph cache
+        # still applies: the models read the graph as received and the wrapper's source, both the
+        # same on a hit.
         return InductorStep(case, workload)

@@ -57,12 +57,12 @@ from typing import Any, ClassVar
 import torch
 import torch._functorch.config
 import torch.fx
-from conformance.backends.inductor import DynamoStep, ReceivedGraph
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.adapter import Backend, Capabilities, CompiledStep, CompileError
+from conformance.aot import AotRecorder, DynamoStep
 from conformance.case import Case, Workload
-from conformance.donation import BackwardWatch, classify, saved_positions
+from conformance.donation import classify
 from conformance.hal_probe import HalAllocatorProbe, active_probe
 from conformance.lifetime import LifetimeModel, Observation, model_forward_backward, model_graph
 from conformance.probe import MemoryProbe, MemoryTrace
@@ -164,33 +164,13 @@ def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
 CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
 
 
-@dataclass
-class TurbineRecorder:
-    """AOTAutograd's forward and backward compilers, each calling ``compile_graph``, recording graphs."""
+def guarded(compile_graph: CompileFn, what: str) -> CompileFn:
+    """``compile_graph`` with IREE's compile failures turned into one-line compile errors."""
 
-    compile_graph: CompileFn
-    graphs: list[ReceivedGraph] = field(default_factory=list)
-    watches: list[BackwardWatch] = field(default_factory=list)
+    def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
 
-    def compiler(self, is_backward: bool) -> CompileFn:
-        def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-            self.graphs.append(ReceivedGraph(gm, is_backward))
-            forwards = [g.gm for g in self.graphs if not g.is_backward]
-            positions = saved_positions(gm, forwards[-1] if forwards else None) if is_backward else []
-            compiled = _compile_guarded("backward graph" if is_backward else "forward graph",
-                                        lambda: self.compile_graph(gm, example_inputs))
-            if not is_backward:
-                return compiled
-            watch = BackwardWatch(compiled, positions)
-            self.watches.append(watch)
-            return watch
-
-        return compile_one
-
-    def backend(self) -> Any:
-        from torch._dynamo.backends.common import aot_autograd
-
-        return aot_autograd(fw_compiler=self.compiler(False), bw_compiler=self.compiler(True))
+    return compile_one
 
 
 def shipped_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -318,9 +298,10 @@ class IreeDynamoStep(DynamoStep):
 
     def __init__(self, case: Case, workload: Workload, compile_graph: CompileFn, slack: int) -> None:
         self.rt = runtime()
-        self.recorder = TurbineRecorder(compile_graph)
+        self.recorder = AotRecorder()
         self.slack = slack
-        super().__init__(case, workload, self.recorder.backend())
+        super().__init__(case, workload, self.recorder.backend(guarded(compile_graph, "forward graph"),
+                                                               guarded(compile_graph, "backward graph")))
 
     def run(self) -> StepOutput:
         out = super().run()
@@ -472,7 +453,6 @@ class IreeBackend(Backend):
         return found
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
-        torch._functorch.config.enable_autograd_cache = False  # a cache hit would skip our compilers
         if uses_aot_route(case):
             return IreeAotStep(case, workload)
         return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes)

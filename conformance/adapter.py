@@ -22,6 +22,7 @@ from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace
 from conformance.step import StepOutput
+from conformance.verdict import Check
 
 ENTRY_POINT_GROUP = "conformance.backends"
 CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs")
@@ -65,6 +66,19 @@ class CompiledStep(ABC):
         """
         return None
 
+    def program_model(self, observation: Observation) -> LifetimeModel | None:
+        """The lifetime model of the program the backend *generated*, if it can show it.
+
+        Where the received graphs only bound what a compiler may use, its program says what
+        it does: each buffer allocated, reused and freed, in kernel order, with the names and
+        containers that reference it (:class:`conformance.program.WrapperProgram` models a
+        Python wrapper like inductor's; a backend with its own executable format builds the
+        model with :func:`conformance.lifetime.model_forward_backward` ``programs=``).  The
+        engine then holds the step to it: every storage freed right after its last use, and
+        the measured timeline equal to the program's where the allocator reports it exactly.
+        """
+        return None
+
     def notes(self) -> list[str]:
         return []
 
@@ -80,11 +94,11 @@ class CompiledStep(ABC):
         """Extra entries for ``result.memory``, from the probed steps' traces (all domains combined)."""
         return {}
 
-    def contract_check(self) -> tuple[str, str] | None:
-        """A backend-specific memory contract beyond peak and residual, checked after them.
+    def contract_check(self) -> Check | tuple[str, str] | None:
+        """A backend-specific memory contract beyond peak and residual (e.g. CUDA graph pools).
 
-        Returns ``(status, reason)`` to fail the case (e.g. CUDA graph trees not sharing
-        their pool), or ``None``.  Called once, after every probed step.
+        Returns a :class:`conformance.verdict.Check` (or the older ``(status, reason)``), or
+        ``None``.  Called once, after every probed step.
         """
         return None
 

@@ -2,8 +2,11 @@
 
 Measured allocations are matched to the model's storages: by the reference
 executor's node range when the allocation carries one, otherwise by size in
-allocation order.  A storage is blamed when it is measured alive at a point
-where the model says it is already dead.
+allocation order.  A storage is a candidate when it is measured alive at a point
+where the model says it is already dead (or the model does not know it); only
+candidates that can explain the excess are blamed: the largest ones no bigger
+than the excess, until they account for all of it.  A 4-byte leak does not blame
+a 1 KB gradient, and a peak below the model blames nothing.
 """
 
 from __future__ import annotations
@@ -73,8 +76,24 @@ def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> lis
         elif s.death is not None and s.death < latest_birth:
             when = model.events[latest_birth] if latest_birth >= 0 else "?"
             blamed.append(_entry(a, s, model, f"alive at measured peak (still alive at {when})"))
-    blamed.sort(key=lambda e: -e["bytes"])
-    return blamed[:limit]
+    # What the measurement holds beyond the model at the same point of the step: at the latest
+    # birth the peak has seen (the excess over the model's own peak can be smaller than that).
+    aligned = model.live_bytes[latest_birth] if 0 <= latest_birth < len(model.live_bytes) else model.peak_bytes
+    return explaining(blamed, trace.peak_bytes - min(aligned, model.peak_bytes), limit)
+
+
+def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -> list[dict[str, Any]]:
+    """The candidates that explain ``excess`` bytes: largest first, none bigger than the excess."""
+    if excess <= 0:
+        return []
+    chosen: list[dict[str, Any]] = []
+    total = 0
+    for entry in sorted(candidates, key=lambda e: -e["bytes"]):
+        if entry["bytes"] > excess or total >= excess:
+            continue
+        chosen.append(entry)
+        total += entry["bytes"]
+    return chosen[:limit]
 
 
 def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
@@ -92,5 +111,4 @@ def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) ->
                 retained.remove(twin)
                 continue
         blamed.append(_entry(a, s, model, "still alive after the step"))
-    blamed.sort(key=lambda e: -e["bytes"])
-    return blamed[:limit]
+    return explaining(blamed, trace.residual_bytes - model.residual_bytes, limit)

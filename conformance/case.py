@@ -45,12 +45,28 @@ class Case:
     requires: frozenset[str] = frozenset()
     tolerance: Tolerance = Tolerance()
     description: str = ""
+    #: Fresh inputs for the ``call``-th call of the step (1, 2, ...), from the case's seed; by
+    #: default the builder's inputs drawn again with the torch seed of that call (:func:`call_seed`).
+    make_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = field(default=None, repr=False, compare=False)
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)
         workload = self.builder(self.seed)
         workload.model.train(self.trains)
         return workload
+
+    def inputs_for(self, call: int) -> tuple[torch.Tensor, ...]:
+        """The inputs of the ``call``-th call (0: the built workload's), the same in every process.
+
+        Every call a step makes gets fresh inputs, so a backend that returns stale results or
+        corrupts state between calls cannot pass on the first call's numbers."""
+        if call == 0:
+            return self.build().inputs
+        with torch.random.fork_rng():
+            torch.manual_seed(call_seed(self.seed, call))
+            if self.make_inputs is not None:
+                return self.make_inputs(call)
+            return self.builder(self.seed).inputs
 
     def describe(self) -> dict[str, object]:
         return {
@@ -62,6 +78,11 @@ class Case:
             "requires": sorted(self.requires),
             "description": self.description,
         }
+
+
+def call_seed(seed: int, call: int) -> int:
+    """The torch seed of a case's ``call``-th inputs: distinct per call, stable across processes."""
+    return (seed * 1_000_003 + call * 7_919 + 1) % (2**63)
 
 
 class CaseError(ValueError):

@@ -50,6 +50,15 @@ def _parser() -> argparse.ArgumentParser:
                           "crash/timeout verdict, not the end of the run (default: on)")
     run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                      help="per-pair time limit when isolated (default: 600)")
+    run.add_argument("--steps", type=int, default=None, metavar="N",
+                     help="probed calls per pair, each with fresh inputs (default: 3); the residual must stay "
+                          "exact over all of them, and the last one's results are checked for parity")
+    run.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                     help="an earlier results directory (the last nightly, another torch version): a pair whose "
+                          "measured peak or residual grew beyond --baseline-tolerance fails")
+    run.add_argument("--baseline-tolerance", default="0", metavar="BYTES|PCT",
+                     help="growth allowed over the baseline: bytes, or a percentage such as 5%% (default 0: any "
+                          "growth fails, as the CPU allocator measures bytes exactly)")
     run.add_argument("--report", default=None, metavar="SITE_DIR",
                      help="where the HTML report goes (default: DIR/report)")
     run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
@@ -62,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help="combine shard results directories into one")
     merge.add_argument("dirs", nargs="+", metavar="DIR")
     merge.add_argument("-o", "--out", required=True, metavar="DIR")
+    diff = sub.add_parser("diff", help="what changed per pair between two results directories")
+    diff.add_argument("before", type=Path, metavar="A")
+    diff.add_argument("after", type=Path, metavar="B")
+    diff.add_argument("--all", action="store_true", help="every pair, not only those that changed")
     repro = sub.add_parser("repro", help="shrink a failing case and write a standalone repro script")
     repro.add_argument("case", metavar="CASE")
     repro.add_argument("--backend", required=True, metavar="NAME")
@@ -136,6 +149,19 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         if args.timeout <= 0:
             raise UsageFailure("--timeout must be positive")
         pytest_args += ["--timeout", str(args.timeout)]
+    if args.steps is not None:
+        if args.steps < 1:
+            raise UsageFailure("--steps must be at least 1")
+        pytest_args += ["--steps", str(args.steps)]
+    if args.baseline is not None:
+        from conformance.baseline import BaselineError, Tolerance, load_baseline
+
+        try:
+            load_baseline(args.baseline)
+            Tolerance.parse(args.baseline_tolerance)
+        except BaselineError as exc:
+            raise UsageFailure(str(exc)) from None
+        pytest_args += ["--baseline", str(args.baseline), "--baseline-tolerance", args.baseline_tolerance]
     code = int(pytest.main([*pytest_args, *extra]))
     if code in (0, 1) and not args.no_report and (out / "results.jsonl").exists():
         _build_run_report(args, out)
@@ -223,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "repro":
             return cmd_repro(args)
+        if args.command == "diff":
+            from conformance.baseline import BaselineError, main_diff
+
+            try:
+                return main_diff(args.before, args.after, args.all)
+            except BaselineError as exc:
+                raise UsageFailure(str(exc)) from None
         if args.command == "report":
             from conformance.report import main_report
 

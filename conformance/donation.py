@@ -88,7 +88,9 @@ class BackwardWatch:
 
     def __call__(self, args: list[Any]) -> Any:
         refs = _weak_storages([args[i] for i in self.positions if i < len(args)])
-        out = self.compiled(args)
+        # The backend's own convention: a boxed callable takes the list over; a plain one gets it
+        # unpacked while the caller's list (here, as in AOTAutograd) still holds every input.
+        out = self.compiled(args) if getattr(self.compiled, "_boxed_call", False) else self.compiled(*args)
         held = sum(n for ref, n in refs.values() if not ref.expired())
         self.calls.append(BackwardCall(sum(n for _, n in refs.values()), held, len(args) == 0))
         return out
@@ -128,6 +130,7 @@ def classify(
         return {"backward_inputs": "no-backward", "backward_inputs_detail": detail}
     last = calls[-1]  # the last probed step's backward
     detail["saved_bytes"], detail["held_bytes"] = last.saved_bytes, last.held_bytes
+    detail["list_cleared"] = last.list_cleared
     detail["still_allocated_bytes"] = still_allocated_bytes
     if last.held_bytes:
         verdict = "held-for-call"

@@ -1,4 +1,12 @@
-"""Runs one case on one backend and decides its verdict, with the numbers behind it."""
+"""Runs one case on one backend and decides its verdict, with the numbers behind it.
+
+A pair's life: compile and run the first call (its results checked against the
+float64 reference), one timed call, then ``steps`` probed calls, each with fresh
+inputs drawn from the case's seed, the last one's results checked for parity too.
+Every check (parity, residual, the generated program, peak, backward inputs, the
+adapter's own contract) is a :class:`~conformance.verdict.Check`;
+:func:`~conformance.verdict.combine` decides the verdict from them.
+"""
 
 from __future__ import annotations
 
@@ -7,135 +15,297 @@ import gc
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from conformance.adapter import Backend, CompiledStep, CompileError
-from conformance.blame import blame_peak, blame_residual
 from conformance.case import Case
 from conformance.interpreter import GraphExecutor
-from conformance.lifetime import LifetimeModel, ModelError, model_graph
-from conformance.parity import compare
+from conformance.judge import (
+    ProbedStep,
+    adapter_check,
+    judge_backward_inputs,
+    judge_peak,
+    judge_program,
+    judge_residual,
+)
+from conformance.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.parity import ParityReport, compare
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
-from conformance.step import StepOutput, clear_grads, params_of, reference_step, trace_step
+from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.verdict import Check, CheckName, Status, combine, passed
 
-PROBED_STEPS = 2  # residual must be exact on each, so growth over steps is caught too
+#: Probed calls per pair by default; the residual must be exact after each, so growth is caught.
+DEFAULT_STEPS = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run asks of every pair (the same in every worker process)."""
+
+    steps: int = DEFAULT_STEPS
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
+        return cls(**(data or {}))
 
 
 def repro_command(case: Case, backend: str) -> str:
     return f"conformance run --case {case.id} --backend {backend}"
 
 
-def run_case(case: Case, backend: Backend) -> Result:
+def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None) -> Result:
+    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro)."""
+    options = options or RunOptions()
     result = Result(
-        case.id, backend.name, "pass", seed=case.seed, kind=case.kind, family=case.family,
-        versions=backend.versions(), repro=repro_command(case, backend.name),
+        case.id, backend.name, Status.PASS, seed=case.seed, kind=case.kind, family=case.family,
+        versions=backend.versions(), repro=repro_command(case, spec or backend.name),
     )
     unavailable = backend.unavailable_reason()
     if unavailable:
-        return _verdict(result, "skip", unavailable)
+        return _verdict(result, Status.SKIP, unavailable)
     missing = backend.capabilities.missing_for(case)
     if missing:
-        return _verdict(result, "skip", f"backend lacks capability: {', '.join(missing)}")
+        return _verdict(result, Status.SKIP, f"backend lacks capability: {', '.join(missing)}")
     try:
-        return _run(case, backend, result)
+        return _run(case, backend, result, options)
     finally:
         torch._dynamo.reset()
         gc.collect()
 
 
-def _run(case: Case, backend: Backend, result: Result) -> Result:
-    reference = reference_step(case, torch.float64).named()
-    eager32 = reference_step(case, torch.float32).named()
-    user_model, observation = user_level_model(case)
+class _References:
+    """The float64 reference and eager float32 of each call whose results are checked."""
 
+    def __init__(self, case: Case) -> None:
+        self.case = case
+
+    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
+        ref64 = reference_step(self.case, torch.float64, call).named()
+        eager32 = reference_step(self.case, torch.float32, call).named()
+        return compare(actual, ref64, eager32, self.case.tolerance)
+
+
+def _run(case: Case, backend: Backend, result: Result, options: RunOptions) -> Result:
+    references = _References(case)
+    models = _Models(case)
     workload = case.build()
     t0 = time.perf_counter()
+    stage = "compile"
     try:
         compiled = backend.compile(case, workload)
+        stage = "first call"
         first = compiled.run()
     except Exception as exc:
-        status = "fail-compile" if _is_compile_error(exc) or "compiled" not in locals() else "fail-run"
+        status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
-
-    parity = compare(first.named(), reference, eager32, case.tolerance)
-    result.parity = parity.to_json()
+    parity = {0: references.compare(0, first.named())}
+    result.parity = _parity_figures(parity)
     del first
     clear_grads(workload.model)
 
+    last_call = 1 + options.steps
+    outputs: dict[str, torch.Tensor] = {}
+    traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
+        workload.inputs = _inputs(case, 1, backend)
         t1 = time.perf_counter()
         out = compiled.run()
         result.timing["run_s"] = time.perf_counter() - t1
         del out
-        domain_traces = [probed_step(compiled, workload.model, backend.make_probe) for _ in range(PROBED_STEPS)]
+        for call in range(2, last_call + 1):
+            workload.inputs = _inputs(case, call, backend)
+            domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+            traces.append((call, domain_traces))
+            outputs = snap or outputs
     except Exception as exc:
-        return _verdict(result, "fail-run", _one_line(exc), traceback.format_exc())
+        return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
+    parity[last_call] = references.compare(last_call, outputs)
+    result.parity = _parity_figures(parity)
 
-    try:
-        received = compiled.received_model(observation)
-    except ModelError as exc:
-        received = None
-        result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
+    steps, source = _probed_steps(case, compiled, models, traces, result)
     result.notes.extend(compiled.notes())
-    model = received or user_model
-    traces = [d[0] if len(d) == 1 else combine_traces(d) for d in domain_traces]
-    status, reason = judge_memory(result, backend, model, user_model, traces,
-                                  "received-graphs" if received else "user-graph")
-    if status == "pass" and parity.ok:
-        try:
-            extra = compiled.contract_check()
-        except Exception as exc:
-            extra = ("fail-run", f"contract check failed: {_one_line(exc)}")
-            result.notes.append(traceback.format_exc()[-4000:])
-        if extra:
-            status, reason = extra
-    if any(len(d) > 1 for d in domain_traces):
-        result.memory["domains"] = domain_summary(domain_traces, traces)
-    result.memory.update(compiled.memory_findings(observation, traces))
-    if status == "pass":
-        status, reason = judge_backward_inputs(result.memory)
-    if not parity.ok:
-        worst = parity.worst
-        assert worst is not None
-        return _verdict(result, "fail-parity",
-                        f"{worst.name}: max_abs_err {worst.max_abs_err:.3g}, rmse {worst.rmse:.3g} "
-                        f"vs eager-fp32 rmse {worst.eager_rmse:.3g} ({worst.note or 'outside tolerance'})")
-    return _verdict(result, status, reason)
+    checks: list[Check] = [_parity_check(parity)]
+    checks.append(judge_residual(steps))
+    exact_domain = all(all(t.exact for t in ts) for _, ts in traces)
+    program_check = judge_program(steps, exact_domain)
+    if program_check is not None:
+        checks.append(program_check)
+    checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source))
+    _fill_memory(result, backend, steps, source, traces)
+    try:
+        findings = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
+        result.memory.update(findings)
+        extra = compiled.contract_check()
+    except Exception as exc:
+        result.notes.append(traceback.format_exc()[-4000:])
+        extra = Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
+    for check in (judge_backward_inputs(result.memory), adapter_check(extra)):
+        if check is not None:
+            checks.append(check)
+    return _decide(result, checks)
 
 
-def user_level_model(case: Case) -> tuple[LifetimeModel, Any]:
-    """The lifetime model of the case's own step, with loop trip counts from a real run."""
+def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]:
+    """A call's fresh inputs, on the backend's device, made before (outside) any probe window."""
+    device = backend.capabilities.devices[0] if backend.capabilities.devices else "cpu"
+    inputs = case.inputs_for(call)
+    return inputs if device == "cpu" else tuple(t.to(device) for t in inputs)
+
+
+def _probed_steps(
+    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result
+) -> tuple[list[ProbedStep], str]:
+    steps = []
+    source = "user-graph"
+    for call, domain_traces in traces:
+        trace = domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
+        user, observation = models.user(call)
+        received = models.received(compiled, observation, result)
+        program = models.program(compiled, observation, result)
+        source = "received-graphs" if received is not None else "user-graph"
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation))
+    return steps, source
+
+
+class _Models:
+    """The models each probed call is held to, per observation (loop trip counts differ with inputs)."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
+        self._received: dict[tuple[int, ...], LifetimeModel | None] = {}
+        self._program: dict[tuple[int, ...], LifetimeModel | None] = {}
+
+    def user(self, call: int) -> tuple[LifetimeModel, Observation]:
+        key = call if self.case.kind == "loop" else 0  # only loops depend on the inputs' values
+        if key not in self._user:
+            self._user[key] = user_level_model(self.case, key)
+        return self._user[key]
+
+    def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
+        key = tuple(observation.trip_counts)
+        if key not in self._received:
+            try:
+                self._received[key] = compiled.received_model(_copy(observation))
+            except ModelError as exc:
+                self._received[key] = None
+                result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
+        return self._received[key]
+
+    def program(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
+        key = tuple(observation.trip_counts)
+        if key not in self._program:
+            try:
+                self._program[key] = compiled.program_model(_copy(observation))
+            except ModelError as exc:
+                self._program[key] = None
+                result.notes.append(f"generated program not modelled: {exc}")
+        return self._program[key]
+
+
+def _copy(observation: Observation) -> Observation:
+    return Observation(list(observation.trip_counts))
+
+
+def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observation]:
+    """The lifetime model of the case's own step on the ``call``-th inputs, with loop trip counts from a real run."""
     workload = case.build()
+    if call:
+        workload.inputs = case.inputs_for(call)
     gm, args, _ = trace_step(workload, case.trains)
     executor = GraphExecutor(label_ranges=False)
     with torch.no_grad():
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, executor.observation, retained), executor.observation
+    return model_graph(gm, _copy(executor.observation), retained), executor.observation
 
 
 def probed_step(
-    compiled: CompiledStep, model: torch.nn.Module, make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe
-) -> list[MemoryTrace]:
+    compiled: CompiledStep,
+    model: torch.nn.Module,
+    make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe,
+    keep_results: bool = False,
+) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
     """One step inside the probes' window; outputs are dropped inside it, grads kept.
 
     Returns the backend's main probe's trace (the torch CPU allocator unless the backend
-    says otherwise), then one trace per extra domain the step declares."""
+    says otherwise), then one trace per extra domain the step declares; and, with
+    ``keep_results``, copies of the step's results made outside torch's allocators."""
     clear_grads(model)
     gc.collect()
     extras = compiled.extra_probes()
+    kept: dict[str, torch.Tensor] = {}
     with make_probe() as probe, contextlib.ExitStack() as stack:
         for extra in extras:
             stack.enter_context(extra)
         out: StepOutput | None = compiled.run()
+        if keep_results and out is not None:
+            kept = snapshot(out)
         del out
-    return [probe.trace, *(extra.trace for extra in extras)]
+    return [probe.trace, *(extra.trace for extra in extras)], kept
+
+
+def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
+    """The worst checked call's figures (a failing one first), and every checked call's under ``calls``."""
+    worst = min(reports, key=lambda c: (reports[c].ok, -max((t.rel_err for t in reports[c].tensors), default=0)))
+    return {**reports[worst].to_json(), "call": worst, "calls": {str(c): r.to_json() for c, r in reports.items()}}
+
+
+def _parity_check(reports: dict[int, ParityReport]) -> Check:
+    figures = {f"call {call}": report.to_json() for call, report in reports.items()}
+    for call, report in reports.items():
+        if not report.ok:
+            worst = report.worst
+            assert worst is not None
+            return Check(CheckName.PARITY, Status.FAIL_PARITY, f"call {call}: {worst.describe()}", figures)
+    return passed(CheckName.PARITY, **figures)
+
+
+def _fill_memory(result: Result, backend: Backend, steps: list[ProbedStep], source: str,
+                 traces: list[tuple[int, list[MemoryTrace]]]) -> None:
+    """The figures the report and history show: the worst step's timeline against its model."""
+    worst = max(steps, key=lambda s: (s.trace.peak_bytes - s.model.peak_bytes, s.call))
+    trace, model = worst.trace, worst.model
+    exact = backend.capabilities.exact_memory
+    memory: dict[str, Any] = {
+        "domain": trace.domain,
+        "model_source": source,
+        "model_peak_bytes": model.peak_bytes,
+        "measured_peak_bytes": trace.peak_bytes,
+        "model_residual_bytes": steps[-1].model.residual_bytes,
+        "measured_residual_bytes": steps[-1].trace.residual_bytes,
+        "residual_per_step": [s.trace.residual_bytes for s in steps],
+        "peak_per_step": [s.trace.peak_bytes for s in steps],
+        "user_model_peak_bytes": worst.user_model.peak_bytes,
+        "peak_contract": "equal" if exact else f"<= model + {backend.peak_slack_bytes}",
+        "peak_event": model.events[model.peak_event] if model.events else None,
+        "foreign_free_bytes": trace.foreign_free_bytes,
+        "timeline": trace.relative_timeline(),
+        "model_timeline": list(zip(model.events, model.live_bytes))[:2000],
+        "blamed": [],
+    }
+    if worst.program is not None:
+        memory["program_peak_bytes"] = worst.program.peak_bytes
+        memory["program_timeline"] = list(zip(worst.program.events, worst.program.live_bytes))[:2000]
+    if backend.peak_slack_bytes:
+        memory["peak_slack_reason"] = backend.peak_slack_reason
+    if any(len(ts) > 1 for _, ts in traces):
+        memory["domains"] = domain_summary([ts for _, ts in traces], [s.trace for s in steps])
+    result.memory = memory
 
 
 def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, Any]:
@@ -156,78 +326,17 @@ def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[Memory
     return summary
 
 
-def judge_memory(
-    result: Result,
-    backend: Backend,
-    model: LifetimeModel,
-    user_model: LifetimeModel,
-    traces: list[MemoryTrace],
-    source: str,
-) -> tuple[str, str]:
-    trace = max(traces, key=lambda t: t.peak_bytes)
-    residuals = [t.residual_bytes for t in traces]
-    exact = backend.capabilities.exact_memory
-    slack = backend.peak_slack_bytes
-    memory: dict[str, Any] = {
-        "domain": trace.domain,
-        "model_source": source,
-        "model_peak_bytes": model.peak_bytes,
-        "measured_peak_bytes": trace.peak_bytes,
-        "model_residual_bytes": model.residual_bytes,
-        "measured_residual_bytes": residuals[-1],
-        "residual_per_step": residuals,
-        "user_model_peak_bytes": user_model.peak_bytes,
-        "peak_contract": "equal" if exact else f"<= model + {slack}",
-        "peak_event": model.events[model.peak_event] if model.events else None,
-        "foreign_free_bytes": trace.foreign_free_bytes,
-        "timeline": trace.relative_timeline(),
-        "model_timeline": list(zip(model.events, model.live_bytes))[:2000],
-        "blamed": [],
-    }
-    if slack:
-        memory["peak_slack_reason"] = backend.peak_slack_reason
-    result.memory = memory
-    peak_bad = trace.peak_bytes != model.peak_bytes if exact else trace.peak_bytes > model.peak_bytes + slack
-    bad_residuals = [r for r in residuals if r != model.residual_bytes]
-    memory["checks"] = {"peak": not peak_bad, "residual": not bad_residuals}
-    # A leak inflates the peak too; the residual names it more precisely, so it is judged first.
-    if bad_residuals:
-        worst = max(traces, key=lambda t: abs(t.residual_bytes - model.residual_bytes))
-        memory["blamed"] = blame_residual(model, worst)
-        return "fail-residual", (
-            f"residual {residuals} B per step != model residual {model.residual_bytes} B; "
-            f"still alive: {_names(memory['blamed'])}"
-        )
-    if peak_bad:
-        memory["blamed"] = blame_peak(model, trace)
-        rel = "!=" if exact else ">"
-        return "fail-peak", (
-            f"measured peak {trace.peak_bytes} B {rel} model peak {model.peak_bytes} B"
-            f"{f' + slack {slack} B' if slack else ''} ({source}); alive past modelled death: "
-            f"{_names(memory['blamed'])}"
-        )
-    return "pass", ""
+def _decide(result: Result, checks: list[Check]) -> Result:
+    result.checks = checks
+    deciding = combine(checks)
+    if deciding is not None:
+        result.memory["blamed"] = deciding.blamed
+        result.excess_bytes = deciding.excess_bytes
+        return _verdict(result, deciding.status, deciding.reason)
+    return _verdict(result, Status.PASS, "")
 
 
-def _names(blamed: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:3]) or "none matched"
-
-
-def judge_backward_inputs(memory: dict[str, Any]) -> tuple[str, str]:
-    """Saved activations measured alive past their last use fail the peak contract even when the
-    backend's other savings keep the peak under the model (see :mod:`conformance.donation`)."""
-    verdict = memory.get("backward_inputs")
-    detail = memory.get("backward_inputs_detail") or {}
-    if verdict == "held-for-call":
-        return "fail-peak", (f"backward inputs held for the whole backward call: {detail.get('held_bytes')} B of "
-                             "saved activations outlive the call (argument list never cleared)")
-    if verdict == "released-late" and detail.get("still_allocated_bytes"):
-        return "fail-peak", (f"backward inputs released late: {detail['still_allocated_bytes']} B of saved "
-                             "activations stayed allocated after the backward dropped them")
-    return "pass", ""
-
-
-def _verdict(result: Result, status: str, reason: str, detail: str = "") -> Result:
+def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> Result:
     result.status = status
     result.reason = reason
     if detail:

@@ -46,7 +46,7 @@ class HalAllocatorProbe:
 
     def __init__(self, allocator: Any) -> None:
         self.allocator = allocator
-        self.trace = MemoryTrace(self.domain)
+        self.trace = MemoryTrace(self.domain, exact=False)  # statistics, not allocations
         self.invocations: list[dict[str, int]] = []
         self._baseline = 0
 
@@ -62,7 +62,7 @@ class HalAllocatorProbe:
         self.trace.timeline.append((time.time_ns(), self.live() - self._baseline))
 
     def __enter__(self) -> HalAllocatorProbe:
-        self.trace = MemoryTrace(self.domain)
+        self.trace = MemoryTrace(self.domain, exact=False)  # statistics, not allocations
         self.invocations = []
         self._baseline = self.live()
         self.sample()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.result import FAILURES, Result
+from conformance.result import Result, Status
 
 DEFAULT_HISTORY = Path("conformance-history.sqlite")
 #: Peak growth beyond this fraction of the previous run's peak is a memory regression.
@@ -88,7 +88,7 @@ class Changes:
 
 def is_failure(status: str) -> bool:
     """Unexpected outcomes: a failure verdict, or an unexpected pass of a manifest xfail."""
-    return status in FAILURES or status == "xpass"
+    return Status.parse(status).is_unexpected
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -155,7 +155,7 @@ def backend_trends(path: Path) -> dict[str, list[tuple[int, float]]]:
     trends: dict[str, list[tuple[int, float]]] = {}
     with closing(connect(path)) as db:
         rows = db.execute(
-            "SELECT backend, run_id, SUM(status IN ('pass', 'xfail')), COUNT(*) FROM results "
+            "SELECT backend, run_id, SUM(status = 'pass'), COUNT(*) FROM results "
             "WHERE status != 'skip' GROUP BY backend, run_id ORDER BY backend, run_id"
         )
         for backend, run_id, ok, total in rows:

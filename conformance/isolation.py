@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from conformance.result import Result
+from conformance.engine import RunOptions
+from conformance.result import Result, Status
 
 STDERR_TAIL_CHARS = 3000
 
@@ -52,10 +53,10 @@ def worker_main(reply_fd: int) -> None:
     registry = discover()
     send("ready", os.getpid())  # a case's clock starts after interpreter start-up
     for line in sys.stdin:
-        case_id, spec = json.loads(line)
+        case_id, spec, *rest = json.loads(line)
         try:
             case = select_cases([case_id])[0]
-            result = run_case(case, registry.get(spec))
+            result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
             send("error", f"{type(exc).__name__}: {exc}")
@@ -126,12 +127,13 @@ class WorkerPool:
             raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
         return self._worker
 
-    def run(self, case_id: str, backend: str, timeout_s: float) -> Result:
+    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
         """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
         worker = self._ensure()
         offset = worker.stderr_path.stat().st_size
         assert worker.process.stdin is not None
-        worker.process.stdin.write((json.dumps([case_id, backend]) + "\n").encode())
+        request = [case_id, backend, (options or RunOptions()).to_json()]
+        worker.process.stdin.write((json.dumps(request) + "\n").encode())
         worker.process.stdin.flush()
         worker.cases_run += 1
         t0 = time.perf_counter()
@@ -223,7 +225,7 @@ def _placeholder(
     """A result for a case whose worker gave none, with what the parent knows of the case."""
     from conformance.engine import repro_command
 
-    result = Result(case_id, backend, status, reason)
+    result = Result(case_id, backend, Status.parse(status), reason)
     try:
         from conformance.case import select_cases
 
@@ -242,12 +244,13 @@ def _placeholder(
 _DEFAULT_POOL: WorkerPool | None = None
 
 
-def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float) -> Result:
+def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
+                 options: RunOptions | None = None) -> Result:
     """Run one case in the module's shared worker pool (reused across calls)."""
     global _DEFAULT_POOL
     if _DEFAULT_POOL is None:
         _DEFAULT_POOL = WorkerPool()
-    return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s)
+    return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s, options)
 
 
 def shutdown() -> None:

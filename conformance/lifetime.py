@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx
@@ -26,9 +26,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 WHILE_LOOP_OPS = ("while_loop", "while_loop_stack_output")
 
 
-@dataclass
+@dataclass(eq=False)
 class Storage:
-    """One storage the step allocates, with where it came from and when it lives."""
+    """One storage the step allocates, with where it came from and when it lives (identity-compared)."""
 
     sid: int
     nbytes: int
@@ -40,11 +40,17 @@ class Storage:
     birth: int = -1
     death: int | None = None  # event index after which it is freed; None: outlives the step
     refs: int = field(default=0, repr=False)
+    # Set by a program model (:mod:`conformance.program`) for the storages a generated program handles:
+    last_use: int | None = None  # the last event that read or wrote it
+    held_by: str = ""  # what still referenced it at the first work past its last use
+    op_writer: str = ""  # the kernel or op that produced its contents
+    modelled_by_program: bool = False
+    allocated_by_program: bool = False  # allocated by the program itself (not returned by an op)
 
     def describe(self) -> dict[str, Any]:
         return {
             "producer": self.producer,
-            "op": self.op,
+            "op": self.op_writer or self.op,
             "shape": list(self.shape),
             "dtype": self.dtype,
             "bytes": self.nbytes,
@@ -61,6 +67,10 @@ class LifetimeModel:
     events: list[str]
     live_bytes: list[int]
     storages: list[Storage]
+    #: Events that allocated or computed (a program model's kernels and ops); empty for graph models.
+    work_events: set[int] = field(default_factory=set)
+    #: What a program model found about the program's own references (late ones, see conformance.program).
+    findings: list[Any] = field(default_factory=list)
 
     @property
     def peak_bytes(self) -> int:
@@ -269,6 +279,13 @@ class ModelError(RuntimeError):
     """The graph could not be modelled (a size or an op the model does not know)."""
 
 
+class GraphProgram(Protocol):
+    """What a backend generated for one graph, able to model its own references (a program model)."""
+
+    def model(self, builder: _Builder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
+              donated: bool) -> list[Any]: ...
+
+
 @dataclass
 class Observation:
     """What a real run saw that a graph alone does not say: loop trip counts, in run order."""
@@ -283,6 +300,8 @@ class _Builder:
         self.kernel_transients = kernel_transients
         self.events: list[str] = []
         self.live: list[int] = []
+        self.work_events: set[int] = set()
+        self.findings: list[Any] = []
         self.storages: list[Storage] = []
         self._live_now = 0
         self._trips = list(observation.trip_counts)
@@ -579,7 +598,7 @@ def _finish(builder: _Builder, outputs: Sequence[Any], retained: set[int]) -> Li
     for s in builder.storages:
         if s.role == "caller":
             s.death = None
-    return LifetimeModel(builder.events, builder.live, builder.storages)
+    return LifetimeModel(builder.events, builder.live, builder.storages, builder.work_events, builder.findings)
 
 
 def model_graph(
@@ -613,8 +632,13 @@ def model_forward_backward(
     staged: bool = False,
     results_at_start: int = 0,
     kernel_transients: bool = False,
+    programs: Sequence[GraphProgram | None] = (),
 ) -> LifetimeModel:
     """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
+
+    ``programs``: what the backend generated for the forward and the backward (e.g.
+    :class:`conformance.program.WrapperProgram`); a graph with a program is modelled
+    by running the program's own references instead of the ideal executor's.
 
     ``kernel_transients``: the backend runs the graphs' ATen ops with eager kernels
     (an interpreting backend), so what those kernels allocate inside an op counts.
@@ -637,8 +661,13 @@ def model_forward_backward(
     if saved_inputs not in ("donated", "held"):
         raise ValueError(f"saved_inputs must be 'donated' or 'held', not {saved_inputs!r}")
     builder = _Builder(observation or Observation(), kernel_transients)
+    fw_program, bw_program = [*programs, None, None][:2]
     fw_inputs = [_caller_value(v, name, builder) for name, v in _placeholder_vals(forward)]
-    fw_outputs = builder.run_graph(forward, fw_inputs, "fw:", staged=staged, results_at_start=results_at_start)
+    if fw_program is not None:
+        fw_vals = [v for _, v in _placeholder_vals(forward)]
+        fw_outputs = fw_program.model(builder, fw_inputs, fw_vals, "fw:", donated=False)
+    else:
+        fw_outputs = builder.run_graph(forward, fw_inputs, "fw:", staged=staged, results_at_start=results_at_start)
     if backward is None:
         return _finish(builder, fw_outputs, set())
     out_node = next(n for n in forward.graph.nodes if n.op == "output")
@@ -665,8 +694,12 @@ def model_forward_backward(
     tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
     builder.acquire(tangents)
     donated = saved_inputs == "donated"
-    bw_outputs = builder.run_graph(backward, bw_inputs, "bw:", donated=donated, staged=staged,
-                                   results_at_start=results_at_start)
+    if bw_program is not None:
+        bw_vals = [v for _, v in _placeholder_vals(backward)]
+        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated)
+    else:
+        bw_outputs = builder.run_graph(backward, bw_inputs, "bw:", donated=donated, staged=staged,
+                                       results_at_start=results_at_start)
     if not donated:  # the caller's list of saved tensors is dropped only after the call
         builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
         builder.release(tangents)  # the list's reference to each tangent

@@ -2,8 +2,13 @@
 
 A manifest is a TOML file of ``[[expect]]`` entries: ``case`` (an id or a glob),
 ``status`` (an expected failing verdict), ``reason`` (required) and optionally
-``issue`` (a link).  Strict: a case expected to fail that passes is ``xpass``,
-which fails the run; entries that match no selected case are reported as stale.
+``issue`` (a link).  An expected memory failure (``fail-peak``, ``fail-residual``)
+also says how far over its contract it is expected to be: ``excess = N`` (exactly
+N bytes) or ``max_excess = N`` (at most N bytes), so an entry for a 1-byte excess
+cannot hide an 18 KB leak added on top.  Strict: a case expected to fail that
+passes is ``xpass``, which fails the run; a larger (or, for ``excess``, any
+other) excess is a failure; entries that match no selected case are reported as
+stale.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 import tomllib
 
 from conformance.result import FAILURES, Result
+from conformance.verdict import Status
 
 
 class ManifestError(ValueError):
@@ -29,9 +35,36 @@ class Expectation:
     status: str
     reason: str
     issue: str = ""
+    excess: int | None = None  # exact bytes over the contract an expected memory failure shows
+    max_excess: int | None = None  # or a bound on them
 
     def matches(self, case_id: str) -> bool:
         return fnmatch.fnmatchcase(case_id, self.case)
+
+    @property
+    def unsized(self) -> bool:
+        """An expected memory failure that does not say by how much: it cannot tell a bigger one."""
+        return Status(self.status).is_memory and self.excess is None and self.max_excess is None
+
+    def excess_problem(self, observed: int | None) -> str | None:
+        """Why an observed excess is not the one expected (``None``: it is)."""
+        if self.unsized:
+            return (f"manifest entry {self.case!r} records no expected excess (measured "
+                    f"{observed if observed is not None else '?'} B; --update-manifest records it)")
+        if self.excess is None and self.max_excess is None:
+            return None
+        if observed is None:
+            return "no excess measured"
+        if self.excess is not None and observed != self.excess:
+            return f"excess {observed} B, manifest expects {self.excess} B"
+        if self.max_excess is not None and observed > self.max_excess:
+            return f"excess {observed} B, manifest allows at most {self.max_excess} B"
+        return None
+
+    def describe_excess(self) -> str:
+        if self.excess is not None:
+            return f" (+{self.excess} B)"
+        return f" (<= +{self.max_excess} B)" if self.max_excess is not None else ""
 
 
 @dataclass
@@ -67,7 +100,7 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
         where = f"{path}: entry {i}"
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
-        extra = set(item) - {"case", "status", "reason", "issue"}
+        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
         case, status, reason = item.get("case"), item.get("status"), item.get("reason")
@@ -80,7 +113,13 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
         issue = item.get("issue", "")
         if not isinstance(issue, str):
             raise ManifestError(f"{where} ({case}): 'issue' must be a string")
-        entries.append(Expectation(case, status, reason.strip(), issue))
+        excess, max_excess = item.get("excess"), item.get("max_excess")
+        for key, value in (("excess", excess), ("max_excess", max_excess)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ManifestError(f"{where} ({case}): {key!r} must be a number of bytes >= 0, got {value!r}")
+        if excess is not None and max_excess is not None:
+            raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
+        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess))
     return Manifest(backend, path, entries)
 
 
@@ -100,12 +139,15 @@ def apply(result: Result, manifest: Manifest) -> Result:
     if expectation is None or result.status == "skip":
         return result
     result.expected = expectation.status
-    if result.status == expectation.status:
-        result.status = "xfail"
+    problem = expectation.excess_problem(result.excess_bytes) if result.status == expectation.status else None
+    if result.status == expectation.status and problem is None:
+        result.status = Status.XFAIL
         result.reason = f"expected: {expectation.reason}" + (f" ({expectation.issue})" if expectation.issue else "")
-    elif result.status == "pass":
-        result.status = "xpass"
+    elif result.status == Status.PASS:
+        result.status = Status.XPASS
         result.reason = f"unexpected pass: manifest expects {expectation.status} ({expectation.reason})"
+    elif problem is not None:
+        result.reason = f"{problem}: {result.reason}"
     else:
         result.reason = f"manifest expects {expectation.status}, got {result.status}: {result.reason}"
     return result
@@ -126,8 +168,9 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
     glob that now over-matches is narrowed to the ids that still fail); entries this
     run did not exercise are left alone.
     """
-    runs = {r.case: (r.raw_status or r.status) for r in results if r.backend == manifest.backend}
-    runs = {case: status for case, status in runs.items() if status != "skip"}
+    mine = [r for r in results if r.backend == manifest.backend and (r.raw_status or r.status) != "skip"]
+    runs = {r.case: str(r.raw_status or r.status) for r in mine}
+    excess = {r.case: r.excess_bytes for r in mine}
     notes: list[str] = []
     entries: list[Expectation] = []
     for e in manifest.entries:
@@ -137,26 +180,41 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             continue
         still = sorted(c for c, s in matched.items() if s == e.status)
         changed = sorted(c for c, s in matched.items() if s != e.status)
-        if not changed:
+        memory = Status(e.status).is_memory
+        sizes = {excess[c] for c in still} if memory else set()
+        bound_holds = e.max_excess is not None and all((excess[c] or 0) <= e.max_excess for c in still)
+        resize = memory and not bound_holds and sizes != {e.excess}
+        if not changed and not resize:
             entries.append(e)
             continue
-        if _is_glob(e.case):
+        if _is_glob(e.case) and (changed or len(sizes) > 1):
             notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
-            entries.extend(Expectation(c, e.status, e.reason, e.issue) for c in still)
+            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue), excess[c], memory) for c in still)
         elif still:
-            entries.append(e)
+            if resize:
+                notes.append(f"{e.case}: excess {e.describe_excess().strip() or 'unset'} -> +{excess[still[0]]} B")
+            entries.append(_sized(e, excess[still[0]], memory) if resize else e)
         for c in changed:
             status = matched[c]
             if status in FAILURES:
                 notes.append(f"{c}: {e.status} -> {status} (reason kept; re-check it)")
-                entries.append(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue))
+                entries.append(_sized(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue),
+                                      excess[c], Status(status).is_memory))
             else:
                 notes.append(f"{c}: now passes; entry removed")
     for case, status in runs.items():
         if status in FAILURES and not any(x.matches(case) for x in entries):
             notes.append(f"{case}: new {status}; needs a reason")
-            entries.append(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"))
+            entries.append(_sized(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"),
+                                  excess[case], Status(status).is_memory))
     return Manifest(manifest.backend, manifest.path, entries), notes
+
+
+def _sized(e: Expectation, observed: int | None, memory: bool) -> Expectation:
+    """``e`` expecting exactly the observed excess (memory failures only)."""
+    if not memory:
+        return e
+    return Expectation(e.case, e.status, e.reason, e.issue, observed if observed is not None else 0, None)
 
 
 def dump(manifest: Manifest, header: str = "") -> str:
@@ -172,6 +230,10 @@ def dump(manifest: Manifest, header: str = "") -> str:
         lines.append(f"reason = {json.dumps(e.reason)}")
         if e.issue:
             lines.append(f"issue = {json.dumps(e.issue)}")
+        if e.excess is not None:
+            lines.append(f"excess = {e.excess}")
+        if e.max_excess is not None:
+            lines.append(f"max_excess = {e.max_excess}")
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from conformance.adapter import Backend, BackendError, BackendRegistry, discover
+from conformance.baseline import BaselineError, Tolerance, apply_baseline, load_baseline
 from conformance.case import Case, CaseError, select_cases
+from conformance.engine import DEFAULT_STEPS, RunOptions
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.result import Result, append_result
 
@@ -85,6 +87,9 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
         for e in m.entries:
             if e.reason.startswith("UNEXPLAINED"):
                 warnings.append(f"manifest {m.path}: entry {e.case!r} still needs a reason")
+            if e.unsized:
+                warnings.append(f"manifest {m.path}: entry {e.case!r} expects {e.status} without its excess "
+                                "(excess = BYTES); it fails until --update-manifest records it")
     ids = [c.id for c in cases]
     if not case_globs:  # staleness only means something against the full case list
         for m in manifests.values():
@@ -120,6 +125,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "verdict (crash/timeout) and not the run (default: on)")
     group.addoption("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help=f"per-pair time limit with --isolate (default: {DEFAULT_TIMEOUT_S:g})")
+    group.addoption("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                    help=f"probed calls per pair, each with fresh inputs; the residual must stay exact over all "
+                         f"of them (default: {DEFAULT_STEPS})")
+    group.addoption("--baseline", default=None, metavar="DIR",
+                    help="an earlier results directory: a pair whose measured peak or residual grew beyond "
+                         "--baseline-tolerance fails")
+    group.addoption("--baseline-tolerance", default="0", metavar="BYTES|PCT",
+                    help="growth allowed over the baseline: bytes (default 0: any growth fails) or a percentage")
 
 
 _SELECTION: Selection | None = None
@@ -184,6 +197,8 @@ def _pair_of(item: pytest.Item) -> Pair | None:
 
 _ISOLATION: tuple[bool, float] = (False, DEFAULT_TIMEOUT_S)
 _REPRO_DIR: Path | None = None
+_OPTIONS = RunOptions()
+_BASELINE: tuple[dict[tuple[str, str], Result], Tolerance, str] | None = None
 
 
 def _write_repro(pair: Pair, result: Result, out: Path) -> None:
@@ -206,7 +221,7 @@ def execute_pair(pair: Pair) -> None:
     if isolate:
         from conformance.isolation import run_isolated
 
-        raw = run_isolated(pair.case.id, pair.spec, timeout_s)
+        raw = run_isolated(pair.case.id, pair.spec, timeout_s, _OPTIONS)
         # a crash or timeout verdict is made without the backend: name it as the run knows it
         raw.backend = pair.backend.name
         raw.kind, raw.family, raw.seed = pair.case.kind, pair.case.family, pair.case.seed
@@ -214,7 +229,10 @@ def execute_pair(pair: Pair) -> None:
     else:
         from conformance.engine import run_case
 
-        raw = run_case(pair.case, pair.backend)
+        raw = run_case(pair.case, pair.backend, _OPTIONS, pair.spec)
+    if _BASELINE is not None:
+        earlier, tolerance, source = _BASELINE
+        raw = apply_baseline(raw, earlier.get((raw.case, raw.backend)), tolerance, source)
     result = apply(raw, pair.manifest)
     if _REPRO_DIR is not None and not result.ok and result.status not in ("crash", "timeout"):
         _write_repro(pair, result, _REPRO_DIR)
@@ -345,7 +363,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if _CURRENT_RESULTS:
         result = _CURRENT_RESULTS.pop()
         setattr(report, RESULT_ATTR, json.dumps(result.to_json(), default=str))
-        item.user_properties.append(("verdict", result.status))
+        item.user_properties.append(("verdict", str(result.status)))
         if result.reason:
             item.user_properties.append(("reason", result.reason[:500]))
     _CURRENT_RESULTS.clear()
@@ -354,8 +372,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_configure(config: pytest.Config) -> None:
     if not _runs_suite(config):
         return
-    global _ISOLATION, _REPRO_DIR
+    global _ISOLATION, _REPRO_DIR, _OPTIONS, _BASELINE
     _ISOLATION = (bool(config.getoption("isolate")), float(config.getoption("timeout")))
+    try:
+        _OPTIONS = RunOptions(steps=int(config.getoption("steps")))
+        baseline = config.getoption("baseline")
+        if baseline:
+            _BASELINE = (load_baseline(Path(baseline)), Tolerance.parse(config.getoption("baseline_tolerance")),
+                         f"baseline {baseline}")
+    except (ValueError, BaselineError) as exc:
+        raise pytest.UsageError(str(exc)) from None
     _REPRO_DIR = Path(config.getoption("conformance_out")) if config.getoption("auto_repro") else None
     _quiet_torch()
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")

@@ -9,8 +9,8 @@ drive the count negative or hide a leak.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,14 +28,19 @@ class Allocation:
     t_alloc: int
     t_free: int | None = None
     label: str | None = None  # the reference executor's node, when there is one
-    op: str | None = None  # innermost operator or profiler range that allocated it
+    op: str | None = None  # innermost operator that allocated it (profiler ranges are not operators)
     seq: int = 0  # order of allocation within the window
+    order_alloc: int = 0  # position of the allocation among all the window's allocations and frees
+    order_free: int | None = None
+    #: the outermost operator whose call both allocated and freed it (an op's own workspace), if any
+    transient_in: str | None = None
 
     def alive_at(self, t: int) -> bool:
         return self.t_alloc <= t and (self.t_free is None or self.t_free > t)
 
     def describe(self) -> dict[str, Any]:
-        return {"bytes": self.nbytes, "label": self.label, "op": self.op, "seq": self.seq}
+        return {"bytes": self.nbytes, "label": self.label, "op": self.op, "seq": self.seq,
+                "transient_in": self.transient_in}
 
 
 @dataclass
@@ -46,6 +51,9 @@ class MemoryTrace:
     allocations: list[Allocation] = field(default_factory=list)
     timeline: list[tuple[int, int]] = field(default_factory=list)  # (time ns, live bytes)
     foreign_free_bytes: int = 0
+    #: the domain reports every allocation and free as the program makes it (torch's CPU allocator
+    #: does), so a program's timeline can be held to it exactly
+    exact: bool = True
 
     @property
     def peak_bytes(self) -> int:
@@ -113,57 +121,69 @@ class CpuAllocatorProbe:
         self._prof = None
 
 
-@contextlib.contextmanager
-def no_probe() -> Iterator[None]:
-    yield
+#: A dispatcher operator's profiler name (``aten::mm``, ``conformance_gen::accum``); user ranges such as
+#: inductor's ``## Call CompiledFxGraph ... ##`` or ``autograd::engine::evaluate_function: X`` are not.
+OPERATOR_NAME = re.compile(r"^[A-Za-z_][\w.]*::[\w.]+$")
+
+#: One allocator event: (time ns, ptr, signed size, node label, innermost op, outermost op call or None)
+RawEvent = tuple[int, int, int, "str | None", "str | None", "tuple[str, int] | None"]
 
 
 def trace_from_profile(prof: profile, domain: str, device_type: str) -> MemoryTrace:
     """Turn a profiler's allocation events into allocations and a live-bytes timeline."""
     from torch._C._profiler import _EventType
 
-    raw: list[tuple[int, int, int, str | None, str | None]] = []
+    raw: list[RawEvent] = []
 
-    def walk(event: Any, label: str | None, op: str | None) -> None:
+    def walk(event: Any, label: str | None, op: str | None, outer: tuple[str, int] | None) -> None:
         kind, fields = event.typed
         if kind == _EventType.Allocation:
             if fields.device.type == device_type:
-                raw.append((event.start_time_ns, fields.ptr, fields.alloc_size, label, op))
+                raw.append((event.start_time_ns, fields.ptr, fields.alloc_size, label, op, outer))
             return
         name: str = event.name
         if name.startswith(NODE_RANGE_PREFIX):
-            label, op = name[len(NODE_RANGE_PREFIX) :], None
-        elif name:
-            op = name  # the innermost named range or operator wins
+            label, op, outer = name[len(NODE_RANGE_PREFIX) :], None, None
+        elif OPERATOR_NAME.match(name):
+            op = name  # the innermost operator wins for naming
+            if outer is None:
+                outer = (name, event.end_time_ns)  # the outermost one owns what is freed inside it
         for child in event.children:
-            walk(child, label, op)
+            walk(child, label, op, outer)
 
     assert prof.profiler is not None and prof.profiler.kineto_results is not None
     for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root, None, None)
+        walk(root, None, None, None)
     raw.sort(key=lambda r: r[0])
     return build_trace(domain, raw)
 
 
-def build_trace(
-    domain: str, events: list[tuple[int, int, int, str | None, str | None]]
-) -> MemoryTrace:
-    """Pure: ``(time, ptr, signed size, label, op)`` events in time order to a trace."""
+def build_trace(domain: str, events: Sequence[tuple[Any, ...]]) -> MemoryTrace:
+    """Pure: ``(time, ptr, signed size, label, op[, (outer op, its end time)])`` events in time order to a trace.
+
+    An allocation freed before the outermost operator call that made it returns is that
+    operator's own transient (``transient_in``)."""
     trace = MemoryTrace(domain)
-    open_: dict[int, Allocation] = {}
+    open_: dict[int, tuple[Allocation, tuple[str, int] | None]] = {}
     live = 0
-    for t, ptr, size, label, op in events:
+    for order, event in enumerate(events):
+        t, ptr, size, label, op = event[:5]
+        outer = event[5] if len(event) > 5 else None
         if size > 0:
-            a = Allocation(ptr, size, t, None, label, op, seq=len(trace.allocations))
+            a = Allocation(ptr, size, t, None, label, op, seq=len(trace.allocations), order_alloc=order)
             trace.allocations.append(a)
-            open_[ptr] = a
+            open_[ptr] = (a, outer)
             live += size
         elif size < 0:
-            a_open = open_.pop(ptr, None)
-            if a_open is None:
+            found = open_.pop(ptr, None)
+            if found is None:
                 trace.foreign_free_bytes += -size
                 continue
+            a_open, owner = found
             a_open.t_free = t
+            a_open.order_free = order
+            if owner is not None and t <= owner[1]:
+                a_open.transient_in = owner[0]
             live -= a_open.nbytes
         else:
             continue
@@ -178,10 +198,12 @@ def combine_traces(traces: list[MemoryTrace], domain: str = "combined") -> Memor
     every point of any domain is exact where each domain was sampled exactly.
     Allocations (for blame) are the union, renumbered in time order.
     """
-    combined = MemoryTrace(domain, foreign_free_bytes=sum(t.foreign_free_bytes for t in traces))
+    combined = MemoryTrace(domain, foreign_free_bytes=sum(t.foreign_free_bytes for t in traces),
+                           exact=all(t.exact for t in traces))
     allocations = sorted((a for t in traces for a in t.allocations), key=lambda a: (a.t_alloc, a.seq))
     for seq, a in enumerate(allocations):
-        combined.allocations.append(Allocation(a.ptr, a.nbytes, a.t_alloc, a.t_free, a.label, a.op, seq))
+        combined.allocations.append(Allocation(a.ptr, a.nbytes, a.t_alloc, a.t_free, a.label, a.op, seq,
+                                               a.order_alloc, a.order_free, a.transient_in))
     points = sorted((t, i, live) for i, trace in enumerate(traces) for t, live in trace.timeline)
     current = [0] * len(traces)
     for t, i, live in points:

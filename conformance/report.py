@@ -36,6 +36,7 @@ SHORT = {
 }
 MODEL_COLOUR = "#2f6fdf"
 MEASURED_COLOUR = "#e0561b"
+PROGRAM_COLOUR = "#2a9d4b"
 
 
 # --------------------------------------------------------------------------- loading
@@ -173,6 +174,9 @@ def timeline_svg(memory: dict[str, Any]) -> Markup:
         Series("model", f"model ({memory.get('model_source', 'lifetime model')})", MODEL_COLOUR,
                model_points(memory.get("model_timeline") or [], memory.get("model_residual_bytes")),
                memory.get("model_peak_bytes"), memory.get("model_residual_bytes")),
+        Series("program", "generated program", PROGRAM_COLOUR,
+               model_points(memory.get("program_timeline") or [], memory.get("measured_residual_bytes")),
+               memory.get("program_peak_bytes"), None),
         Series("measured", f"measured ({memory.get('domain', 'probe')})", MEASURED_COLOUR,
                measured_points(memory.get("timeline") or []),
                memory.get("measured_peak_bytes"), memory.get("measured_residual_bytes")),
@@ -202,7 +206,7 @@ def timeline_svg(memory: dict[str, Any]) -> Markup:
     for s in series:
         peak = s.peak if s.peak is not None else max(b for _, b in s.points)
         residual = s.residual if s.residual is not None else s.points[-1][1]
-        dash = ' stroke-dasharray="6 3"' if s.key == "model" else ""
+        dash = {"model": ' stroke-dasharray="6 3"', "program": ' stroke-dasharray="2 2"'}.get(s.key, "")
         out.append(
             f'<path class="series series-{s.key}" data-series="{s.key}" data-peak="{peak}" '
             f'data-residual="{residual}" data-points="{len(s.points)}" d="{step_path(s.points, chart, top)}" '
@@ -315,7 +319,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         cells.append(cell)
         by_key[(r.case, r.backend)] = cell
     rows = [(c, fam, {b: by_key[(c, b)] for b in backends if (c, b) in by_key}) for c, fam in cases.items()]
-    counts = {b: Counter(r.status for r in results if r.backend == b) for b in backends}
+    counts = {b: Counter(str(r.status) for r in results if r.backend == b) for b in backends}
     present = {r.status for r in results}
     versions: dict[str, dict[str, str]] = {}
     for r in results:

@@ -51,7 +51,7 @@ class Shrunk:
 
 
 def _ok(result: Result) -> bool:
-    return result.status in ("pass", "skip", "xfail")
+    return result.ok
 
 
 def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: int = DEFAULT_MAX_RUNS,

@@ -1,4 +1,4 @@
-"""Verdicts and the per case x backend result record written to ``results.jsonl``."""
+"""The per case x backend result record written to ``results.jsonl``."""
 
 from __future__ import annotations
 
@@ -7,20 +7,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATUSES = (
-    "pass", "fail-compile", "fail-run", "fail-parity", "fail-peak", "fail-residual",
-    "crash", "timeout", "skip", "xfail", "xpass",
-)
-FAILURES = ("fail-compile", "fail-run", "fail-parity", "fail-peak", "fail-residual", "crash", "timeout")
-#: Final statuses that make a run "as expected".
-EXPECTED_OK = ("pass", "skip", "xfail")
+from conformance.verdict import FAILURES, STATUSES, Check, Status
+
+__all__ = ["FAILURES", "STATUSES", "Result", "Status", "append_result", "read_results"]
 
 
 @dataclass
 class Result:
     case: str
     backend: str
-    status: str
+    status: Status
     reason: str = ""
     seed: int = 0
     kind: str = ""
@@ -34,17 +30,31 @@ class Result:
     repro: str = ""
     repro_file: str = ""  # a standalone script (generated cases that failed: shrunk first)
     notes: list[str] = field(default_factory=list)
+    #: the checks the verdict was combined from (conformance.verdict.combine), each with its figures
+    checks: list[Check] = field(default_factory=list)
+    #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)
+    excess_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
 
     @property
     def ok(self) -> bool:
-        return self.status in EXPECTED_OK
+        return self.status.as_expected
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["status"] = Status.parse(self.status).value
+        data["checks"] = [c.to_json() for c in self.checks]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["checks"] = [Check.from_json(c) for c in known.get("checks") or []]
         return cls(**known)
 
 

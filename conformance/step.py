@@ -32,6 +32,26 @@ class StepOutput:
         return named
 
 
+def snapshot(out: StepOutput) -> dict[str, torch.Tensor]:
+    """Copies of a step's named results made outside torch's allocators (through NumPy).
+
+    Taken inside a memory probe's window, so the step's outputs can still be dropped
+    there (the residual must not see them) and checked for parity afterwards."""
+    import numpy as np
+
+    copies: dict[str, torch.Tensor] = {}
+    for name, t in out.named().items():
+        t = t.detach()
+        if t.device.type != "cpu":
+            copies[name] = t.to("cpu", copy=True)  # another device's probe does not see CPU memory
+            continue
+        if t.dtype in (torch.bfloat16, torch.float16):
+            copies[name] = torch.from_numpy(np.array(t.view(torch.int16).numpy(), copy=True)).view(t.dtype)
+        else:
+            copies[name] = torch.from_numpy(np.array(t.numpy(), copy=True))
+    return copies
+
+
 def params_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
@@ -99,8 +119,11 @@ def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
     return Workload(model, inputs)
 
 
-def reference_step(case: Case, dtype: torch.dtype) -> StepOutput:
-    """The case run in plain eager PyTorch at ``dtype`` (float64: the reference)."""
-    workload = to_dtype(case.build(), dtype)
+def reference_step(case: Case, dtype: torch.dtype, call: int = 0) -> StepOutput:
+    """The case's ``call``-th call run in plain eager PyTorch at ``dtype`` (float64: the reference)."""
+    built = case.build()
+    if call:
+        built.inputs = case.inputs_for(call)
+    workload = to_dtype(built, dtype)
     out = run_module_step(workload.model, workload, case.trains)
     return StepOutput([t.detach() for t in out.outputs], {k: v.detach() for k, v in out.retained.items()})

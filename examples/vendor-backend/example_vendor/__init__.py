@@ -5,10 +5,12 @@ to ``aot_autograd``, which partitions it into forward and backward ATen graphs, 
 each is "compiled" into a boxed ``torch.fx.Interpreter`` run that drops every value
 after its last use.  Swap ``_compile_graph`` for your own code generator.
 
-What the harness needs from an adapter is four things: ``name``, ``capabilities``,
-``compile(case, workload)`` returning a ``CompiledStep`` whose ``run()`` does one step,
-and (optionally, but it makes the memory contract much sharper) the graphs the
-backend received, through ``received_model``.
+What the harness needs from an adapter is three things: ``name``, ``capabilities``,
+and ``compile(case, workload)`` returning a ``CompiledStep`` whose ``run()`` does one
+step.  Building the ``torch.compile`` backend with :class:`conformance.aot.AotRecorder`
+and deriving the step from :class:`conformance.aot.AotStep` adds, with no code here,
+the model of the graphs the backend received (the bound its memory is held to) and
+the watch on its compiled backward (saved activations must die at their last use).
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._dynamo.backends.common import aot_autograd
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
+from conformance.aot import AotRecorder, AotStep
 from conformance.case import Case, Workload
-from conformance.lifetime import LifetimeModel, Observation, model_forward_backward
-from conformance.step import StepOutput, run_module_step
 
 __all__ = ["ExampleVendorBackend"]
 
@@ -38,37 +38,23 @@ def _compile_graph(gm: torch.fx.GraphModule) -> Any:
     return run
 
 
-class _VendorStep(CompiledStep):
+def _vendor_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    return _compile_graph(gm)
+
+
+class _VendorStep(AotStep):
+    # The interpreter runs eager ATen kernels, so their in-op allocations are part of the contract.
+    model_options = {"kernel_transients": True}
+
     def __init__(self, case: Case, workload: Workload) -> None:
-        self.case, self.workload = case, workload
-        self.forward: list[torch.fx.GraphModule] = []
-        self.backward: list[torch.fx.GraphModule] = []
-
-        def fw(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            self.forward.append(gm)
-            return _compile_graph(gm)
-
-        def bw(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            self.backward.append(gm)
-            return _compile_graph(gm)
-
-        backend = aot_autograd(fw_compiler=fw, bw_compiler=bw)
-        self.compiled = torch.compile(workload.model, backend=backend, dynamic=False)
-
-    def run(self) -> StepOutput:
-        return run_module_step(self.compiled, self.workload, self.case.trains)
-
-    def received_model(self, observation: Observation) -> LifetimeModel | None:
-        if len(self.forward) != 1 or len(self.backward) > 1:
-            return None  # graph breaks: the harness falls back to the user-level model
-        # The interpreter runs eager ATen kernels, so their in-op allocations are part of the contract.
-        return model_forward_backward(self.forward[0], self.backward[0] if self.backward else None, observation,
-                                      kernel_transients=True)
+        self.recorder = AotRecorder()
+        super().__init__(case, workload, self.recorder.backend(_vendor_compiler))
 
 
 class ExampleVendorBackend(Backend):
     name = "example-vendor"
-    capabilities = Capabilities(training=True, while_loop=True, custom_ops=True)
+    # An interpreter of the graphs it received, with eager kernels: its memory is exactly their model.
+    capabilities = Capabilities(training=True, while_loop=True, custom_ops=True, exact_memory=True)
     cost_weight = 2.0
     manifest_path = Path(__file__).with_name("manifest.toml")
 
