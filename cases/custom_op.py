@@ -1,9 +1,12 @@
 """A custom op that mutates an argument and returns two tensors: one dies early, one late.
 
-This is the shape of the second bug in DESIGN.md: inductor once freed the tuple
-result of such an op only after *both* items died, so the early item's storage
-stayed alive across everything in between.  The lifetime model says the early
-item dies at its last use; a backend that keeps it longer gets ``fail-peak``.
+This is the shape of a real inductor bug (pytorch/pytorch#163227): inductor once
+freed the tuple result of such an op only after *both* items died, so the early
+item's storage stayed alive across everything in between.  The early item's last
+use here is an extern kernel (a matmul, which inductor never fuses), followed by
+a larger buffer: an item (or its result tuple) kept past that use is alive at the
+peak under inductor too, not only in the model.  A backend that keeps it longer
+gets ``fail-peak``.
 """
 
 from __future__ import annotations
@@ -29,14 +32,14 @@ def _(x: torch.Tensor, acc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class EarlyLate(nn.Module):
     def __init__(self, n: int) -> None:
         super().__init__()
-        self.proj = nn.Linear(n, n, bias=False)
+        self.early_proj = nn.Parameter(torch.randn(n, 1) / n**0.5)
+        self.proj = nn.Linear(n, 2 * n, bias=False)
 
     def forward(self, x: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
         early, late = split_stats(x, acc)
-        e = early.sum(1, keepdim=True)  # last use of `early`
-        big = self.proj(x)  # a large intermediate while `early` should already be gone
-        big = torch.relu(big) * big
-        return (big + e) * late  # `late` is used last
+        e = early @ self.early_proj  # the last use of `early`: an extern kernel, never fused away
+        big = torch.relu(self.proj(x) + e)  # a larger buffer, made after e: `early` should be gone by then
+        return big.sum(1, keepdim=True) * late  # `late` is used last
 
 
 def _build(n: int):

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from conformance.case import Case, CaseKind, Tolerance, Workload, add_resolver, register
 
-FAMILIES = ("dag", "loop")
+FAMILIES = ("dag", "loop", "early")
 DTYPES = ("float32", "bfloat16", "float16")
 #: Per-dtype parity tolerance: about 4 ulps of the dtype at 1.0 for these shallow
 #: graphs (float32 keeps the harness default).
@@ -318,6 +318,8 @@ def gen_program(chooser: Chooser, family: str, train: bool, max_ops: int = 8) ->
             _gen_op(ch, vals, DAG_VOCAB, (batch, width))
         return Program(family, train, dtype, batch, width, n_inputs, param_shapes, tuple(vals.ops),
                        _sinks(len(vals.shapes), vals.ops, first))
+    if family == "early":
+        return _gen_early(ch)
     if family != "loop":
         raise ValueError(f"unknown generated family {family!r}")
     carried = ch.between(1, 3)
@@ -335,6 +337,31 @@ def gen_program(chooser: Chooser, family: str, train: bool, max_ops: int = 8) ->
     return Program(family, train, "float32", batch, width, carried + 1, param_shapes, (), (),
                    carried=carried, trips=trips, body=tuple(body.ops), body_out=tuple(outs),
                    data_cond=ch.flag(2))
+
+
+def _gen_early(ch: _Choose) -> Program:
+    """A mutating two-output custom op whose first item is last used by an extern kernel (a matmul),
+    then a larger buffer is made: an item (or its result tuple) kept past its last use raises the
+    peak, as with pytorch/pytorch#163227, even under fusion (a matmul is never fused)."""
+    batch, width = ch.pick((4, 8, 16)), ch.pick((32, 48, 64))
+    vals = _Values([(batch, width)])
+    for _ in range(ch.between(0, 2)):
+        kind = ch.pick((*UNARY, "scale"))
+        last = len(vals.shapes) - 1
+        vals.add(Op(kind, (last,), (ch.between(0, len(SCALARS) - 1),) if kind == "scale" else ()), (batch, width))
+    vals.add(Op("accum", (len(vals.shapes) - 1,)), *([(batch, width)] * 3))
+    early, late = len(vals.shapes) - 3, len(vals.shapes) - 2
+    vals.add(Op("transpose", (early,)), (width, batch))
+    vals.add(Op("matmul", (early, len(vals.shapes) - 1)), (batch, batch))  # the early item's last use
+    vals.add(Op("sum", (len(vals.shapes) - 1,), (1,)), (batch, 1))
+    vals.add(Op("add", (late, len(vals.shapes) - 1)), (batch, width))  # needs the matmul: it comes after
+    mixed = len(vals.shapes) - 1
+    vals.add(Op("transpose", (mixed,)), (width, batch))
+    vals.add(Op("matmul", (len(vals.shapes) - 1, mixed)), (width, width))  # the larger buffer
+    for _ in range(ch.between(0, 2)):
+        vals.add(Op(ch.pick(UNARY), (len(vals.shapes) - 1,)), (width, width))
+    return Program("early", False, "float32", batch, width, 1, (), tuple(vals.ops),
+                   _sinks(len(vals.shapes), vals.ops, 1))
 
 
 @st.composite
@@ -441,7 +468,7 @@ def program_source(program: Program) -> str:
     lines.append("")
     inputs = [f"x{i}" for i in range(p.n_inputs)]
     params = [f"self.p{i}" for i in range(len(p.param_shapes))]
-    if p.family == "dag":
+    if p.family in ("dag", "early"):
         lines.append(f"    def forward(self, {', '.join(inputs)}):")
         names = inputs + params
         lines.extend("        " + s for s in _emit_ops(p.ops, names, "v", p.train))
@@ -502,7 +529,7 @@ def build_workload(program: Program, seed: int, name: str = "<generated>") -> Wo
 
 # -- cases and ids --------------------------------------------------------------------------
 
-ID_RE = re.compile(r"^gen-(dag|loop)-(\d+)(-train)?$")
+ID_RE = re.compile(r"^gen-(dag|loop|early)-(\d+)(-train)?$")
 
 
 def case_id(family: str, seed: int, train: bool) -> str:
@@ -528,7 +555,8 @@ def case_from_program(program: Program, case_id_: str, seed: int, description: s
     case = Case(case_id_, kind, f"gen-{program.family}", seed,
                 lambda s: build_workload(program, s, f"<{case_id_}>"),
                 trains=program.train, requires=frozenset(requires),
-                tolerance=TOLERANCES[program.dtype], description=desc)
+                tolerance=TOLERANCES[program.dtype], description=desc,
+                make_inputs=lambda call: load_source(program_source(program), f"<{case_id_}>")["make_inputs"]())
     object.__setattr__(case, "program", program)  # frozen dataclass: attach the description for repros
     return case
 
@@ -571,13 +599,21 @@ def generated_cases(count: int = 12, hypothesis_seed: int = 0) -> list[Case]:
 
 DEFAULT_COUNT = 12
 DEFAULT_SEED = 0
+#: Seeded ``early`` programs in a default run, besides the mixed set (their own draw, so the mixed ids stay).
+DEFAULT_EARLY = 3
+
+
+def early_cases(count: int = DEFAULT_EARLY, hypothesis_seed: int = DEFAULT_SEED) -> list[Case]:
+    rng = random.Random(f"early-{hypothesis_seed}")
+    cases = [case_from_id(case_id("early", rng.randrange(10_000), False)) for _ in range(count)]
+    return [c for c in cases if c is not None]
 
 
 def register_generated(count: int = DEFAULT_COUNT, hypothesis_seed: int = DEFAULT_SEED) -> list[Case]:
     """Register a generated set (for ``--generated N --hypothesis-seed S``); ids already known are kept."""
     from conformance.case import _REGISTRY
 
-    cases = generated_cases(count, hypothesis_seed)
+    cases = generated_cases(count, hypothesis_seed) + early_cases(DEFAULT_EARLY, hypothesis_seed)
     for case in cases:
         if case.id not in _REGISTRY:
             register(case)

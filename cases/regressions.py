@@ -61,21 +61,24 @@ class TupleFreedEarly(nn.Module):
     alive.  Public: pytorch/pytorch#163227 ("[Graph Partition] improve custom op
     output alias"), fixed for PyTorch 2.9; background pytorch/pytorch#166014.
     What the harness checks: ``accum`` mutates a buffer and returns ``(early,
-    late)``; ``early`` is reduced at once and dies, then a large intermediate is
-    built while only ``late`` should survive.  Holding the tuple keeps ``early``
-    (``n x n`` floats) live at the peak: ``fail-peak``.
+    late)``; ``early`` is last used by a matmul (an extern kernel, so fusion cannot
+    carry it to the end), then a large intermediate is built while only ``late``
+    should survive.  Holding the tuple keeps ``early`` (``n x n`` floats) live at
+    the peak, and keeps inductor from reusing ``late`` in place in the last
+    kernel: the model of the generated program names the tuple (``fail-peak``).
     """
 
     def __init__(self, n: int) -> None:
         super().__init__()
+        self.w_early = nn.Parameter(torch.randn(n, 1) / n**0.5)
         self.w = nn.Parameter(torch.randn(n, 4 * n) / n**0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         acc = torch.zeros_like(x)
         early, late = torch.ops.conformance_gen.accum(x, acc)
-        e = early.sum(1, keepdim=True)  # last use of `early`
-        big = torch.relu(x @ self.w)  # the peak: `early` must be gone by now
-        return (big.sum(1, keepdim=True) + e) * late + acc
+        e = early @ self.w_early  # the last use of `early`: an extern kernel
+        big = torch.relu(x @ self.w + e)  # the peak, after e (it needs it): `early` must be gone by now
+        return big.sum(1, keepdim=True) * late + acc
 
 
 class CarriedState(nn.Module):
