@@ -25,7 +25,6 @@ from conformance.backends.cudagraph import (
     phase_of,
     pool_outputs_held,
     private_reserved_since,
-    replay_mismatches,
 )
 from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor_cuda import InductorCudaBackend
@@ -397,21 +396,10 @@ def test_share_scenario_runs_a_subset_of_paths() -> None:
     assert calls == ["a", "b_prime"]
 
 
-def test_replay_mismatches() -> None:
-    tol = select_cases(["mlp-s-infer"])[0].tolerance
-    first = {"output[0]": torch.ones(4), "grad[w]": torch.zeros(2, 2)}
-    assert replay_mismatches(first, {k: v.clone() for k, v in first.items()}, tol) == []
-    overwritten = {"output[0]": torch.ones(4), "grad[w]": torch.full((2, 2), 7.0)}
-    assert replay_mismatches(first, overwritten, tol) == ["grad[w]"]
-    assert replay_mismatches(first, {"output[0]": torch.ones(5)}, tol) == ["output[0]", "grad[w]"]
-
-
-def _step_with_runs(runs: list[RunInfo], model: torch.nn.Module,
-                    outputs: list[dict[str, torch.Tensor] | None] | None = None) -> CudaGraphStep:
+def _step_with_runs(runs: list[RunInfo], model: torch.nn.Module) -> CudaGraphStep:
     """A CudaGraphStep as after the engine's runs, without CUDA: only its verdict logic is exercised."""
     step = object.__new__(CudaGraphStep)
     step.case = select_cases(["mlp-s-infer"])[0]
-    step.outputs = outputs or [None] * len(runs)
     step.runs, step.checks, step.scenario = runs, {}, False
     step.unit_recordings = {}
     step.workload = SimpleNamespace(model=model)
@@ -439,12 +427,6 @@ def test_contract_verdicts() -> None:
     assert status == "fail-run" and "survive" in reason
     survive.unit_recordings = {"a": 1, "b": 2}
     assert survive.contract_check() is None
-    ok_out, bad_out = {"output[0]": torch.ones(3)}, {"output[0]": torch.zeros(3)}
-    outs: list[dict[str, torch.Tensor] | None] = [ok_out, None, ok_out, bad_out]
-    status, reason = _step_with_runs([warm, rec, replay, replay], plain, outs).contract_check()
-    assert status == "fail-parity" and "output[0]" in reason
-    outs[-1] = ok_out
-    assert _step_with_runs([warm, rec, replay, replay], plain, outs).contract_check() is None
     info = survive.memory_findings(Observation(), [])
     assert info["phase"] == "replay" and info["phases"] == ["warmup", "record", "replay", "replay"]
 

@@ -22,14 +22,43 @@ case = "loop-*"
 status = "fail-peak"
 reason = "keeps the carry"
 issue = "https://example.org/1"
+excess = 1
 """
 
 
 def test_expected_failure_becomes_xfail(tmp_path: Path) -> None:
     m = load_manifest("b", _write(tmp_path, GOOD))
-    r = apply(Result("loop-rnn-t3", "b", "fail-peak", reason="x"), m)
+    r = apply(Result("loop-rnn-t3", "b", "fail-peak", reason="x", excess_bytes=1), m)
     assert r.status == "xfail" and r.raw_status == "fail-peak" and r.expected == "fail-peak"
     assert "keeps the carry" in r.reason and r.ok
+
+
+def test_a_larger_excess_than_expected_is_a_new_failure(tmp_path: Path) -> None:
+    """An entry for a 1-byte excess must not hide an 18 KB leak added on top."""
+    m = load_manifest("b", _write(tmp_path, GOOD))
+    r = apply(Result("loop-rnn-t3", "b", "fail-peak", reason="x", excess_bytes=1 + 18432), m)
+    assert r.status == "fail-peak" and not r.ok
+    assert r.reason.startswith("excess 18433 B, manifest expects 1 B")
+
+
+def test_a_bound_accepts_what_is_under_it(tmp_path: Path) -> None:
+    m = load_manifest("b", _write(tmp_path, GOOD.replace("excess = 1", "max_excess = 64")))
+    assert apply(Result("loop-rnn-t3", "b", "fail-peak", excess_bytes=64), m).status == "xfail"
+    over = apply(Result("loop-rnn-t3", "b", "fail-peak", excess_bytes=65), m)
+    assert over.status == "fail-peak" and "at most 64 B" in over.reason
+
+
+def test_an_expected_memory_failure_without_its_excess_does_not_pass(tmp_path: Path) -> None:
+    m = load_manifest("b", _write(tmp_path, GOOD.replace("excess = 1\n", "")))
+    assert m.entries[0].unsized
+    r = apply(Result("loop-rnn-t3", "b", "fail-peak", excess_bytes=7), m)
+    assert r.status == "fail-peak" and "records no expected excess (measured 7 B" in r.reason
+
+
+@pytest.mark.parametrize("bad", ["excess = -1", "excess = \"1\"", "excess = true", "excess = 1\nmax_excess = 2"])
+def test_bad_excess_is_a_manifest_error(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ManifestError, match="loop-"):
+        load_manifest("b", _write(tmp_path, GOOD.replace("excess = 1", bad)))
 
 
 def test_unexpected_pass_is_xpass_and_not_ok(tmp_path: Path) -> None:
@@ -84,7 +113,7 @@ reason = "leaks its grads"
 """)
     m = load_manifest("b", path)
     results = [
-        Result("loop-rnn-t3", "b", "xfail", raw_status="fail-peak"),  # still as expected
+        Result("loop-rnn-t3", "b", "fail-peak", raw_status="fail-peak", excess_bytes=3),  # grew: 1 B -> 3 B
         Result("loop-rnn-t6", "b", "xpass", raw_status="pass"),  # glob over-matches now
         Result("mlp-s-train", "b", "xpass", raw_status="pass"),  # fixed
         Result("mlp-m-train", "b", "fail-parity", raw_status="fail-parity"),  # new failure
@@ -97,6 +126,7 @@ reason = "leaks its grads"
     by_case = {e.case: e for e in again.entries}
     assert set(by_case) == {"loop-rnn-t3", "mlp-m-train"}
     assert by_case["loop-rnn-t3"].reason == "keeps the carry" and by_case["loop-rnn-t3"].issue
+    assert by_case["loop-rnn-t3"].excess == 3 and "excess = 3" in text  # the observed size is recorded
     assert by_case["mlp-m-train"].reason.startswith(UNEXPLAINED) and by_case["mlp-m-train"].status == "fail-parity"
     assert "# TODO: explain" in text
     assert any("now passes" in n for n in notes) and any("needs a reason" in n for n in notes)

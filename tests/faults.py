@@ -1,0 +1,251 @@
+"""Planted faults for any backend: the harness must catch each where it changes memory or values.
+
+A fault wraps a real backend's compiled step (eager, inductor, the example vendor...)
+and changes one thing about what it does: an extra input clone, a scratch buffer,
+a leak from the N-th call on, stale results, results corrupted from the second
+call on, a 1e-3 relative error in one gradient.  Two more change what inductor
+*generates*: the pre-#163227 alias handling of multi-output fallback ops (the
+result tuple is never deleted) and a wrapper that drops its frees.  Each is a real
+adapter: ``planted(EagerBackend, "input-clone")`` is a Backend class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import torch
+
+from conformance.adapter import Backend, CompiledStep
+from conformance.case import Case, Workload
+from conformance.lifetime import LifetimeModel, Observation
+from conformance.probe import MemoryProbe, MemoryTrace
+from conformance.step import StepOutput, params_of
+from conformance.verdict import Check
+
+SCRATCH_BYTES = 4096
+#: the first call whose results the leaking fault keeps: beyond the default steps (calls 0..4)
+LEAK_FROM_CALL = 6
+
+
+class FaultyStep(CompiledStep):
+    """A backend's own compiled step with one fault planted; everything the harness asks it is delegated."""
+
+    def __init__(self, inner: CompiledStep, case: Case, workload: Workload, fault: Fault) -> None:
+        self.inner, self.case, self.workload, self.fault = inner, case, workload, fault
+        self.calls = 0
+        self.kept: list[Any] = []
+        self.first: StepOutput | None = None
+
+    def run(self) -> StepOutput:
+        call, self.calls = self.calls, self.calls + 1
+        return self.fault.run(self, call)
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        return self.inner.received_model(observation)
+
+    def program_model(self, observation: Observation) -> LifetimeModel | None:
+        return self.inner.program_model(observation)
+
+    def notes(self) -> list[str]:
+        return self.inner.notes()
+
+    def extra_probes(self) -> list[MemoryProbe]:
+        return self.inner.extra_probes()
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        return self.inner.memory_findings(observation, traces)
+
+    def contract_check(self) -> Check | tuple[str, str] | None:
+        return self.inner.contract_check()
+
+
+class Fault:
+    """What a fault does to one call of a step (``call`` counts from 0, the first call)."""
+
+    name: ClassVar[str]
+    changes: ClassVar[str]  # "memory" or "values": what the harness must see it by
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        return step.inner.run()
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """Active while the step is compiled and run (faults in a compiler's code generation)."""
+        yield
+
+
+class NoFault(Fault):
+    """The clean step, wrapped the same way (what a fault's effect is compared with)."""
+
+    name, changes = "none", "nothing"
+
+
+class InputClone(Fault):
+    name, changes = "input-clone", "memory"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        inputs = step.workload.inputs
+        step.workload.inputs = (inputs[0].clone(), *inputs[1:])  # alive for the whole call
+        try:
+            return step.inner.run()
+        finally:
+            step.workload.inputs = inputs
+
+
+class ScratchBuffer(Fault):
+    name, changes = "scratch-buffer", "memory"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        scratch = torch.empty(SCRATCH_BYTES // 4)
+        out = step.inner.run()
+        del scratch
+        return out
+
+
+class LeakFromCall(Fault):
+    name, changes = f"leak-from-call-{LEAK_FROM_CALL}", "memory"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        if call >= LEAK_FROM_CALL:
+            step.kept.append(out.outputs[0])  # a stale reference, one more every call
+        return out
+
+
+class StaleResults(Fault):
+    name, changes = "stale-results", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        if step.first is None:
+            step.first = step.inner.run()
+            return step.first
+        for name, grad in step.first.retained.items():  # what the first call left on .grad
+            params_of(step.workload.model)[name].grad = grad
+        return StepOutput(list(step.first.outputs), dict(step.first.retained))
+
+
+class CorruptFromSecondCall(Fault):
+    name, changes = "corrupt-from-call-1", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        if call >= 1:
+            with torch.no_grad():
+                for t in [*out.outputs, *out.retained.values()]:
+                    t.mul_(1.01)
+        return out
+
+
+class GradRelativeError(Fault):
+    """One gradient (the first output where there is none) off by a relative 1e-3."""
+
+    name, changes = "grad-rel-1e-3", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        target = next(iter(out.retained.values()), None)
+        with torch.no_grad():
+            (target if target is not None else out.outputs[0]).mul_(1 + 1e-3)
+        return out
+
+
+class InductorFault(Fault):
+    """A fault in inductor's code generation: the program it generates is wrong, nothing else."""
+
+    changes = "memory"
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        import torch._inductor.config as inductor_config
+
+        with self.patch(), inductor_config.patch(force_disable_caches=True):  # generate anew, with the fault
+            yield
+
+    def patch(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        with self.compiling():
+            return step.inner.run()
+
+
+class TupleNeverFreed(InductorFault):
+    """pytorch/pytorch#163227 undone: a mutating fallback op's outputs are said to alias its inputs,
+    so the result tuple is never deleted and its items cannot be reused in place."""
+
+    name = "inductor-pre-163227-alias"
+
+    @contextlib.contextmanager
+    def patch(self) -> Iterator[None]:
+        from torch._inductor import ir
+
+        original = ir.FallbackKernel.get_inputs_that_alias_output
+        ir.FallbackKernel.get_inputs_that_alias_output = lambda self: self.alias_names  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            ir.FallbackKernel.get_inputs_that_alias_output = original  # type: ignore[method-assign]
+
+
+class DroppedFree(InductorFault):
+    """The wrapper drops its ``del`` of buffers that are not reused: they live until the call returns."""
+
+    name = "inductor-dropped-free"
+
+    @contextlib.contextmanager
+    def patch(self) -> Iterator[None]:
+        from torch._inductor.codegen import wrapper
+
+        original = wrapper.FreeIfNotReusedLine.codegen
+
+        def codegen(self: Any, code: Any) -> None:
+            if self.node.get_name().startswith("buf"):
+                return  # the planted fault: no `del bufN`
+            original(self, code)
+
+        wrapper.FreeIfNotReusedLine.codegen = codegen  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            wrapper.FreeIfNotReusedLine.codegen = original  # type: ignore[method-assign]
+
+
+FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
+    InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
+    TupleNeverFreed, DroppedFree,
+)}
+GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
+INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]
+
+
+#: Every step the planted backends made in this process, latest last (the fault matrix reads their programs).
+CREATED: list[FaultyStep] = []
+
+
+def planted(base: type[Backend], fault: str) -> type[Backend]:
+    """``base`` with ``fault`` planted: a real adapter class, named ``<base>+<fault>``."""
+    fault_cls = NoFault if fault == "none" else FAULTS[fault]
+
+    def compile(self: Backend, case: Case, workload: Workload) -> CompiledStep:
+        f = fault_cls()
+        with f.compiling():
+            inner = base.compile(self, case, workload)
+        step = FaultyStep(inner, case, workload, f)
+        CREATED.append(step)
+        return step
+
+    return type(f"{base.__name__}_{fault.replace('-', '_')}", (base,), {
+        "name": f"{base.name}+{fault}", "compile": compile, "manifest_path": None,
+        "__module__": __name__,
+    })
+
+
+def backend_classes() -> dict[str, Callable[[], Backend]]:
+    """The clean backends the faults are planted in."""
+    from conformance.backends.eager import EagerBackend
+    from conformance.backends.inductor import InductorBackend
+    from example_vendor import ExampleVendorBackend
+
+    return {"eager": EagerBackend, "inductor": InductorBackend, "example-vendor": ExampleVendorBackend}

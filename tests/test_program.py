@@ -1,0 +1,196 @@
+"""The model of a generated program: wrappers written the way inductor writes them, judged by their lifetimes.
+
+Fast: no compiler runs here; the wrappers are source text, interpreted over fake tensors.
+The tests against inductor's real output are in test_fault_matrix.py and test_backends_clean.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
+from conformance.lifetime import Observation
+from conformance.program import ProgramError, WrapperProgram, late_references, late_releases, model_program
+
+PREAMBLE = """
+import torch
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.select_algorithm import extern_kernels
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
+reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+async_compile = AsyncCompile()
+cpp_fused_0 = async_compile.cpp_pybinding(['float*'], r'''kernel''')
+cpp_fused_1 = async_compile.cpp_pybinding(['float*'], r'''kernel''')
+async_compile.wait(globals())
+del async_compile
+"""
+F32 = 4
+
+
+def program(body: str, extra: str = "") -> WrapperProgram:
+    call = "def call(args):\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n"
+    return WrapperProgram(PREAMBLE + textwrap.dedent(extra) + "\n" + call)
+
+
+def inputs(*shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    with FakeTensorMode():
+        return [torch.empty(s) for s in shapes]
+
+
+def findings(body: str, *shapes: tuple[int, ...], extra: str = "", trips: list[int] | None = None):
+    model = model_program(program(body, extra), inputs(*shapes), Observation(trips or []))
+    return model, late_releases(model.events, model.storages, model.work_events), late_references(model.findings)
+
+
+CLEAN = """
+    arg0_1, = args
+    args.clear()
+    buf0 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
+    cpp_fused_0(arg0_1, buf0)
+    buf1 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
+    extern_kernels.mm(buf0, buf0, out=buf1)
+    del buf0
+    buf2 = buf1; del buf1  # reuse
+    cpp_fused_1(buf2)
+    return (buf2, )
+"""
+
+
+def test_a_clean_program_has_no_findings_and_its_own_timeline() -> None:
+    model, late, refs = findings(CLEAN, (16, 16))
+    assert late == [] and refs == []
+    assert model.peak_bytes == 2 * 16 * 16 * F32  # buf0 and buf1 during the mm
+    out = [s for s in model.storages if s.role == "output"]
+    assert len(out) == 1 and out[0].nbytes == 16 * 16 * F32  # buf1's storage, renamed buf2
+
+
+def test_a_del_emitted_late_is_named_with_where_it_should_have_died() -> None:
+    late_body = CLEAN.replace("    del buf0\n", "").replace("    cpp_fused_1(buf2)\n", "    cpp_fused_1(buf2)\n    del buf0\n")
+    model, late, _ = findings(late_body, (16, 16))
+    (f,) = late
+    assert f.kind == "late" and f.storage.producer.endswith("buf0") and f.storage.nbytes == 16 * 16 * F32
+    assert "extern_kernels.mm" in model.events[f.last_use]
+    assert "cpp_fused_1" in model.events[f.should_die]  # the first work after its last use
+    assert f.storage.held_by == "buf0"
+    assert "del buf0" in model.events[f.freed or 0]
+
+
+def test_a_missing_del_keeps_the_buffer_to_the_end() -> None:
+    model, late, _ = findings(CLEAN.replace("    del buf0\n", ""), (16, 16))
+    (f,) = late
+    assert f.storage.producer.endswith("buf0") and "return" in model.events[f.freed or 0]
+
+
+TUPLE = """
+    arg0_1, = args
+    args.clear()
+    buf1 = torch.ops.conformance_gen.twin.default(arg0_1)
+    buf2 = buf1[0]
+    buf3 = buf1[1]
+    {del_tuple}
+    buf4 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
+    extern_kernels.mm(buf2, buf3, out=buf4)
+    del buf2
+    del buf3
+    return (buf4, )
+"""
+
+
+def test_the_result_tuple_freed_after_its_items_are_taken_is_clean() -> None:
+    _, late, refs = findings(TUPLE.format(del_tuple="del buf1"), (16, 16))
+    assert late == [] and refs == []
+
+
+def test_a_result_tuple_never_deleted_blocks_its_items_at_their_last_use() -> None:
+    """pytorch/pytorch#163227: the items die in time through their own names, but the tuple still
+    references them at their last use, where the kernel could have reused them."""
+    model, late, refs = findings(TUPLE.format(del_tuple="pass"), (16, 16))
+    assert late == []  # freed when the tuple goes: right after their last use is over (return)
+    (ref,) = refs
+    assert ref.binding.label == "buf1"
+    assert {s.producer for s in ref.blocked} == {"buf1[0]", "buf1[1]"}
+    assert "extern_kernels.mm" in model.events[ref.should_die]
+    assert "buf3 = buf1[1]" in model.events[ref.binding.last_load]
+
+
+def test_a_scratch_buffer_the_program_never_uses_is_named() -> None:
+    body = CLEAN.replace("    cpp_fused_1(buf2)\n", "    buf9 = empty_strided_cpu((64,), (1,), torch.float32)\n"
+                                                   "    del buf9\n    cpp_fused_1(buf2)\n")
+    _, late, _ = findings(body, (16, 16))
+    (f,) = late
+    assert f.kind == "never-used" and f.storage.producer.endswith("buf9") and f.storage.nbytes == 64 * F32
+
+
+LOOP = """
+    arg0_1, = args
+    args.clear()
+    buf1 = [None] * 1
+    buf1[0] = arg0_1
+    (cond_result,) = cond_fn([buf1[0]])
+    should_loop = cond_result
+    if not should_loop:
+        buf1[0] = arg0_1.clone()
+    while should_loop:
+        (buf1[0],) = body_fn([buf1[0]])
+        (cond_result,) = cond_fn([buf1[0]])
+        should_loop = cond_result
+    del arg0_1
+    buf2 = buf1[0]
+    return (buf2, )
+"""
+LOOP_FUNCTIONS = """
+def cond_fn(args):
+    a, = args
+    args.clear()
+    c = empty_strided_cpu((), (), torch.bool)
+    cpp_fused_0(a, c)
+    del a
+    return (c, )
+def body_fn(args):
+    a, = args
+    args.clear()
+    n = empty_strided_cpu((16, 16), (16, 1), torch.float32)
+    cpp_fused_1(a, n)
+    del a
+    cpp_fused_0(n)
+    return (n, )
+"""
+
+
+@pytest.mark.parametrize("trips", [0, 1, 3])
+def test_a_host_loop_runs_for_the_observed_trips(trips: int) -> None:
+    model, late, _ = findings(LOOP, (16, 16), extra=LOOP_FUNCTIONS, trips=[trips])
+    bodies = sum(1 for e in model.events if "body_fn#" in e and "cpp_fused_1" in e)
+    assert bodies == trips
+    out = [s for s in model.storages if s.role == "output"]
+    assert out and out[0].nbytes == 16 * 16 * F32  # the last carry (or the clone of the input)
+    held = {f.storage.producer for f in late}
+    if trips >= 2:  # the carry list holds the previous state while the next body runs
+        assert any(f.storage.nbytes == 16 * 16 * F32 and f.storage.held_by == "buf1" for f in late), held
+        assert any(f.storage.nbytes == 1 and "should_loop" in f.storage.held_by for f in late), held
+
+
+def test_a_loop_without_an_observed_trip_count_is_not_guessed() -> None:
+    with pytest.raises(ProgramError, match="no observed trip count"):
+        findings(LOOP, (16, 16), extra=LOOP_FUNCTIONS, trips=[])
+
+
+@pytest.mark.parametrize("line, what", [
+    ("x = lambda: 1", "unsupported expression Lambda"),
+    ("for i in range(2): pass", "unsupported statement For"),
+    ("y = mystery(arg0_1)", "unknown name 'mystery'"),
+])
+def test_what_the_interpreter_does_not_know_is_an_error_naming_the_line(line: str, what: str) -> None:
+    with pytest.raises(ProgramError) as err:
+        findings(f"arg0_1, = args\n{line}\nreturn (arg0_1, )", (4,))
+    assert what in str(err.value) and line.split(":")[0] in str(err.value)
+
+
+def test_a_wrapper_without_a_call_function_is_refused() -> None:
+    with pytest.raises(ProgramError, match="no `call` function"):
+        WrapperProgram(PREAMBLE)
