@@ -1,0 +1,104 @@
+"""The table of planted fault x backend: on how many cases the harness catches each fault.
+
+    python benchmarks/fault_matrix.py [--backend eager] [--fault input-clone] [--case 'mlp-*'] [--json OUT]
+
+Every fault of ``tests/faults.py`` is planted in each clean backend (eager, inductor, the
+example vendor) and run on every case the backend can run here, with the clean backend's
+own manifest applied, as a user would see it.  A fault counts as *caught* on a case when
+the verdict is unexpected (a failure, or an excess other than the manifest's).  A fault
+in inductor's code generation counts only on cases whose generated program it changes;
+the others apply everywhere (a value fault changes values, a memory fault allocates).
+Also prints, for the clean inductor, whether the measured timeline followed the
+generated program exactly on every case it compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conformance.case import all_cases
+from conformance.engine import RunOptions, run_case
+from conformance.manifest import apply, load_manifest
+from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
+
+
+def sources(step: object) -> list[str]:
+    recorder = getattr(getattr(step, "inner", None), "recorder", None)
+    return [g.source or "" for g in getattr(recorder, "graphs", [])]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", action="append", default=[])
+    parser.add_argument("--fault", action="append", default=[])
+    parser.add_argument("--case", action="append", default=[])
+    parser.add_argument("--json", type=Path, default=None, help="write every verdict here")
+    args = parser.parse_args()
+    backends = {k: v for k, v in backend_classes().items() if not args.backend or k in args.backend}
+    faults = [f for f in FAULTS if not args.fault or f in args.fault]
+    rows: list[dict[str, object]] = []
+    table: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    exact = [0, 0]
+    t0 = time.perf_counter()
+    for bname, bcls in backends.items():
+        clean_backend = bcls()
+        manifest = load_manifest(clean_backend.name, getattr(clean_backend, "manifest_path", None))
+        cases = [c for c in all_cases() if not clean_backend.capabilities.missing_for(c)
+                 and (not args.case or any(fnmatch.fnmatchcase(c.id, g) for g in args.case))]
+        for case in cases:
+            clean_sources: list[str] | None = None
+            if bname == "inductor":
+                CREATED.clear()
+                clean = run_case(case, planted(bcls, "none")())  # type: ignore[arg-type]
+                clean_sources = sources(CREATED[-1]) if CREATED else []
+                program = clean.check("program")
+                if program is not None:
+                    exact[1] += 1
+                    exact[0] += program.figures.get("timeline") == "exact"
+            for fault in faults:
+                if fault in INDUCTOR_ONLY and bname != "inductor":
+                    continue
+                steps = LEAK_FROM_CALL - 1 if fault.startswith("leak") else 3
+                CREATED.clear()
+                result = run_case(case, planted(bcls, fault)(), RunOptions(steps=steps))  # type: ignore[arg-type]
+                result.backend = clean_backend.name
+                applies = True
+                if fault in INDUCTOR_ONLY:
+                    applies = bool(CREATED) and sources(CREATED[-1]) != clean_sources
+                final = apply(result, manifest)
+                caught = not final.ok
+                if applies:
+                    table[(fault, bname)][1] += 1
+                    table[(fault, bname)][0] += caught
+                rows.append({"backend": bname, "fault": fault, "case": case.id, "applies": applies,
+                             "caught": caught, "status": str(final.status), "reason": final.reason[:300]})
+                if applies and not caught:
+                    print(f"MISSED {fault} on {bname} {case.id}: {final.status} {final.reason[:160]}", flush=True)
+    print(f"\nfault x backend: caught / cases where the fault changes memory or values "
+          f"({time.perf_counter() - t0:.0f} s)")
+    names = list(backends)
+    print("| fault | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for fault in faults:
+        cells = []
+        for b in names:
+            caught, total = table.get((fault, b), (0, 0))
+            cells.append(f"{caught}/{total}" if total else "n/a")
+        print(f"| {fault} | " + " | ".join(cells) + " |")
+    if exact[1]:
+        print(f"\nclean inductor: measured timeline = generated program's on {exact[0]}/{exact[1]} compiled cases")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
