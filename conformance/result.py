@@ -14,6 +14,8 @@ STATUSES = (
 FAILURES = ("fail-compile", "fail-run", "fail-parity", "fail-peak", "fail-residual", "crash", "timeout")
 #: Final statuses that make a run "as expected".
 EXPECTED_OK = ("pass", "skip", "xfail")
+#: Version of the ``results.jsonl`` record layout (``conformance/schemas/results.schema.json``).
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Result:
     repro: str = ""
     repro_file: str = ""  # a standalone script (generated cases that failed: shrunk first)
     notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
 
     @property
     def ok(self) -> bool:
@@ -56,15 +59,17 @@ def append_result(path: Path, result: Result) -> None:
 
 
 def read_results(path: Path) -> list[Result]:
-    results = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            results.append(Result.from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise ValueError(f"{path}:{n}: not a result record ({exc})") from exc
-    return results
+    """Every record of a results file; raises ValueError naming the first bad line.
+
+    Input from outside the run (``report``, ``merge``) goes through
+    :func:`conformance.records.read_records` instead, which keeps the good lines.
+    """
+    from conformance.records import read_records
+
+    loaded = read_records(path)
+    if loaded.problems:
+        raise ValueError(loaded.problems[0].describe(path))
+    return loaded.results
 
 
 def _json_default(obj: Any) -> Any:
