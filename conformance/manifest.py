@@ -53,7 +53,7 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
     if not path.exists():
         return Manifest(backend, None, [])
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
     raw = data.get("expect", [])
@@ -82,6 +82,18 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
             raise ManifestError(f"{where} ({case}): 'issue' must be a string")
         entries.append(Expectation(case, status, reason.strip(), issue))
     return Manifest(backend, path, entries)
+
+
+def _read_text(path: Path) -> str:
+    """The manifest's text; a directory, unreadable file or non-UTF-8 bytes are a ManifestError naming it."""
+    if path.is_dir():
+        raise ManifestError(f"{path}: is a directory, not a manifest file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start}); TOML manifests are UTF-8") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def manifest_location(backend: str) -> Path:
