@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ import pytest
 from conformance.adapter import BackendError
 from conformance.case import CaseError
 from conformance.manifest import ManifestError
-from conformance.outdir import OutDirError, RunDir, check_target, claim
+from conformance.outdir import OutDirError, RunDir, check_target, claim, path_arg
 from conformance.plugin import DEFAULT_OUT, RunStats, Selection, select
 
 EXIT_USAGE = 2
@@ -59,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", action="append", default=[], metavar="NAME",
                      help="backend name or package.module:Class (repeatable; default: all usable here)")
     run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
-    run.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"results directory (default: {DEFAULT_OUT})")
+    run.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR",
+                     help=f"results directory (default: {DEFAULT_OUT})")
     existing = run.add_mutually_exclusive_group()
     existing.add_argument("--overwrite", action="store_true",
                           help="DIR may hold an earlier run: replace its results once this run has verdicts")
@@ -68,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--workers", default=None, metavar="N", help="pytest-xdist workers (a number or 'auto')")
     run.add_argument("--shard", default=None, metavar="I/N",
                      help="run shard I of N of the selected pairs (balanced by expected cost)")
-    run.add_argument("--shard-durations", default=None, metavar="DIR",
+    run.add_argument("--shard-durations", type=path_arg, default=None, metavar="DIR",
                      help="previous results directory whose timings weigh the shards")
     run.add_argument("--update-manifest", action="store_true",
                      help="rewrite each selected backend's manifest from this run, keeping reasons")
@@ -83,24 +85,24 @@ def _parser() -> argparse.ArgumentParser:
                           "crash/timeout verdict, not the end of the run (default: on)")
     run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                      help="per-pair time limit when isolated (default: 600)")
-    run.add_argument("--report", default=None, metavar="SITE_DIR",
+    run.add_argument("--report", type=path_arg, default=None, metavar="SITE_DIR",
                      help="where the HTML report goes (default: DIR/report)")
     run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
-    run.add_argument("--history", type=Path, default=None, metavar="PATH",
+    run.add_argument("--history", type=path_arg, default=None, metavar="PATH",
                      help="SQLite run history the report records this run in (default: DIR/history.sqlite)")
     run.add_argument("--no-history", action="store_true", help="do not record this run in the history")
     from conformance.report import add_report_arguments
 
     add_report_arguments(sub.add_parser("report", help="build the HTML dashboard from results directories"))
     merge = sub.add_parser("merge", help="combine shard results directories into one")
-    merge.add_argument("dirs", nargs="+", metavar="DIR")
-    merge.add_argument("-o", "--out", required=True, metavar="DIR")
+    merge.add_argument("dirs", type=path_arg, nargs="+", metavar="DIR")
+    merge.add_argument("-o", "--out", type=path_arg, required=True, metavar="DIR")
     merge.add_argument("--overwrite", action="store_true", help="replace results already in DIR")
     repro = sub.add_parser("repro", help="shrink a failing case and write a standalone repro script")
     repro.add_argument("case", metavar="CASE")
     repro.add_argument("--backend", required=True, metavar="NAME")
-    repro.add_argument("-o", "--out", default="repro.py", metavar="FILE")
-    repro.add_argument("--hypothesis-db", default=None, metavar="DIR",
+    repro.add_argument("-o", "--out", type=path_arg, default="repro.py", metavar="FILE")
+    repro.add_argument("--hypothesis-db", type=path_arg, default=None, metavar="DIR",
                        help="Hypothesis example database (default: conformance-results/.hypothesis)")
     repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
     repro.add_argument("--no-shrink", action="store_true")
@@ -175,7 +177,7 @@ def _check_workers(workers: str | None) -> None:
         raise UsageFailure(f"-n/--workers must be a whole number >= 0, 'auto' or 'logical', got {workers!r}")
 
 
-def _check_shard(spec: str | None, durations: str | None) -> None:
+def _check_shard(spec: str | None, durations: Path | None) -> None:
     from conformance.records import RecordsError, read_usable
     from conformance.sharding import Shard
 
@@ -226,7 +228,7 @@ def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
     if args.shard:
         pytest_args += ["--shard", args.shard]
         if args.shard_durations:
-            pytest_args += ["--shard-durations", args.shard_durations]
+            pytest_args += ["--shard-durations", str(args.shard_durations)]
     if args.update_manifest:
         pytest_args.append("--update-manifest")
     if args.generated:
@@ -360,6 +362,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
     db = Path(args.hypothesis_db) if args.hypothesis_db else Path(DEFAULT_OUT) / ".hypothesis"
     _check_repro_options(args, Path(args.out), db)
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's caches beside its database, not in cwd
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(db)
     try:
         return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink)
     except (BackendError, CaseError, ManifestError) as exc:

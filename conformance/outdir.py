@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import os
@@ -111,6 +112,13 @@ _CLAIMS: dict[Path, RunDir] = {}
 def held(path: Path) -> RunDir | None:
     """This process's claim on ``path``, if it holds one (the CLI claims before pytest starts)."""
     return _CLAIMS.get(path.resolve())
+
+
+def path_arg(text: str) -> Path:
+    """argparse ``type`` for path options: an empty string would quietly mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file or directory")
+    return Path(text)
 
 
 def check_target(path: Path, what: str = "--out") -> None:

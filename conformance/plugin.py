@@ -496,10 +496,19 @@ def pytest_configure(config: pytest.Config) -> None:
     _INTERRUPTED = False
     _ISOLATION = (bool(config.getoption("isolate")), float(config.getoption("timeout")))
     _REPRO_DIR = Path(config.getoption("conformance_out")) if config.getoption("auto_repro") else None
+    _keep_hypothesis_in(Path(config.getoption("conformance_out")) / ".hypothesis")
     _quiet_torch()
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if not _is_worker(config):
         config.pluginmanager.register(ResultWriter(config), WRITER)
+
+
+def _keep_hypothesis_in(directory: Path) -> None:
+    """Hypothesis's own files (shrink database, caches) go under the results, not the current directory."""
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(directory)
 
 
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:

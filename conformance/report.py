@@ -31,7 +31,7 @@ import jinja2
 from markupsafe import Markup
 
 from conformance import history as hist
-from conformance.outdir import OutDirError, check_target
+from conformance.outdir import OutDirError, check_target, path_arg
 from conformance.records import RecordsError, read_usable
 from conformance.result import STATUSES, Result
 
@@ -422,12 +422,12 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``conformance report``; the CLI adds them to its ``report`` subparser."""
-    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+    parser.add_argument("results", nargs="+", type=path_arg, metavar="RESULTS",
                         help="results directories (each with results.jsonl) or results.jsonl files")
-    parser.add_argument("-o", "--out", "--output", dest="output", type=Path, default=Path("conformance-report"),
+    parser.add_argument("-o", "--out", "--output", dest="output", type=path_arg, default=Path("conformance-report"),
                         metavar="SITE_DIR",
                         help="directory to write the site to (index.html); default: %(default)s")
-    parser.add_argument("--history", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--history", type=path_arg, default=None, metavar="PATH",
                         help="SQLite run history to record this run in and draw trends from; "
                              f"default: {hist.HISTORY_NAME} beside the first RESULTS")
     parser.add_argument("--no-history", action="store_true", help="neither record nor show run history")
