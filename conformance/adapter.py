@@ -164,13 +164,13 @@ def load_backend_class(label: str, spec: str) -> Backend:
         sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:  # an import error in a plugin must not take the run down
+    except (Exception, SystemExit) as exc:  # an import error (or exit) in a plugin must not take the run down
         raise BackendError(f"backend {label!r}: cannot load {spec}: {type(exc).__name__}: {exc}") from exc
     return validate_backend(label, obj)
 
 
 def validate_backend(label: str, obj: object) -> Backend:
-    backend = obj() if isinstance(obj, type) else obj
+    backend = _instantiate(label, obj) if isinstance(obj, type) else obj
     if not isinstance(backend, Backend):
         missing = [m for m in ("name", "capabilities", "compile") if not hasattr(backend, m)]
         raise BackendError(
@@ -185,6 +185,20 @@ def validate_backend(label: str, obj: object) -> Backend:
             f"got {type(backend.capabilities).__name__}"
         )
     return backend
+
+
+def _instantiate(label: str, cls: type) -> object:
+    """An adapter class's instance; a class that is not an adapter is not constructed at all."""
+    if not issubclass(cls, Backend):
+        missing = [m for m in ("name", "capabilities", "compile") if not hasattr(cls, m)]
+        raise BackendError(
+            f"backend {label!r}: {cls.__module__}.{cls.__qualname__} is not a conformance Backend"
+            + (f" (missing {', '.join(missing)})" if missing else " subclass")
+        )
+    try:
+        return cls()
+    except Exception as exc:
+        raise BackendError(f"backend {label!r}: {cls.__qualname__}() failed: {type(exc).__name__}: {exc}") from None
 
 
 def discover() -> BackendRegistry:

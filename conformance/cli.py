@@ -1,41 +1,76 @@
 """The ``conformance`` command: a thin layer over the pytest plugin.
 
 ``conformance run`` validates its input first (unknown backends or cases, bad
-manifests, cases that fail to build: one line, exit 2) and then runs pytest on
-the suite; any argument it does not know goes to pytest unchanged.
+manifests, cases that fail to build, unusable paths: one line, exit 2) before it
+touches the output directory, and then runs pytest on the suite; any argument it
+does not know goes to pytest unchanged.  SIGINT and SIGTERM end a run cleanly: the
+finished verdicts, junit and report are kept and the exit code is 128 + the signal.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
 import signal
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+import pytest
 
 from conformance.adapter import BackendError
 from conformance.case import CaseError
 from conformance.manifest import ManifestError
-from conformance.plugin import DEFAULT_OUT, Selection, select
+from conformance.outdir import OutDirError, RunDir, check_target, claim, path_arg
+from conformance.plugin import DEFAULT_OUT, RunStats, Selection, select
 
 EXIT_USAGE = 2
+#: pytest's exit codes the CLI translates.
+PYTEST_INTERRUPTED, PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 2, 4, 5
 
 
 class UsageFailure(Exception):
     """Bad input: reported as one line, exit code 2."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a run; pytest unwinds it like Ctrl-C (sessionfinish, junit, cleanup)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="conformance", description=__doc__.splitlines()[0])
+    parser = _OneLineParser(prog="conformance", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run cases on backends (unknown options go to pytest)")
     run.add_argument("--backend", action="append", default=[], metavar="NAME",
                      help="backend name or package.module:Class (repeatable; default: all usable here)")
     run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
-    run.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"results directory (default: {DEFAULT_OUT})")
+    run.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR",
+                     help=f"results directory (default: {DEFAULT_OUT})")
+    existing = run.add_mutually_exclusive_group()
+    existing.add_argument("--overwrite", action="store_true",
+                          help="DIR may hold an earlier run: replace its results once this run has verdicts")
+    existing.add_argument("--resume", action="store_true",
+                          help="keep the verdicts in DIR and run only the selected pairs that lack one")
     run.add_argument("-n", "--workers", default=None, metavar="N", help="pytest-xdist workers (a number or 'auto')")
     run.add_argument("--shard", default=None, metavar="I/N",
                      help="run shard I of N of the selected pairs (balanced by expected cost)")
-    run.add_argument("--shard-durations", default=None, metavar="DIR",
+    run.add_argument("--shard-durations", type=path_arg, default=None, metavar="DIR",
                      help="previous results directory whose timings weigh the shards")
     run.add_argument("--update-manifest", action="store_true",
                      help="rewrite each selected backend's manifest from this run, keeping reasons")
@@ -53,33 +88,34 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None, metavar="N",
                      help="probed calls per pair, each with fresh inputs (default: 3); the residual must stay "
                           "exact over all of them, and the last one's results are checked for parity")
-    run.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+    run.add_argument("--baseline", type=path_arg, default=None, metavar="DIR",
                      help="an earlier results directory (the last nightly, another torch version): a pair whose "
                           "measured peak or residual grew beyond --baseline-tolerance fails")
     run.add_argument("--baseline-tolerance", default="0", metavar="BYTES|PCT",
                      help="growth allowed over the baseline: bytes, or a percentage such as 5%% (default 0: any "
                           "growth fails, as the CPU allocator measures bytes exactly)")
-    run.add_argument("--report", default=None, metavar="SITE_DIR",
+    run.add_argument("--report", type=path_arg, default=None, metavar="SITE_DIR",
                      help="where the HTML report goes (default: DIR/report)")
     run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
-    run.add_argument("--history", type=Path, default=None, metavar="PATH",
-                     help="SQLite run history the report records this run in (default: ./conformance-history.sqlite)")
+    run.add_argument("--history", type=path_arg, default=None, metavar="PATH",
+                     help="SQLite run history the report records this run in (default: DIR/history.sqlite)")
     run.add_argument("--no-history", action="store_true", help="do not record this run in the history")
     from conformance.report import add_report_arguments
 
     add_report_arguments(sub.add_parser("report", help="build the HTML dashboard from results directories"))
     merge = sub.add_parser("merge", help="combine shard results directories into one")
-    merge.add_argument("dirs", nargs="+", metavar="DIR")
-    merge.add_argument("-o", "--out", required=True, metavar="DIR")
+    merge.add_argument("dirs", type=path_arg, nargs="+", metavar="DIR")
+    merge.add_argument("-o", "--out", type=path_arg, required=True, metavar="DIR")
+    merge.add_argument("--overwrite", action="store_true", help="replace results already in DIR")
     diff = sub.add_parser("diff", help="what changed per pair between two results directories")
-    diff.add_argument("before", type=Path, metavar="A")
-    diff.add_argument("after", type=Path, metavar="B")
+    diff.add_argument("before", type=path_arg, metavar="A")
+    diff.add_argument("after", type=path_arg, metavar="B")
     diff.add_argument("--all", action="store_true", help="every pair, not only those that changed")
     repro = sub.add_parser("repro", help="shrink a failing case and write a standalone repro script")
     repro.add_argument("case", metavar="CASE")
     repro.add_argument("--backend", required=True, metavar="NAME")
-    repro.add_argument("-o", "--out", default="repro.py", metavar="FILE")
-    repro.add_argument("--hypothesis-db", default=None, metavar="DIR",
+    repro.add_argument("-o", "--out", type=path_arg, default="repro.py", metavar="FILE")
+    repro.add_argument("--hypothesis-db", type=path_arg, default=None, metavar="DIR",
                        help="Hypothesis example database (default: conformance-results/.hypothesis)")
     repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
     repro.add_argument("--no-shrink", action="store_true")
@@ -111,16 +147,104 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
-    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
-    import pytest
-
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_run_options(args, out)
+    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
+    run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+    try:
+        with _signals_interrupt() as caught:
+            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors()]))
+            return _finish(args, run_dir, code, caught.signum)
+    finally:
+        run_dir.release()
+
+
+def _claim(out: Path, mode: str) -> RunDir:
+    try:
+        return claim(out, mode)
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _check_run_options(args: argparse.Namespace, out: Path) -> None:
+    """Every option a run could stumble on later, checked before anything is written or run."""
+    _check_workers(args.workers)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageFailure(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    _check_shard(args.shard, args.shard_durations)
+    _check_steps_and_baseline(args)
+    try:
+        check_target(out, "--out")
+        if args.report and not args.no_report:
+            check_target(Path(args.report), "--report")
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
+    if not args.no_history:
+        _check_history(_history_path(args, out))
+
+
+def _check_steps_and_baseline(args: argparse.Namespace) -> None:
+    from conformance.baseline import BaselineError, Tolerance, load_baseline
+
+    if args.steps is not None and args.steps < 1:
+        raise UsageFailure(f"--steps must be a whole number >= 1, got {args.steps}")
+    try:
+        Tolerance.parse(args.baseline_tolerance)
+        if args.baseline is not None:
+            load_baseline(args.baseline)
+    except BaselineError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _check_workers(workers: str | None) -> None:
+    """pytest-xdist's -n: a count (0 = no workers), 'auto' or 'logical'."""
+    if workers is None or workers in ("auto", "logical"):
+        return
+    if not workers.isdigit():
+        raise UsageFailure(f"-n/--workers must be a whole number >= 0, 'auto' or 'logical', got {workers!r}")
+
+
+def _check_shard(spec: str | None, durations: Path | None) -> None:
+    from conformance.records import RecordsError, read_usable
+    from conformance.sharding import Shard
+
+    if spec is None:
+        if durations is not None:
+            raise UsageFailure("--shard-durations weighs shards: it needs --shard I/N")
+        return
+    try:
+        Shard.parse(spec)
+        if durations is not None:
+            path = Path(durations)
+            read_usable(path / "results.jsonl" if path.is_dir() else path)
+    except RecordsError as exc:
+        raise UsageFailure(f"--shard-durations: {exc}") from None
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _history_path(args: argparse.Namespace, out: Path) -> Path:
+    from conformance import history
+
+    return Path(args.history) if args.history else out / history.HISTORY_NAME
+
+
+def _check_history(path: Path) -> None:
+    from conformance import history
+
+    try:
+        history.check(path)
+    except history.HistoryError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
+    out = run_dir.path
     pytest_args = [
         "--pyargs", "conformance.suite", "-qq", "--no-header", "-p", "no:cacheprovider",
         "--rootdir", str(out.resolve()), "-o", "console_output_style=classic",
-        "--conformance-out", str(out), "--conformance-progress", "--junitxml", str(out / "junit.xml"),
-        "-W", "ignore::UserWarning",
+        "--conformance-out", str(out), "--conformance-existing", run_dir.mode, "--conformance-progress",
+        "--junitxml", str(run_dir.staged_junit), "-W", "ignore::UserWarning",
     ]
     for b in args.backend:
         pytest_args += ["--backend", b]
@@ -129,15 +253,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
     if args.shard:
-        from conformance.sharding import Shard
-
-        try:
-            Shard.parse(args.shard)
-        except ValueError as exc:
-            raise UsageFailure(str(exc)) from None
         pytest_args += ["--shard", args.shard]
         if args.shard_durations:
-            pytest_args += ["--shard-durations", args.shard_durations]
+            pytest_args += ["--shard-durations", str(args.shard_durations)]
     if args.update_manifest:
         pytest_args.append("--update-manifest")
     if args.generated:
@@ -146,49 +264,125 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         pytest_args.append("--no-auto-repro")
     pytest_args.append("--isolate" if args.isolate else "--no-isolate")
     if args.timeout is not None:
-        if args.timeout <= 0:
-            raise UsageFailure("--timeout must be positive")
         pytest_args += ["--timeout", str(args.timeout)]
     if args.steps is not None:
-        if args.steps < 1:
-            raise UsageFailure("--steps must be at least 1")
         pytest_args += ["--steps", str(args.steps)]
     if args.baseline is not None:
-        from conformance.baseline import BaselineError, Tolerance, load_baseline
-
-        try:
-            load_baseline(args.baseline)
-            Tolerance.parse(args.baseline_tolerance)
-        except BaselineError as exc:
-            raise UsageFailure(str(exc)) from None
         pytest_args += ["--baseline", str(args.baseline), "--baseline-tolerance", args.baseline_tolerance]
-    code = int(pytest.main([*pytest_args, *extra]))
-    if code in (0, 1) and not args.no_report and (out / "results.jsonl").exists():
-        _build_run_report(args, out)
-    return 0 if code == 0 else (EXIT_USAGE if code == 4 else 1)
+    return pytest_args
 
 
-def _build_run_report(args: argparse.Namespace, out: Path) -> None:
-    """The report of this run, also when verdicts failed: that is when people look at it."""
-    from conformance import history
+@dataclass
+class _Caught:
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[_Caught]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` once; later ones are noted, not raised, so cleanup finishes."""
+    caught = _Caught()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if caught.signum is None:
+            caught.signum = signum
+            raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None) -> int:
+    """Report what ran, and turn pytest's exit code into the CLI's."""
+    from conformance import plugin
+
+    stats = plugin.LAST_RUN
+    interrupted = signum is not None or code == PYTEST_INTERRUPTED
+    if stats is not None and stats.published and not args.no_report:
+        _build_run_report(args, run_dir.path, stats)
+    if interrupted:
+        _say_interrupted(stats, run_dir, signum)
+        return 128 + (signum or signal.SIGINT)
+    if code == PYTEST_NO_TESTS:
+        return _nothing_ran(args, run_dir, stats)
+    if code == PYTEST_USAGE_ERROR:
+        return EXIT_USAGE
+    return 0 if code == 0 else 1
+
+
+def _say_interrupted(stats: RunStats | None, run_dir: RunDir, signum: int | None) -> None:
+    name = signal.Signals(signum).name if signum else "KeyboardInterrupt"
+    if stats is None or not stats.published:
+        print(f"conformance: interrupted ({name}) before any verdict; {run_dir.path} left as it was", file=sys.stderr)
+        return
+    print(f"conformance: {stats.cut_short} ({name}); finished verdicts kept in {run_dir.results}",
+          file=sys.stderr)
+
+
+def _nothing_ran(args: argparse.Namespace, run_dir: RunDir, stats: RunStats | None) -> int:
+    if stats is not None and stats.kept:
+        print(f"conformance: nothing left to resume: every selected pair has a verdict in {run_dir.results}",
+              file=sys.stderr)
+        return 0
+    if args.shard:
+        print(f"conformance: shard {args.shard} holds no pair of this selection; nothing to run", file=sys.stderr)
+        return 0
+    raise UsageFailure(f"no case x backend pair left to run (deselected by -k/-m?); {run_dir.path} left as it was")
+
+
+def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> None:
+    """The report of this run, also when verdicts failed or it was cut short: that is when people look at it."""
     from conformance.report import build_report
 
     site = Path(args.report) if args.report else out / "report"
-    hist = None if args.no_history else (args.history or history.DEFAULT_HISTORY)
+    note = stats.cut_short if stats.interrupted else ""
+    hist = None if args.no_history or stats.interrupted else _history_path(args, out)  # history: complete runs
     try:
-        index = build_report([out], site, hist)
+        index = build_report([out], site, hist, note=note,
+                             warn=lambda line: print(f"conformance: warning: {line}", file=sys.stderr))
     except Exception as exc:  # a report problem must not hide the verdicts
         print(f"conformance: warning: report not built: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
     print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
 
 
+class _OneLineUsageErrors:
+    """pytest plugin: a usage error from pytest (an unknown option...) becomes the CLI's one-line error."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_parse(self, pluginmanager: Any, args: list[str]) -> Any:
+        try:
+            return (yield)
+        except pytest.UsageError as exc:
+            raise UsageFailure(_usage_line(exc)) from None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_main(self, config: pytest.Config) -> Any:
+        try:
+            return (yield)
+        except pytest.UsageError as exc:
+            raise UsageFailure(_usage_line(exc)) from None
+
+
+def _usage_line(exc: pytest.UsageError) -> str:
+    """The line of pytest's usage text that says what is wrong."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    said = next((ln.split("error: ", 1)[1] for ln in lines if "error: " in ln), lines[0] if lines else "usage error")
+    return f"pytest: {said}" if said.startswith(("unrecognized", "argument")) else said
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from conformance.merge import MergeError, merge
 
+    def warn(line: str) -> None:
+        print(f"conformance merge: warning: {line}", file=sys.stderr)
+
     try:
-        results = merge([Path(d) for d in args.dirs], Path(args.out))
-    except (MergeError, ValueError) as exc:
+        results = merge([Path(d) for d in args.dirs], Path(args.out), overwrite=args.overwrite, warn=warn)
+    except (MergeError, OutDirError) as exc:
         raise UsageFailure(str(exc)) from None
     print(f"merged {len(results)} results from {len(args.dirs)} directories into {args.out}")
     return 0
@@ -198,10 +392,38 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from conformance.repro import main_repro
 
     db = Path(args.hypothesis_db) if args.hypothesis_db else Path(DEFAULT_OUT) / ".hypothesis"
+    _check_repro_options(args, Path(args.out), db)
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's caches beside its database, not in cwd
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(db)
     try:
         return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink)
-    except (BackendError, CaseError) as exc:
+    except (BackendError, CaseError, ManifestError) as exc:
         raise UsageFailure(str(exc)) from None
+
+
+def _check_repro_options(args: argparse.Namespace, out: Path, db: Path) -> None:
+    """Paths and the case, before a shrink spends minutes on them."""
+    from conformance.cases import generated
+
+    from conformance.case import resolve
+
+    if args.max_runs < 1:
+        raise UsageFailure(f"--max-runs must be >= 1, got {args.max_runs}")
+    try:
+        if out.is_dir():
+            raise OutDirError(f"-o {out}: is a directory; name the script file to write")
+        check_target(out.parent, f"-o {out}:")
+        check_target(db, "--hypothesis-db")
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
+    case = resolve(args.case)
+    if case is None:
+        raise UsageFailure(f"unknown case {args.case!r} (see 'conformance list cases')")
+    if generated.program_of(case) is None:
+        raise UsageFailure(f"case {case.id!r} is not generated: repro shrinks generated cases (gen-*); "
+                           f"rerun it with: conformance run --case {case.id} --backend {args.backend}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -263,6 +485,16 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list(args)
     except UsageFailure as exc:
         print(f"conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Interrupted as exc:
+        print(f"conformance: interrupted ({signal.Signals(exc.signum).name})", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("conformance: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except OSError as exc:  # a path the checks above did not foresee: still one line naming it
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"conformance: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -4,6 +4,11 @@ A run is inserted in a single transaction, so a run interrupted halfway (a crash
 Ctrl-C, a full disk) leaves the database exactly as it was: earlier runs intact and
 no half run to be mistaken for a real one.  A run is keyed by a fingerprint of its
 results, so building the report twice from the same results does not count it twice.
+
+The history lives next to the results (``DIR/history.sqlite``) unless the user names one
+file for every run (a nightly dashboard).  Runs are ordered by when they ran, not by
+when they were recorded: a report rebuilt for an older results directory must not
+become "the latest run".
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 from conformance.result import Result, Status
 
-DEFAULT_HISTORY = Path("conformance-history.sqlite")
+T = TypeVar("T")
+
+#: The history's file name inside a results directory (its default place).
+HISTORY_NAME = "history.sqlite"
 #: Peak growth beyond this fraction of the previous run's peak is a memory regression.
 PEAK_REGRESSION = 0.05
 
@@ -91,11 +100,65 @@ def is_failure(status: str) -> bool:
     return Status.parse(status).is_unexpected
 
 
+#: Columns each table must have for this code to read and write it.
+_COLUMNS = {
+    "runs": {"id", "started_at", "label", "fingerprint"},
+    "results": {"run_id", "backend", "case_id", "family", "status", "reason", "model_peak_bytes",
+                "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes"},
+}
+
+
+class HistoryError(ValueError):
+    """A history file that cannot be used; the message is one line naming it."""
+
+
+def default_for(results: Path) -> Path:
+    """The history that belongs to a results directory (or to the directory of a results file)."""
+    return (results if results.is_dir() else results.parent) / HISTORY_NAME
+
+
+def check(path: Path, what: str = "--history") -> None:
+    """Fail with one line if ``path`` cannot hold the run history; reads, never creates or writes."""
+    if path.is_dir():
+        raise HistoryError(f"{what} {path}: is a directory, not an SQLite file")
+    if not path.exists():
+        _check_creatable(path, what)
+        return
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            _check_tables(db)
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"{what} {path}: not a run history database ({exc})") from None
+
+
+def _check_creatable(path: Path, what: str) -> None:
+    existing = next((p for p in path.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise HistoryError(f"{what} {path}: {existing} is a file, not a directory")
+
+
+def _check_tables(db: sqlite3.Connection) -> None:
+    for table, needed in _COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if have and not needed <= have:
+            missing = ", ".join(sorted(needed - have))
+            raise sqlite3.DatabaseError(f"its table {table!r} lacks {missing}: another program's database?")
+
+
 def connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA foreign_keys = ON")
-    db.executescript(_SCHEMA)
+    """Open (creating if need be) the history; :class:`HistoryError` names the file when it is not one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise HistoryError(f"history {path}: cannot open: {exc}") from None
+    try:
+        db.execute("PRAGMA foreign_keys = ON")
+        db.executescript(_SCHEMA)
+        _check_tables(db)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise HistoryError(f"history {path}: not a run history database ({exc})") from None
     return db
 
 
@@ -141,15 +204,30 @@ def _row(run_id: int, r: Result) -> tuple[object, ...]:
 
 
 def runs(path: Path) -> list[Run]:
-    """All runs, oldest first."""
+    """All runs, oldest first by when they ran (recording order breaks ties)."""
     if not path.exists():
         return []
     with closing(connect(path)) as db:
-        return [Run(*row) for row in db.execute("SELECT id, started_at, label FROM runs ORDER BY id")]
+        found = [Run(*row) for row in db.execute("SELECT id, started_at, label FROM runs")]
+    return sorted(found, key=lambda r: (_when(r.started_at), r.id))
+
+
+def _when(started_at: str) -> datetime:
+    """A run's time, comparable across time zones; an unreadable one sorts first."""
+    try:
+        when = datetime.fromisoformat(started_at)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _by_run_time(path: Path, points: list[tuple[int, T]]) -> list[tuple[int, T]]:
+    order = {r.id: i for i, r in enumerate(runs(path))}
+    return sorted(points, key=lambda p: order.get(p[0], -1))
 
 
 def backend_trends(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """backend -> [(run id, pass rate)], oldest first; pass rate over the run's non-skipped verdicts."""
+    """backend -> [(run id, pass rate)], oldest run first; pass rate over the run's non-skipped verdicts."""
     if not path.exists():
         return {}
     trends: dict[str, list[tuple[int, float]]] = {}
@@ -160,11 +238,11 @@ def backend_trends(path: Path) -> dict[str, list[tuple[int, float]]]:
         )
         for backend, run_id, ok, total in rows:
             trends.setdefault(backend, []).append((run_id, ok / total if total else 0.0))
-    return trends
+    return {b: _by_run_time(path, points) for b, points in trends.items()}
 
 
 def case_trends(path: Path) -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """(case, backend) -> [(run id, measured peak bytes)], oldest first, runs with a measured peak only."""
+    """(case, backend) -> [(run id, measured peak bytes)], oldest run first, runs with a measured peak only."""
     if not path.exists():
         return {}
     trends: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -175,7 +253,7 @@ def case_trends(path: Path) -> dict[tuple[str, str], list[tuple[int, int]]]:
         )
         for case, backend, run_id, peak in rows:
             trends.setdefault((case, backend), []).append((run_id, peak))
-    return trends
+    return {key: _by_run_time(path, points) for key, points in trends.items()}
 
 
 def changes(path: Path, run_id: int | None = None, threshold: float = PEAK_REGRESSION) -> Changes:

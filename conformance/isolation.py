@@ -13,10 +13,16 @@ and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; th
 Either way the next case gets a fresh worker.  Workers are reused across cases
 otherwise, so the cost of isolation is one pipe round trip per case plus one
 interpreter start (``import torch``) per worker, not per case.
+
+A worker runs in its own session and process group, so a terminal's Ctrl-C reaches only
+the run, which then ends the worker's whole group itself (with whatever the backend
+spawned).  It also dies with its parent: on Linux the kernel sends it SIGKILL when the
+parent dies (``PR_SET_PDEATHSIG``), elsewhere a watchdog thread notices the orphaning.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -24,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +40,32 @@ from conformance.engine import RunOptions
 from conformance.result import Result, Status
 
 STDERR_TAIL_CHARS = 3000
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ORPHAN_POLL_S = 1.0
 
 
-def worker_main(reply_fd: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """End this worker when the run that started it ends, even by SIGKILL (no cleanup of its own runs then)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+        os._exit(1)
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
+
+
+def worker_main(reply_fd: int, parent_pid: int) -> None:
     """Worker loop: one JSON request ``[case_id, backend_spec]`` per stdin line, one JSON reply line each."""
     import faulthandler
 
+    die_with_parent(parent_pid)
     faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
@@ -112,8 +139,9 @@ class WorkerPool:
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "conformance.isolation", "--worker", str(wfd)],
+                [sys.executable, "-m", "conformance.isolation", "--worker", str(wfd), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(wfd,), env=env,
+                start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
             )
         finally:
             os.close(wfd)
@@ -160,9 +188,10 @@ class WorkerPool:
         self._discard()
         return _placeholder(case_id, backend, "crash", describe_exit(code), tail, elapsed)
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
         worker = self._worker
-        if worker is not None and worker.alive() and worker.process.stdin is not None:
+        if not kill and worker is not None and worker.alive() and worker.process.stdin is not None:
             try:
                 worker.process.stdin.close()  # EOF: the worker loop ends
                 worker.process.wait(5)
@@ -174,8 +203,7 @@ class WorkerPool:
         worker, self._worker = self._worker, None
         if worker is None:
             return
-        if worker.alive():
-            worker.process.kill()  # SIGKILL: a hung native call ignores SIGTERM
+        _kill_group(worker.process)  # SIGKILL: a hung native call ignores SIGTERM
         worker.process.wait()
         if worker.process.stdin is not None:
             try:
@@ -184,6 +212,19 @@ class WorkerPool:
                 pass
         worker.replies.close()
         worker.stderr_path.unlink(missing_ok=True)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group: the worker and anything its backend started.
+
+    Only while the worker is not yet reaped: until then its pid, the group's id, cannot be reused.
+    """
+    if process.returncode is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _wait(worker: _Worker, timeout_s: float) -> list[Any] | None:
@@ -253,16 +294,16 @@ def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
     return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s, options)
 
 
-def shutdown() -> None:
-    """Stop the shared worker (also done at interpreter exit, as the worker is a daemon)."""
+def shutdown(kill: bool = False) -> None:
+    """Stop the shared worker: gracefully, or at once (``kill``) when the run was interrupted."""
     global _DEFAULT_POOL
     if _DEFAULT_POOL is not None:
-        _DEFAULT_POOL.close()
+        _DEFAULT_POOL.close(kill=kill)
         _DEFAULT_POOL = None
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        worker_main(int(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker_main(int(sys.argv[2]), int(sys.argv[3]))
     else:
-        sys.exit("usage: python -m conformance.isolation --worker REPLY_FD (started by WorkerPool)")
+        sys.exit("usage: python -m conformance.isolation --worker REPLY_FD PARENT_PID (started by WorkerPool)")

@@ -86,7 +86,7 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
     if not path.exists():
         return Manifest(backend, None, [])
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
     raw = data.get("expect", [])
@@ -121,6 +121,18 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
             raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
         entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess))
     return Manifest(backend, path, entries)
+
+
+def _read_text(path: Path) -> str:
+    """The manifest's text; a directory, unreadable file or non-UTF-8 bytes are a ManifestError naming it."""
+    if path.is_dir():
+        raise ManifestError(f"{path}: is a directory, not a manifest file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start}); TOML manifests are UTF-8") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def manifest_location(backend: str) -> Path:

@@ -3,8 +3,9 @@
 Everything the CLI does goes through here, so pytest's own machinery (``-k``,
 ``-x``, ``-n`` through pytest-xdist, ``--junitxml``) works on the suite.  Each
 result travels on its test report (which pytest-xdist ships to the controller),
-and the controller appends it to ``results.jsonl`` as soon as it arrives, so an
-interrupted run keeps every finished verdict.
+and the controller appends it to the run's staged results file as soon as it
+arrives and moves that into place when the session ends (:mod:`conformance.outdir`),
+so an interrupted run keeps every finished verdict and never truncates an earlier one.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import time
+import traceback
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,9 @@ from conformance.baseline import BaselineError, Tolerance, apply_baseline, load_
 from conformance.case import Case, CaseError, select_cases
 from conformance.engine import DEFAULT_STEPS, RunOptions
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
+from conformance.outdir import MODES, OutDirError, RunDir, claim, held
 from conformance.result import Result, append_result
+from conformance.verdict import Status
 
 RESULT_ATTR = "conformance_result"
 DEFAULT_TIMEOUT_S = 600.0
@@ -106,6 +111,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="case id or glob (repeatable). Default: all cases.")
     group.addoption("--conformance-out", default=DEFAULT_OUT, metavar="DIR",
                     help=f"where results.jsonl goes (default: ./{DEFAULT_OUT})")
+    group.addoption("--conformance-existing", choices=MODES, default="refuse",
+                    help="what to do when the results directory already holds files: refuse (default), "
+                         "overwrite them, or resume (run only the pairs without a verdict there)")
     group.addoption("--conformance-progress", action="store_true",
                     help="one progress line per verdict and a summary table (the CLI's display)")
     group.addoption("--shard", default=None, metavar="I/N",
@@ -167,6 +175,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_shard(config, items)
+    _skip_done(config, items)
+
+
+def _skip_done(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Resume: pairs that already have a verdict in the results directory are not run again."""
+    done = _done_pairs(config)
+    if not done:
+        return
+    keep = [i for i in items if (p := _pair_of(i)) is None or p.id not in done]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+def _done_pairs(config: pytest.Config) -> set[str]:
+    if _is_worker(config):  # an xdist worker: the controller sent them (pytest_configure_node)
+        return set(config.workerinput.get("conformance_done", ()))  # type: ignore[attr-defined]
+    writer = config.pluginmanager.get_plugin(WRITER)
+    return writer.run_dir.done() if writer is not None else set()
+
+
+def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     spec = config.getoption("shard", None)
     if not spec:
         return
@@ -215,25 +247,46 @@ def _write_repro(pair: Pair, result: Result, out: Path) -> None:
         result.notes.append(f"repro file: {path}")
 
 
-def execute_pair(pair: Pair) -> None:
-    """Run one pair, attach its result to the test, and turn the verdict into an outcome."""
-    isolate, timeout_s = _ISOLATION
-    if isolate:
-        from conformance.isolation import run_isolated
+def rerun_command(pair: Pair) -> str:
+    """The command that runs exactly this pair again: an ad hoc backend by its ``module:Class`` spec."""
+    return shlex.join(["conformance", "run", "--case", pair.case.id, "--backend", pair.spec])
 
-        raw = run_isolated(pair.case.id, pair.spec, timeout_s, _OPTIONS)
-        # a crash or timeout verdict is made without the backend: name it as the run knows it
-        raw.backend = pair.backend.name
-        raw.kind, raw.family, raw.seed = pair.case.kind, pair.case.family, pair.case.seed
-        raw.versions = raw.versions or pair.backend.versions()
-    else:
-        from conformance.engine import run_case
 
-        raw = run_case(pair.case, pair.backend, _OPTIONS, pair.spec)
+def _raw_verdict(pair: Pair) -> Result:
+    """The backend's verdict; an error outside the engine's own handling is this pair's ``fail-run``."""
+    try:
+        raw = _engine_verdict(pair)
+    except Exception as exc:  # the pair must still get its line in results.jsonl
+        return Result(pair.case.id, pair.backend.name, Status.FAIL_RUN,
+                      f"harness error outside the engine: {type(exc).__name__}: {exc}",
+                      seed=pair.case.seed, kind=pair.case.kind, family=pair.case.family,
+                      notes=[traceback.format_exc()])
     if _BASELINE is not None:
         earlier, tolerance, source = _BASELINE
         raw = apply_baseline(raw, earlier.get((raw.case, raw.backend)), tolerance, source)
-    result = apply(raw, pair.manifest)
+    return raw
+
+
+def _engine_verdict(pair: Pair) -> Result:
+    isolate, timeout_s = _ISOLATION
+    if not isolate:
+        from conformance.engine import run_case
+
+        return run_case(pair.case, pair.backend, _OPTIONS, pair.spec)
+    from conformance.isolation import run_isolated
+
+    raw = run_isolated(pair.case.id, pair.spec, timeout_s, _OPTIONS)
+    # a crash or timeout verdict is made without the backend: name it as the run knows it
+    raw.backend = pair.backend.name
+    raw.kind, raw.family, raw.seed = pair.case.kind, pair.case.family, pair.case.seed
+    raw.versions = raw.versions or pair.backend.versions()
+    return raw
+
+
+def execute_pair(pair: Pair) -> None:
+    """Run one pair, attach its result to the test, and turn the verdict into an outcome."""
+    result = apply(_raw_verdict(pair), pair.manifest)
+    result.repro = rerun_command(pair)
     if _REPRO_DIR is not None and not result.ok and result.status not in ("crash", "timeout"):
         _write_repro(pair, result, _REPRO_DIR)
     _CURRENT_RESULTS.append(result)
@@ -259,31 +312,76 @@ def _quiet_torch() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+@dataclass
+class RunStats:
+    """How the session ended, for the CLI (exit code, report banner) once pytest returns."""
+
+    total: int  # pairs this session set out to run (after -k, --shard and --resume)
+    finished: int  # verdicts it made
+    kept: int  # verdicts kept from before (--resume)
+    interrupted: bool
+    published: bool  # results.jsonl (and junit.xml) moved into place
+
+    @property
+    def cut_short(self) -> str:
+        """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``."""
+        if self.interrupted:
+            return f"interrupted after {self.finished} of {self.total} pairs"
+        if self.finished < self.total:
+            return f"stopped after {self.finished} of {self.total} pairs"
+        return ""
+
+
+LAST_RUN: RunStats | None = None
+WRITER = "conformance-writer"
+_INTERRUPTED = False
+
+
 class ResultWriter:
-    """Controller side: append results as they arrive; show progress; print the summary."""
+    """Controller side: stage results as they arrive; show progress; print the summary; publish."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.out = Path(config.getoption("conformance_out"))
-        self.path = self.out / "results.jsonl"
+        out = Path(config.getoption("conformance_out"))
+        claimed = held(out)
+        self.owns_dir = claimed is None  # plain pytest: the CLI did not claim the directory first
+        try:
+            self.run_dir: RunDir = claimed or claim(out, config.getoption("conformance_existing"))
+        except OutDirError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.path = self.run_dir.results
         self.results: list[Result] = []
+        self.recorded: set[str] = set()  # node ids that have their verdict
+        self.failures: dict[str, str] = {}  # node id -> why pytest failed it (for pairs without a verdict)
         self.started = time.perf_counter()
         self.progress = config.getoption("conformance_progress")
         self.total = 0
         self.bar: Any = None  # a rich Progress, on a terminal only
         self.task: Any = None
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("", encoding="utf-8")
+
+    def _announce(self, total: int) -> None:
+        self.total = total
+        if not (self.progress and total):
+            return
+        sel = _selection(self.config)  # an xdist controller collects nothing: resolve it here
+        names = ", ".join(b.name for b in sel.backends)
+        kept = f", {len(self.run_dir.kept)} kept from before" if self.run_dir.mode == "resume" else ""
+        _echo(f"conformance: {total} pairs ({names}{kept}) -> {self.path}")
+        for w in [*self.run_dir.warnings, *sel.warnings]:
+            _echo(f"warning: {w}")
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.total = sum(1 for item in session.items if "conformance_pair" in getattr(item, "fixturenames", ()))
-        if self.progress and self.total:
-            sel = _SELECTION
-            names = ", ".join(b.name for b in sel.backends) if sel else "?"
-            _echo(f"conformance: {self.total} pairs ({names}) -> {self.path}")
-            for w in sel.warnings if sel else []:
-                _echo(f"warning: {w}")
+        self._announce(sum(1 for item in session.items if _pair_of(item) is not None))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.total:  # every worker collects the same items: the first says how many
+            self._announce(sum(1 for i in ids if "test_conformance[" in i))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["conformance_done"] = sorted(self.run_dir.done())
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
@@ -301,21 +399,39 @@ class ResultWriter:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         raw = getattr(report, RESULT_ATTR, None)
-        if not raw:
+        if raw:
+            self.recorded.add(report.nodeid)
+            self._record(Result.from_json(json.loads(raw)))
+        elif report.failed:
+            self.failures.setdefault(report.nodeid, f"{report.when} failed: {_gist(report.longreprtext)}")
+
+    @pytest.hookimpl
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        """A pair pytest finished without a verdict (an error in setup, a plugin) still gets a line."""
+        pair_id = _pair_id_of(nodeid)
+        if pair_id is None or nodeid in self.recorded:
             return
-        result = Result.from_json(json.loads(raw))
+        case, _, backend = pair_id.partition("@")
+        why = self.failures.get(nodeid, "no verdict was recorded")
+        self.recorded.add(nodeid)
+        self._record(Result(case, backend, Status.FAIL_RUN, f"no verdict: {why}"))
+
+    def _record(self, result: Result) -> None:
         self.results.append(result)
-        append_result(self.path, result)
+        append_result(self.run_dir.staged_results, result)
         if self.progress:
-            t = sum(result.timing.values())
-            mark = "ok " if result.ok else "BAD"
-            line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
-                    f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
-            if self.bar is not None:
-                self.bar.console.print(line, markup=False, highlight=False)
-                self.bar.advance(self.task)
-            else:
-                _echo(line)
+            self._show(result)
+
+    def _show(self, result: Result) -> None:
+        t = sum(result.timing.values())
+        mark = "ok " if result.ok else "BAD"
+        line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
+                f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.advance(self.task)
+        else:
+            _echo(line)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> Generator[None, Any, None]:
@@ -326,8 +442,8 @@ class ResultWriter:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.config.getoption("update_manifest") or _SELECTION is None:
-            return
+        if _INTERRUPTED or not self.config.getoption("update_manifest") or _SELECTION is None:
+            return  # a manifest is rewritten from complete runs only
         from conformance.manifest import write_updated
 
         for backend in _SELECTION.backends:
@@ -336,6 +452,9 @@ class ResultWriter:
             _echo(f"manifest {path}: {len(notes)} change(s)")
             for note in notes:
                 _echo(f"  {note}")
+
+    def stats(self) -> RunStats:
+        return RunStats(self.total, len(self.results), len(self.run_dir.kept), _INTERRUPTED, self.run_dir.published)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -347,7 +466,28 @@ class ResultWriter:
         from conformance.summary import summary_table
 
         summary_table(self.results, time.perf_counter() - self.started, self.path,
-                      warnings=_SELECTION.warnings if _SELECTION else [])
+                      warnings=_SELECTION.warnings if _SELECTION else [], cut_short=self.stats().cut_short)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """After every sessionfinish (junit is written by then): move the staged files into place."""
+        global LAST_RUN
+        self.run_dir.publish(len(self.results))
+        LAST_RUN = self.stats()
+        if self.owns_dir:
+            self.run_dir.release()
+
+
+def _pair_id_of(nodeid: str) -> str | None:
+    """``case@backend`` from a suite test's node id, or ``None`` for any other test."""
+    _, sep, param = nodeid.partition("test_conformance[")
+    return param[:-1] if sep and param.endswith("]") and "@" in param else None
+
+
+def _gist(text: str) -> str:
+    """The last non-blank line of a failure report: where pytest puts the error itself."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else "unknown error")[:300]
 
 
 def _echo(line: str) -> None:
@@ -372,7 +512,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_configure(config: pytest.Config) -> None:
     if not _runs_suite(config):
         return
-    global _ISOLATION, _REPRO_DIR, _OPTIONS, _BASELINE
+    global _ISOLATION, _REPRO_DIR, _OPTIONS, _BASELINE, _INTERRUPTED
+    _INTERRUPTED = False
     _ISOLATION = (bool(config.getoption("isolate")), float(config.getoption("timeout")))
     try:
         _OPTIONS = RunOptions(steps=int(config.getoption("steps")))
@@ -383,17 +524,32 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ValueError, BaselineError) as exc:
         raise pytest.UsageError(str(exc)) from None
     _REPRO_DIR = Path(config.getoption("conformance_out")) if config.getoption("auto_repro") else None
+    _keep_hypothesis_in(Path(config.getoption("conformance_out")) / ".hypothesis")
     _quiet_torch()
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if not _is_worker(config):
-        config.pluginmanager.register(ResultWriter(config), "conformance-writer")
+        config.pluginmanager.register(ResultWriter(config), WRITER)
+
+
+def _keep_hypothesis_in(directory: Path) -> None:
+    """Hypothesis's own files (shrink database, caches) go under the results, not the current directory."""
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(directory)
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Ctrl-C, or SIGTERM turned into an interrupt by the CLI: end workers now, mark the run cut short."""
+    global _INTERRUPTED
+    _INTERRUPTED = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _ISOLATION[0]:
         from conformance.isolation import shutdown
 
-        shutdown()
+        shutdown(kill=_INTERRUPTED)
 
 
 def _runs_suite(config: pytest.Config) -> bool:

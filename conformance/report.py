@@ -1,22 +1,27 @@
 """The nightly dashboard: a static HTML site built from results directories and the run history.
 
-Everything the page needs is inlined (CSS, a small script, the charts as SVG drawn
-here in Python), so it works from a ``file://`` URL with no server and fetches
-nothing at view time.  Charts are pure functions of the numbers in ``results.jsonl``
-and the history database, so every mark on them can be checked against those numbers.
+Everything the page needs is inlined (CSS, a small script, the charts as SVG), so it
+works from a ``file://`` URL with no server and fetches nothing at view time.  Charts
+are pure functions of the numbers in ``results.jsonl`` and the history database, so
+every mark on them can be checked against those numbers.
+
+Results files come from anywhere (a backend names itself), so nothing here builds
+markup from data: Python computes chart geometry as numbers, and the templates render
+every string through Jinja2's autoescaping.  The only ``Markup`` is the static CSS and
+script shipped with the package.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import math
+import os
 import re
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +31,9 @@ import jinja2
 from markupsafe import Markup
 
 from conformance import history as hist
-from conformance.result import STATUSES, Result, read_results
+from conformance.outdir import OutDirError, check_target, path_arg
+from conformance.records import RecordsError, read_usable
+from conformance.result import STATUSES, Result
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
 SHORT = {
@@ -42,21 +49,34 @@ PROGRAM_COLOUR = "#2a9d4b"
 # --------------------------------------------------------------------------- loading
 
 
-def load_results(results_dirs: Sequence[Path]) -> list[Result]:
-    """Results of all directories (or results.jsonl files); a later one wins for the same case x backend."""
+def results_file(source: Path) -> Path:
+    """A results directory's ``results.jsonl``, or the file itself."""
+    return source / "results.jsonl" if source.is_dir() else source
+
+
+def load_results(results_dirs: Sequence[Path], warn: Callable[[str], None] | None = None) -> list[Result]:
+    """Results of all directories (or results.jsonl files); a later one wins for the same case x backend.
+
+    Each line is checked against the results schema: bad lines are skipped and named
+    through ``warn``; a file with no valid record at all raises :class:`RecordsError`.
+    """
     merged: dict[tuple[str, str], Result] = {}
     for d in results_dirs:
-        path = d / "results.jsonl" if d.is_dir() else d
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no results.jsonl (run `conformance run` first)")
-        for r in read_results(path):
+        loaded = read_usable(results_file(d))
+        for line in loaded.warnings():
+            (warn or _warn)(line)
+        for r in loaded.results:
             merged[(r.case, r.backend)] = r
     return list(merged.values())
 
 
+def _warn(line: str) -> None:
+    print(f"conformance report: warning: {line}", file=sys.stderr)
+
+
 def results_time(results_dirs: Sequence[Path]) -> str:
     """When the run finished: the newest results file's modification time (what the history records)."""
-    paths = [d / "results.jsonl" if d.is_dir() else d for d in results_dirs]
+    paths = [results_file(d) for d in results_dirs]
     newest = max(p.stat().st_mtime for p in paths)
     return datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="seconds")
 
@@ -168,79 +188,97 @@ def step_path(points: Sequence[tuple[float, int]], chart: Chart, top: float) -> 
     return "".join(parts)
 
 
-def timeline_svg(memory: dict[str, Any]) -> Markup:
-    """Model and measured live bytes over the step on one chart, peaks and residuals marked."""
+@dataclass(frozen=True)
+class SeriesMarks:
+    """One series of the timeline chart, as numbers and plain strings (the template escapes them)."""
+
+    key: str
+    label: str
+    colour: str
+    path: str  # SVG path data, built from numbers only
+    points: int
+    peak: int
+    residual: int
+    peak_y: float
+    peak_x: float | None  # where the series reaches its peak, if it does
+    residual_y: float
+
+
+@dataclass(frozen=True)
+class TimelineChart:
+    """Geometry of the memory timeline: ``charts.html.j2`` draws it, autoescaping every string."""
+
+    chart: Chart
+    x_end: float  # x of step progress 1
+    ticks: list[tuple[float, str]]  # (y, byte label)
+    progress: list[tuple[float, str]]  # (x, progress label)
+    series: list[SeriesMarks]
+    labels: list[tuple[float, str, str, str]]  # (y, class, colour, text), spread apart
+
+
+def timeline_chart(memory: dict[str, Any]) -> TimelineChart | None:
+    """Model and measured live bytes over the step on one chart, peaks and residuals marked; None if unmeasured."""
     series = [
         Series("model", f"model ({memory.get('model_source', 'lifetime model')})", MODEL_COLOUR,
-               model_points(memory.get("model_timeline") or [], memory.get("model_residual_bytes")),
-               memory.get("model_peak_bytes"), memory.get("model_residual_bytes")),
+               model_points(memory.get("model_timeline") or [], _int_or_none(memory.get("model_residual_bytes"))),
+               _int_or_none(memory.get("model_peak_bytes")), _int_or_none(memory.get("model_residual_bytes"))),
         Series("program", "generated program", PROGRAM_COLOUR,
-               model_points(memory.get("program_timeline") or [], memory.get("measured_residual_bytes")),
-               memory.get("program_peak_bytes"), None),
+               model_points(memory.get("program_timeline") or [], _int_or_none(memory.get("measured_residual_bytes"))),
+               _int_or_none(memory.get("program_peak_bytes")), None),
         Series("measured", f"measured ({memory.get('domain', 'probe')})", MEASURED_COLOUR,
                measured_points(memory.get("timeline") or []),
-               memory.get("measured_peak_bytes"), memory.get("measured_residual_bytes")),
+               _int_or_none(memory.get("measured_peak_bytes")), _int_or_none(memory.get("measured_residual_bytes"))),
     ]
     series = [s for s in series if s.points]
     if not series:
-        return Markup('<p class="muted" id="no-timeline">No memory timeline recorded for this verdict.</p>')
+        return None
     chart = Chart()
     highest = max(max(max(b for _, b in s.points), s.peak or 0) for s in series)
     ticks = nice_ticks(highest)
     top = ticks[-1]
-    e = html.escape
-    out = [
-        f'<svg class="timeline" id="timeline-chart" viewBox="0 0 {chart.width} {chart.height}" '
-        f'width="{chart.width}" height="{chart.height}" role="img" aria-label="memory timeline">'
-    ]
-    for t in ticks:
-        y = chart.y(t, top)
-        out.append(f'<line class="grid" x1="{chart.left}" x2="{chart.x(1)}" y1="{y}" y2="{y}"/>')
-        out.append(f'<text class="tick" x="{chart.left - 6}" y="{y + 4}" text-anchor="end">{e(fmt_bytes(t))}</text>')
-    for p in (0, 0.25, 0.5, 0.75, 1):
-        out.append(f'<text class="tick" x="{chart.x(p)}" y="{chart.height - chart.bottom + 16}" '
-                   f'text-anchor="middle">{p:g}</text>')
-    out.append(f'<text class="axis" x="{chart.x(0.5)}" y="{chart.height - 4}" text-anchor="middle">'
-               "step progress</text>")
-    labels: list[tuple[float, str, str, str]] = []  # (y, class, colour, text), spread apart below
-    for s in series:
-        peak = s.peak if s.peak is not None else max(b for _, b in s.points)
-        residual = s.residual if s.residual is not None else s.points[-1][1]
-        dash = {"model": ' stroke-dasharray="6 3"', "program": ' stroke-dasharray="2 2"'}.get(s.key, "")
-        out.append(
-            f'<path class="series series-{s.key}" data-series="{s.key}" data-peak="{peak}" '
-            f'data-residual="{residual}" data-points="{len(s.points)}" d="{step_path(s.points, chart, top)}" '
-            f'fill="none" stroke="{s.colour}" stroke-width="2"{dash}/>'
-        )
-        py = chart.y(peak, top)
-        px = next((x for x, b in s.points if b == peak), None)
-        out.append(f'<line class="peak-line" data-series="{s.key}" x1="{chart.left}" x2="{chart.x(1)}" '
-                   f'y1="{py}" y2="{py}" stroke="{s.colour}" stroke-opacity="0.35" stroke-dasharray="2 3"/>')
-        if px is not None:
-            out.append(f'<circle class="peak-marker" data-series="{s.key}" data-bytes="{peak}" '
-                       f'cx="{chart.x(px)}" cy="{py}" r="4" fill="{s.colour}"/>')
-        ry = chart.y(residual, top)
-        out.append(f'<rect class="residual-marker" data-series="{s.key}" data-bytes="{residual}" '
-                   f'x="{chart.x(1) - 4}" y="{ry - 4}" width="8" height="8" fill="white" stroke="{s.colour}" '
-                   f'stroke-width="2" transform="rotate(45 {chart.x(1)} {ry})"/>')
-        labels.append((py, "peak-label", s.colour, f"{s.key} peak {fmt_bytes(peak)}"))
-        labels.append((ry, "residual-label", s.colour, f"{s.key} residual {fmt_bytes(residual)}"))
-    for y, cls, colour, text in spread(labels, gap=13, lo=chart.top + 4, hi=chart.height - chart.bottom + 4):
-        out.append(f'<text class="{cls}" x="{chart.x(1) + 8}" y="{y + 4}" style="fill:{colour}">{e(text)}</text>')
-    out.append("</svg>")
-    legend = "".join(
-        f'<span class="legend-item" data-series="{s.key}"><span class="swatch" '
-        f'style="background:{s.colour}"></span>{e(s.label)}</span>'
-        for s in series
+    marks = [_series_marks(s, chart, top) for s in series]
+    labels: list[tuple[float, str, str, str]] = []
+    for m in marks:
+        labels.append((m.peak_y, "peak-label", m.colour, f"{m.key} peak {fmt_bytes(m.peak)}"))
+        labels.append((m.residual_y, "residual-label", m.colour, f"{m.key} residual {fmt_bytes(m.residual)}"))
+    return TimelineChart(
+        chart, chart.x(1),
+        [(chart.y(t, top), fmt_bytes(t)) for t in ticks],
+        [(chart.x(p), f"{p:g}") for p in (0, 0.25, 0.5, 0.75, 1)],
+        marks,
+        spread(labels, gap=13, lo=chart.top + 4, hi=chart.height - chart.bottom + 4),
     )
-    return Markup("".join(out) + f'<div class="legend">{legend}</div>')
 
 
-def sparkline(values: Sequence[float], width: int = 120, height: int = 28, lo: float | None = None,
-              hi: float | None = None, cls: str = "spark", attrs: str = "") -> Markup:
-    """A tiny trend line over runs, oldest on the left; the last point is dotted."""
+def _series_marks(s: Series, chart: Chart, top: float) -> SeriesMarks:
+    peak = s.peak if s.peak is not None else max(b for _, b in s.points)
+    residual = s.residual if s.residual is not None else s.points[-1][1]
+    px = next((x for x, b in s.points if b == peak), None)
+    return SeriesMarks(
+        s.key, s.label, s.colour, step_path(s.points, chart, top), len(s.points), peak, residual,
+        chart.y(peak, top), chart.x(px) if px is not None else None, chart.y(residual, top),
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class Spark:
+    """A tiny trend line over runs (oldest on the left, the last point dotted), for ``charts.html.j2``."""
+
+    width: int
+    height: int
+    points: str  # polyline points, numbers only
+    last: tuple[float, float]
+    values: str  # JSON of the values, for data-values
+
+
+def spark(values: Sequence[float], width: int = 120, height: int = 28, lo: float | None = None,
+          hi: float | None = None) -> Spark | None:
     if not values:
-        return Markup("")
+        return None
     lo = min(values) if lo is None else lo
     hi = max(values) if hi is None else hi
     span = hi - lo
@@ -250,14 +288,8 @@ def sparkline(values: Sequence[float], width: int = 120, height: int = 28, lo: f
          round(height - 3 - ((v - lo) / span if span else 0.5) * (height - 6), 2))
         for i, v in enumerate(values)
     ]
-    poly = " ".join(f"{x},{y}" for x, y in pts)
-    lx, ly = pts[-1]
-    data = html.escape(json.dumps([round(v, 4) for v in values]))
-    return Markup(
-        f'<svg class="{cls}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'data-values="{data}" {attrs}><polyline points="{poly}" fill="none" stroke="#555" stroke-width="1.5"/>'
-        f'<circle cx="{lx}" cy="{ly}" r="2.5" fill="#111"/></svg>'
-    )
+    return Spark(width, height, " ".join(f"{x},{y}" for x, y in pts), pts[-1],
+                 json.dumps([round(float(v), 4) for v in values]))
 
 
 # --------------------------------------------------------------------------- page model
@@ -302,10 +334,12 @@ class Page:
     changes: hist.Changes | None
     runs: list[hist.Run]
     run: hist.Run | None
+    note: str = ""  # e.g. "interrupted after 8 of 33 pairs": shown under the title
+    no_history_why: str = "--no-history"
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
-               title: str = "torch-conformance", run_time: str | None = None) -> Page:
+               title: str = "torch-conformance", run_time: str | None = None, note: str = "") -> Page:
     backends = list(dict.fromkeys(r.backend for r in results))
     cases: dict[str, str] = {}
     for r in sorted(results, key=lambda r: (r.family, r.case)):
@@ -339,6 +373,8 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         changes=hist.changes(history, run.id) if history and run else None,
         runs=hist.runs(history) if history else [],
         run=run,
+        note=note,
+        no_history_why="an interrupted run is not recorded" if note else "--no-history",
     )
 
 
@@ -351,7 +387,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["bytes"] = fmt_bytes
-    env.globals.update(timeline_svg=timeline_svg, sparkline=sparkline, is_failure=hist.is_failure)
+    env.globals.update(timeline_chart=timeline_chart, spark=spark, is_failure=hist.is_failure)
     return env
 
 
@@ -359,21 +395,29 @@ def render(page: Page) -> str:
     env = _env()
     css = env.loader.get_source(env, "report.css")[0]  # type: ignore[union-attr]
     js = env.loader.get_source(env, "report.js")[0]  # type: ignore[union-attr]
+    # the package's own static files: the only markup not built by autoescaping templates
     return env.get_template("report.html.j2").render(page=page, css=Markup(css), js=Markup(js))
 
 
-def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None = None) -> Path:
+def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None = None, note: str = "",
+                 warn: Callable[[str], None] | None = None) -> Path:
     """Build the site into ``out_dir`` and return its ``index.html``.
 
     With ``history`` the results are recorded there as a run (once: the same results
     are recognised by their fingerprint) and the page shows trends and what changed
-    since the previous run.
+    since the previous run.  ``note`` is shown under the title (an interrupted run).
+    The page is written to a fresh file and moved into place: a failure leaves the old one.
     """
-    results = load_results(results_dirs)
-    page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs))
+    check_target(out_dir, "-o")
+    results = load_results(results_dirs, warn)
+    page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs),
+                      note=note)
+    html_text = render(page)
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
-    index.write_text(render(page), encoding="utf-8")
+    staged = out_dir / "index.html.partial"
+    staged.write_text(html_text, encoding="utf-8")
+    os.replace(staged, index)
     return index
 
 
@@ -382,13 +426,14 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``conformance report``; the CLI adds them to its ``report`` subparser."""
-    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+    parser.add_argument("results", nargs="+", type=path_arg, metavar="RESULTS",
                         help="results directories (each with results.jsonl) or results.jsonl files")
-    parser.add_argument("-o", "--out", "--output", dest="output", type=Path, default=Path("conformance-report"),
+    parser.add_argument("-o", "--out", "--output", dest="output", type=path_arg, default=Path("conformance-report"),
                         metavar="SITE_DIR",
                         help="directory to write the site to (index.html); default: %(default)s")
-    parser.add_argument("--history", type=Path, default=hist.DEFAULT_HISTORY, metavar="PATH",
-                        help="SQLite run history to record this run in and draw trends from; default: %(default)s")
+    parser.add_argument("--history", type=path_arg, default=None, metavar="PATH",
+                        help="SQLite run history to record this run in and draw trends from; "
+                             f"default: {hist.HISTORY_NAME} beside the first RESULTS")
     parser.add_argument("--no-history", action="store_true", help="neither record nor show run history")
 
 
@@ -403,13 +448,25 @@ def main_report(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
         parser = argparse.ArgumentParser(prog="conformance report", description=__doc__)
         add_report_arguments(parser)
         args = parser.parse_args(argv)
+    history = None if args.no_history else (args.history or hist.default_for(args.results[0]))
     try:
-        index = build_report(list(args.results), args.output, None if args.no_history else args.history)
-    except (OSError, ValueError, sqlite3.DatabaseError) as exc:  # missing/bad results, unusable history file
+        if history is not None:
+            hist.check(history)
+        index = build_report(list(args.results), args.output, history)
+    except (RecordsError, OutDirError, hist.HistoryError) as exc:  # each names its file
         print(f"conformance report: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, sqlite3.Error) as exc:
+        print(f"conformance report: error: {_describe_os_error(exc)}", file=sys.stderr)
         return 2
     print(f"report: {index.resolve().as_uri()}")
     return 0
+
+
+def _describe_os_error(exc: OSError | sqlite3.Error) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

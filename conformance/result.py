@@ -9,7 +9,10 @@ from typing import Any
 
 from conformance.verdict import FAILURES, STATUSES, Check, Status
 
-__all__ = ["FAILURES", "STATUSES", "Result", "Status", "append_result", "read_results"]
+__all__ = ["FAILURES", "SCHEMA_VERSION", "STATUSES", "Result", "Status", "append_result", "read_results"]
+
+#: Version of the ``results.jsonl`` record layout (``conformance/schemas/results.schema.json``).
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)
     excess_bytes: int | None = None
+    schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
         self.status = Status.parse(self.status)
@@ -66,15 +70,17 @@ def append_result(path: Path, result: Result) -> None:
 
 
 def read_results(path: Path) -> list[Result]:
-    results = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            results.append(Result.from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise ValueError(f"{path}:{n}: not a result record ({exc})") from exc
-    return results
+    """Every record of a results file; raises ValueError naming the first bad line.
+
+    Input from outside the run (``report``, ``merge``) goes through
+    :func:`conformance.records.read_records` instead, which keeps the good lines.
+    """
+    from conformance.records import read_records
+
+    loaded = read_records(path)
+    if loaded.problems:
+        raise ValueError(loaded.problems[0].describe(path))
+    return loaded.results
 
 
 def _json_default(obj: Any) -> Any:

@@ -1,11 +1,15 @@
-"""The terminal summary: a Rich table of verdicts per backend, and what went wrong."""
+"""The terminal summary: a Rich table of verdicts per backend, and what went wrong.
+
+Names and reasons come from backends: they are escaped, never read as Rich markup."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from conformance.result import STATUSES, Result
@@ -17,7 +21,9 @@ STYLE = {
 }
 
 
-def summary_table(results: list[Result], wall_s: float, path: Path, warnings: list[str] = ()) -> None:  # type: ignore[assignment]
+def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Sequence[str] = (),
+                  cut_short: str = "") -> None:
+    """Verdict counts per backend, then each unexpected verdict; ``cut_short`` says the run did not finish."""
     console = Console(stderr=True, width=max(120, Console(stderr=True).width))
     backends = sorted({r.backend for r in results})
     table = Table(title=f"conformance: {len(results)} verdicts in {wall_s:.0f}s")
@@ -30,12 +36,19 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: li
         rs = [r for r in results if r.backend == b]
         counts = Counter(r.status for r in rs)
         ok = sum(r.ok for r in rs)
-        table.add_row(b, *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
+        table.add_row(escape(b), *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
     console.print(table)
     bad = [r for r in results if not r.ok]
     for r in bad:
-        console.print(f"[red]{r.status}[/red] {r.case}@{r.backend}: {r.reason}")
-        console.print(f"    repro: {r.repro}")
+        console.print(f"[red]{r.status}[/red] {escape(f'{r.case}@{r.backend}: {r.reason}')}")
+        console.print(f"    repro: {r.repro}", markup=False, highlight=False)
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
-    console.print(f"results: {path}" + (f"  ({len(bad)} unexpected)" if bad else "  (all as expected)"))
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    console.print(f"results: {path}  ({_verdict_line(len(bad), cut_short)})", markup=False, highlight=False)
+
+
+def _verdict_line(unexpected: int, cut_short: str) -> str:
+    """Never "all as expected" for a run that did not run everything."""
+    if cut_short:
+        return f"{cut_short}; {unexpected} unexpected among them"
+    return f"{unexpected} unexpected" if unexpected else "all as expected"

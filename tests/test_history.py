@@ -115,3 +115,30 @@ def test_process_killed_mid_insert_leaves_database_intact(db: Path) -> None:
     history.record_run(db, [res("a", "eager", "pass", 2000)])
     assert len(history.runs(db)) == 4
     assert [(c.case, c.peak_after) for c in history.changes(db).memory_regressions] == [("a", 2000)]
+
+
+def test_runs_are_ordered_by_when_they_ran_not_when_recorded(tmp_path: Path) -> None:
+    """A report rebuilt for an older results directory must not become the latest run."""
+    path = tmp_path / "h.sqlite"
+    late = history.record_run(path, RUN2, label="late", started_at="2026-01-03T00:00:00+00:00")
+    early = history.record_run(path, RUN1, label="early", started_at="2026-01-01T00:00:00+00:00")
+    # another time zone, same instant order: 2026-01-02T23:00 UTC lies between the two
+    middle = history.record_run(path, RUN3, label="middle", started_at="2026-01-03T01:00:00+02:00")
+    assert early.id > late.id  # recorded later ...
+    assert [r.label for r in history.runs(path)] == ["early", "middle", "late"]  # ... but ran first
+    latest = history.changes(path)
+    assert latest.run is not None and latest.run.label == "late"
+    assert latest.previous is not None and latest.previous.label == "middle"
+    assert history.changes(path, early.id).previous is None
+    assert [run_id for run_id, _ in history.backend_trends(path)["ind"]] == [early.id, middle.id, late.id]
+    assert [peak for _, peak in history.case_trends(path)[("b", "ind")]] == [1200, 1000, 1000]
+
+
+def test_a_file_that_is_not_a_history_is_named(tmp_path: Path) -> None:
+    (tmp_path / "other.sqlite").write_text("not a database")
+    with pytest.raises(history.HistoryError, match=r"other\.sqlite: not a run history database"):
+        history.check(tmp_path / "other.sqlite")
+    with pytest.raises(history.HistoryError, match=r"other\.sqlite: not a run history database"):
+        history.runs(tmp_path / "other.sqlite")
+    history.check(tmp_path / "new" / "h.sqlite")  # not there yet: fine, and not created by the check
+    assert not (tmp_path / "new").exists()
