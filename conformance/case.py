@@ -68,17 +68,6 @@ class Case:
                 return self.make_inputs(call)
             return self.builder(self.seed).inputs
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "family": self.family,
-            "seed": self.seed,
-            "trains": self.trains,
-            "requires": sorted(self.requires),
-            "description": self.description,
-        }
-
 
 def call_seed(seed: int, call: int) -> int:
     """The torch seed of a case's ``call``-th inputs: distinct per call, stable across processes."""

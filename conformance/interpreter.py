@@ -9,7 +9,7 @@ sees of it must equal the model.  Each node runs inside a profiler range named
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -110,9 +110,3 @@ class GraphExecutor:
             with record_function(f"{NODE_RANGE_PREFIX}{label}.clone"):
                 return tuple(c.clone() if isinstance(c, torch.Tensor) else c for c in carried)
         return tuple(carried)
-
-
-def run_boxed(executor: GraphExecutor, gm: torch.fx.GraphModule, args: Sequence[Any]) -> list[Any]:
-    """Run with a private copy of ``args`` that is donated, leaving the caller's sequence alone."""
-    boxed = list(args)
-    return executor.run(gm, boxed, donated=True)

@@ -89,22 +89,6 @@ class LifetimeModel:
         """Bytes live at the end of the step while outputs are still held."""
         return sum(s.nbytes for s in self.storages if s.death is None)
 
-    def live_at(self, event: int) -> list[Storage]:
-        return [
-            s
-            for s in self.storages
-            if s.birth <= event and (s.death is None or s.death >= event) and s.nbytes
-        ]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "peak_bytes": self.peak_bytes,
-            "peak_event": self.events[self.peak_event] if self.events else None,
-            "residual_bytes": self.residual_bytes,
-            "events": len(self.events),
-            "storages": len(self.storages),
-        }
-
 
 def release_schedule(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
     """For each node, the nodes whose values may be dropped right after it runs.
@@ -335,9 +319,6 @@ class _Builder:
         """Close an event: everything born so far during it was live at its peak."""
         self.events.append(label)
         self.live.append(max(self._live_now, transient_peak or 0))
-
-    def mark_peak(self) -> int:
-        return self._live_now
 
     # -- graphs ----------------------------------------------------------------------
     def run_graph(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import textwrap
 
+import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
 from conformance.lifetime import Observation
 from conformance.program import ProgramError, WrapperProgram, late_references, late_releases, model_program
 
@@ -70,7 +70,8 @@ def test_a_clean_program_has_no_findings_and_its_own_timeline() -> None:
 
 
 def test_a_del_emitted_late_is_named_with_where_it_should_have_died() -> None:
-    late_body = CLEAN.replace("    del buf0\n", "").replace("    cpp_fused_1(buf2)\n", "    cpp_fused_1(buf2)\n    del buf0\n")
+    late_body = CLEAN.replace("    del buf0\n", "").replace("    cpp_fused_1(buf2)\n",
+                                                          "    cpp_fused_1(buf2)\n    del buf0\n")
     model, late, _ = findings(late_body, (16, 16))
     (f,) = late
     assert f.kind == "late" and f.storage.producer.endswith("buf0") and f.storage.nbytes == 16 * 16 * F32
