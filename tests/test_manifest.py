@@ -55,7 +55,7 @@ def test_an_expected_memory_failure_without_its_excess_does_not_pass(tmp_path: P
     assert r.status == "fail-peak" and "records no expected excess (measured 7 B" in r.reason
 
 
-@pytest.mark.parametrize("bad", ["excess = -1", "excess = \"1\"", "excess = true", "excess = 1\nmax_excess = 2"])
+@pytest.mark.parametrize("bad", ["excess = 1.5", "excess = \"1\"", "excess = true", "excess = 1\nmax_excess = 2"])
 def test_bad_excess_is_a_manifest_error(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ManifestError, match="loop-"):
         load_manifest("b", _write(tmp_path, GOOD.replace("excess = 1", bad)))
