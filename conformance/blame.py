@@ -76,10 +76,7 @@ def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> lis
         elif s.death is not None and s.death < latest_birth:
             when = model.events[latest_birth] if latest_birth >= 0 else "?"
             blamed.append(_entry(a, s, model, f"alive at measured peak (still alive at {when})"))
-    # What the measurement holds beyond the model at the same point of the step: at the latest
-    # birth the peak has seen (the excess over the model's own peak can be smaller than that).
-    aligned = model.live_bytes[latest_birth] if 0 <= latest_birth < len(model.live_bytes) else model.peak_bytes
-    return explaining(blamed, trace.peak_bytes - min(aligned, model.peak_bytes), limit)
+    return explaining(blamed, trace.peak_bytes - model.peak_bytes, limit)
 
 
 def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -> list[dict[str, Any]]:

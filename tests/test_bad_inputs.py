@@ -674,7 +674,7 @@ def _poison(record: dict[str, Any], i: int) -> dict[str, Any]:
     p = PAYLOADS[i % len(PAYLOADS)]
     memory = dict(record["memory"], domain=p, model_source=p, peak_event=p, peak_contract=p,
                   blamed=[{"producer": p, "op": p, "shape": p, "dtype": p, "bytes": p}])
-    parity = dict(record["parity"], worst=p, compared=[p], failures=[p])
+    parity = dict(record["parity"], worst=p, compared=[p], failures=[{"name": p, "note": p}])
     return {**record, "case": f"{record['case']}{p}", "family": p, "reason": p, "notes": [p], "repro": p,
             "repro_file": p, "kind": p, "versions": {p: p}, "timing": {p: 1.0}, "memory": memory, "parity": parity}
 

@@ -8,8 +8,10 @@ import sys
 import pytest
 from conformance.cases.generated import (
     DEFAULT_COUNT,
+    DEFAULT_EARLY,
     Program,
     case_from_id,
+    early_cases,
     generated_cases,
     program_for_seed,
     program_of,
@@ -27,7 +29,9 @@ def test_default_set_is_fixed_and_registered() -> None:
     ids = [c.id for c in generated_cases(DEFAULT_COUNT, 0)]
     assert len(ids) == DEFAULT_COUNT == len(set(ids))
     assert ids == [c.id for c in generated_cases(DEFAULT_COUNT, 0)]
-    assert [c.id for c in select_cases(["gen-*"])] == ids
+    assert [c.id for c in select_cases(["gen-dag-*", "gen-loop-*"])] == ids
+    early = [c.id for c in early_cases(DEFAULT_EARLY, 0)]
+    assert [c.id for c in select_cases(["gen-early-*"])] == early and len(set(early)) == DEFAULT_EARLY
     kinds = {c.kind for c in generated_cases(DEFAULT_COUNT, 0)}
     assert kinds == {"inference", "train_step", "loop"}
 
