@@ -91,7 +91,9 @@ class BackwardWatch:
         # The backend's own convention: a boxed callable takes the list over; a plain one gets it
         # unpacked while the caller's list (here, as in AOTAutograd) still holds every input.
         out = self.compiled(args) if getattr(self.compiled, "_boxed_call", False) else self.compiled(*args)
-        held = sum(n for ref, n in refs.values() if not ref.expired())
+        # A saved activation reused in place for a gradient is alive as that gradient, not held.
+        returned = set(_weak_storages(list(out) if isinstance(out, (list, tuple)) else [out]))
+        held = sum(n for ptr, (ref, n) in refs.items() if not ref.expired() and ptr not in returned)
         self.calls.append(BackwardCall(sum(n for _, n in refs.values()), held, len(args) == 0))
         return out
 

@@ -30,17 +30,20 @@ class TimelineDiff:
     missing: list[Storage] = field(default_factory=list)  # in the model, not measured
     freed_late: list[tuple[Storage, Allocation, Allocation]] = field(default_factory=list)  # (s, a, at)
     freed_early: list[tuple[Storage, Allocation, Allocation]] = field(default_factory=list)
+    #: freed after a storage the program frees later (s, a, the one freed before it)
+    out_of_order: list[tuple[Storage, Allocation, Allocation]] = field(default_factory=list)
     op_transients: list[Allocation] = field(default_factory=list)
     measured_peak: int = 0  # without the ops' own transients
     model_peak: int = 0
 
     @property
     def exact(self) -> bool:
-        return not (self.unmodelled or self.missing or self.freed_late or self.freed_early)
+        return not (self.unmodelled or self.missing or self.freed_late or self.freed_early or self.out_of_order)
 
     def excess_bytes(self) -> int:
+        late = [s for s, _, _ in (*self.freed_late, *self.out_of_order)]
         return max(self.measured_peak - self.model_peak, 0) + sum(a.nbytes for a in self.unmodelled) + sum(
-            s.nbytes for s, _, _ in self.freed_late)
+            s.nbytes for s in late)
 
     def blamed(self, model: LifetimeModel, limit: int = 10) -> list[dict[str, Any]]:
         """The allocations that explain the difference, largest first."""
@@ -54,6 +57,12 @@ class TimelineDiff:
             entry.update({"finding": "freed-later-than-program",
                           "model_death": _death(model, s),
                           "measured_death": f"still alive at the allocation of {at.nbytes} B ({at.op or '?'})"})
+            out.append(entry)
+        for s, _, before in self.out_of_order:
+            entry = s.describe()
+            entry.update({"finding": "freed-later-than-program", "model_death": _death(model, s),
+                          "measured_death": f"freed after a {before.nbytes} B buffer the program frees later "
+                                            "(something outside the program held it)"})
             out.append(entry)
         for s, _, at in self.freed_early:
             entry = s.describe()
@@ -79,6 +88,9 @@ class TimelineDiff:
         if self.freed_late:
             parts.append("freed later than the program frees them: " + ", ".join(
                 f"{_name(s)} ({s.nbytes} B)" for s, _, _ in self.freed_late[:3]))
+        if self.out_of_order:
+            parts.append("freed after buffers the program frees later: " + ", ".join(
+                f"{_name(s)} ({s.nbytes} B)" for s, _, _ in self.out_of_order[:3]))
         if self.freed_early:
             parts.append("freed earlier than the program frees them: " + ", ".join(
                 f"{_name(s)} ({s.nbytes} B)" for s, _, _ in self.freed_early[:3]))
@@ -147,3 +159,42 @@ def _free_order(diff: TimelineDiff) -> None:
             diff.freed_late.append((s, a, pairs[model_pos][1]))
         elif measured_pos < model_pos:
             diff.freed_early.append((s, a, pairs[measured_pos][1]))
+    _free_sequence(diff)
+
+
+def _free_sequence(diff: TimelineDiff) -> None:
+    """Frees after the last allocation are ordered by nothing above: hold them to the program's order
+    of deaths instead.  Taken in measured order, the deaths must not go back; the storages outside the
+    longest run that does not (fewest out of place) were freed later than the program frees them."""
+    known = {id(s) for s, _, _ in diff.freed_late} | {id(s) for s, _, _ in diff.freed_early}
+    freed = sorted(((a.order_free, s, a) for s, a in diff.matched
+                    if a.order_free is not None and s.death is not None), key=lambda x: x[0])
+    keep = _longest_non_decreasing([s.death for _, s, _ in freed])  # type: ignore[misc]
+    for i, (_, s, a) in enumerate(freed):
+        if i in keep or id(s) in known:
+            continue
+        before = next((freed[j][2] for j in range(i - 1, -1, -1) if j in keep), a)
+        diff.out_of_order.append((s, a, before))
+
+
+def _longest_non_decreasing(values: list[int]) -> set[int]:
+    """Indices of one longest non-decreasing subsequence (patience sorting, O(n log n))."""
+    tails: list[int] = []  # tails[k]: index ending the best subsequence of length k + 1
+    tail_values: list[int] = []
+    previous = [-1] * len(values)
+    for i, v in enumerate(values):
+        k = bisect.bisect_right(tail_values, v)
+        if k:
+            previous[i] = tails[k - 1]
+        if k == len(tails):
+            tails.append(i)
+            tail_values.append(v)
+        else:
+            tails[k] = i
+            tail_values[k] = v
+    chosen: set[int] = set()
+    i = tails[-1] if tails else -1
+    while i != -1:
+        chosen.add(i)
+        i = previous[i]
+    return chosen

@@ -89,3 +89,15 @@ def test_watch_tells_a_held_list_from_a_cleared_one() -> None:
     assert classify([held_watch], 0, None, None)["backward_inputs"] == "held-for-call"
     assert classify([boxed_watch], 0, None, None)["backward_inputs"] == "released-at-last-use"
     assert classify([], 0, None, None)["backward_inputs"] == "no-backward"
+
+    def reused(a: list) -> list:  # inductor reusing a saved activation in place for a gradient
+        pending = list(reversed(a))
+        a.clear()
+        out = [pending[-1 - positions[0]].mul_(2.0)]  # the saved tensor itself, returned
+        del pending
+        return out
+
+    reused._boxed_call = True  # type: ignore[attr-defined]
+    reused_watch = BackwardWatch(reused, positions)
+    reused_watch(_backward_args(bw))
+    assert reused_watch.calls[0].held_bytes == 0  # alive as the gradient it became, not held
