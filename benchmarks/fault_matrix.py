@@ -32,8 +32,17 @@ from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend
 
 
 def sources(step: object) -> list[str]:
+    """The generated programs' code (functions only, comments dropped): what a codegen fault can change."""
+    import ast
+
     recorder = getattr(getattr(step, "inner", None), "recorder", None)
-    return [g.source or "" for g in getattr(recorder, "graphs", [])]
+    programs = []
+    for g in getattr(recorder, "graphs", []):
+        tree = ast.parse(g.source or "")
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in
+                     ("get_args", "benchmark_compiled_module", "__init__", "recursively_apply_fns")]
+        programs.append("\n".join(ast.unparse(f) for f in functions))
+    return programs
 
 
 def main() -> int:
@@ -71,7 +80,7 @@ def main() -> int:
                 CREATED.clear()
                 result = run_case(case, planted(bcls, fault)(), RunOptions(steps=steps))  # type: ignore[arg-type]
                 result.backend = clean_backend.name
-                applies = FAULTS[fault].applies(case)
+                applies = FAULTS[fault].applies(case) and bool(CREATED) and CREATED[-1].applied
                 if fault in INDUCTOR_ONLY:
                     applies = bool(CREATED) and sources(CREATED[-1]) != clean_sources
                 final = apply(result, manifest)

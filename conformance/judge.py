@@ -7,6 +7,7 @@ Pure functions over :class:`~conformance.lifetime.LifetimeModel` and
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +102,7 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     refs.sort(key=lambda r: -sum(s.nbytes for s in r.blocked))
     blamed = [f.describe(program.events) for f in late] + [r.describe(program.events) for r in refs]
     sentences = [f.sentence(program.events) for f in late] + [r.sentence(program.events) for r in refs]
-    excess = sum(f.storage.nbytes for f in late) + sum(sum(s.nbytes for s in r.blocked) for r in refs)
+    excess = _held_late(late, program) + sum(sum(s.nbytes for s in r.blocked) for r in refs)
     if exact_domain:
         diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
         bad = [(s, d) for s, d in diffs if not d.exact]
@@ -121,6 +122,18 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     more = f" [{len(sentences) - 1} more finding(s)]" if len(sentences) > 1 else ""
     reason = f"generated program: {sentences[0]}{more}"
     return Check(CheckName.PROGRAM, Status.FAIL_PEAK, reason, figures, blamed[:10], excess)
+
+
+def _held_late(late: Sequence[Any], program: LifetimeModel) -> int:
+    """Bytes held past their last use, counted once per statement that does work while they are held:
+    holding a buffer longer, not only holding a bigger one, changes it (what a manifest's excess pins)."""
+    work = sorted(program.work_events)
+    total = 0
+    for f in late:
+        end = f.freed if f.freed is not None else len(program.events) - 1
+        held = bisect.bisect_right(work, end) - bisect.bisect_left(work, f.should_die)
+        total += f.storage.nbytes * max(held, 1)
+    return total
 
 
 def judge_backward_inputs(memory: dict[str, Any]) -> Check | None:

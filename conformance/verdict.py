@@ -96,7 +96,10 @@ class Check:
     """One check's outcome with the numbers behind it.
 
     ``excess_bytes`` is how far a memory check is over its contract (what a manifest
-    entry's ``excess`` is compared with); ``blamed`` names the storages that explain it.
+    entry's ``excess`` is compared with): bytes for peak, residual and baseline; for the
+    program check, the bytes it holds past their last use counted once per statement that
+    does work while they are held (holding longer, not only more, changes it), plus any
+    bytes the measurement departs from the program by.  ``blamed`` names what explains it.
     """
 
     name: CheckName

@@ -35,6 +35,7 @@ class FaultyStep(CompiledStep):
     def __init__(self, inner: CompiledStep, case: Case, workload: Workload, fault: Fault) -> None:
         self.inner, self.case, self.workload, self.fault = inner, case, workload, fault
         self.calls = 0
+        self.applied = True  # False when the fault found nothing to change on this case
         self.kept: list[Any] = []
         self.first: StepOutput | None = None
 
@@ -110,12 +111,19 @@ class ScratchBuffer(Fault):
 
 
 class LeakFromCall(Fault):
+    """Keeps one result the step allocated (not a view of its inputs) from call N on, one more each call."""
+
     name, changes = f"leak-from-call-{LEAK_FROM_CALL}", "memory"
 
     def run(self, step: FaultyStep, call: int) -> StepOutput:
         out = step.inner.run()
         if call >= LEAK_FROM_CALL:
-            step.kept.append(out.outputs[0])  # a stale reference, one more every call
+            inputs = {t.untyped_storage().data_ptr() for t in step.workload.inputs}
+            fresh = [t for t in out.outputs if t.untyped_storage().data_ptr() not in inputs]
+            if fresh:
+                step.kept.append(fresh[0])  # a stale reference
+            else:
+                step.applied = False  # every result is a view of an input: nothing of the step's to keep
         return out
 
 
