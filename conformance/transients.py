@@ -1,0 +1,250 @@
+"""The kernel transient table: bytes an eager CPU kernel allocates inside one op.
+
+The ``eager`` backend must equal the lifetime model byte for byte, and some ATen CPU
+kernels allocate workspace on top of their outputs (a wrapped Python scalar, a
+float32 copy of a bfloat16 input, the im2col buffer of a convolution), freed before
+the op returns.  That workspace is part of the model, not a tolerance: each entry
+here says what the kernel allocates and why, and tests/test_transients.py and
+tests/test_generated_eager.py hold every entry to a measurement with
+:class:`conformance.probe.CpuAllocatorProbe`.
+
+The bytes an entry returns are *alive while the op's outputs are*: the op's peak is
+everything live before it, plus its outputs, plus the entry.
+
+The reference executor runs convolutions on ATen's native CPU kernels (oneDNN off,
+:func:`reference_kernels`): oneDNN computes into a blocked layout it picks at run time
+from the CPU's instruction set (``nChw16c`` with AVX-512, ``nChw8c`` with AVX2, channels
+padded to the block) and reorders the weights, so its workspace is a property of the
+machine, not of the graph.  The native kernels' workspace is a function of the shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+#: TensorIterator ops (binary arithmetic and comparisons) and their in-place forms.
+ELEMENTWISE_BINARY_OPS = frozenset({
+    "add", "sub", "mul", "div", "rsub", "remainder", "lt", "le", "gt", "ge", "eq", "ne",
+    "add_", "sub_", "mul_", "div_",
+})
+COMPARISON_OPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+REDUCED_FLOATS = (torch.bfloat16, torch.float16)
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Run ops on the kernels this table models: ATen's native CPU convolutions (oneDNN off)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
+def kernel_transient_bytes(node: torch.fx.Node) -> int:
+    """What the eager CPU kernel of ``node`` allocates inside the op beyond its outputs."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0
+    entry = TABLE.get(target.overloadpacket.__name__)
+    if entry is None:
+        return 0
+    operands = [_val(a) for a in node.args]
+    if not any(isinstance(t, torch.Tensor) for t in operands):
+        return 0
+    return entry(target, operands, node.meta.get("val"))
+
+
+def _val(arg: Any) -> Any:
+    if isinstance(arg, torch.fx.Node):
+        return arg.meta.get("val")
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_val(a) for a in arg)
+    return arg
+
+
+def _nbytes(t: Any) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+# --------------------------------------------------------------------------- elementwise and reductions
+
+
+def binary_elementwise(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """TensorIterator on CPU: a Python number operand is wrapped into a 0-dim tensor (8 bytes:
+    float64 or int64) and, when the op's common dtype differs, cast to it (one element); a
+    tensor operand of another dtype than the common one (a bool mask, an int64 count in
+    ``amax``'s backward) is cast into a temporary copy."""
+    tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+    if target.overloadpacket.__name__ in COMPARISON_OPS:
+        dims = [t for t in tensors if t.dim()] or tensors
+        common = dims[0].dtype
+        for t in dims[1:]:
+            common = torch.promote_types(common, t.dtype)
+    else:
+        common = out.dtype if isinstance(out, torch.Tensor) else tensors[0].dtype
+    total = 0
+    for a in operands[:2]:
+        if isinstance(a, (bool, int, float)):
+            wrapped = _WRAPPED_DTYPE[type(a)]
+            total += wrapped.itemsize + (common.itemsize if common != wrapped else 0)
+        elif isinstance(a, torch.Tensor) and a.dtype != common:
+            total += a.numel() * common.itemsize
+    return total
+
+
+def mean(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``mean`` divides the sum in place by the element count, a wrapped scalar as above.  For
+    bfloat16/float16 the CPU kernel computes in float32: a float32 copy of the input and a
+    float32 result (ReduceOps.cpp ``mean_out``), which dominate."""
+    x = operands[0]
+    n_out = out.numel() if isinstance(out, torch.Tensor) else 1
+    if x.dtype in REDUCED_FLOATS:
+        return max(4 * x.numel() + 4 * n_out, 4 * n_out + 8 + 4)
+    return 8 + (x.dtype.itemsize if x.dtype != torch.float64 else 0)
+
+
+def sum_(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``sum`` whose result dtype differs from the input's (``sum`` of a bool mask is int64)
+    first casts the input into a temporary of the result dtype; ``sum`` over all elements of a
+    non-contiguous bfloat16/float16 tensor reduces a float32 copy of the input into a float32
+    result, then casts."""
+    x = operands[0]
+    if not isinstance(out, torch.Tensor):
+        return 0
+    if out.dtype != x.dtype:
+        return x.numel() * out.dtype.itemsize
+    if target._overloadname == "default" and x.dtype in REDUCED_FLOATS and not x.is_contiguous():
+        return 4 * x.numel() + 4
+    return 0
+
+
+# --------------------------------------------------------------------------- convolution
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One group of a convolution, as ATen's native kernels see it (conv1d as conv2d)."""
+
+    batch: int
+    groups: int
+    c_in: int  # per group
+    c_out: int  # per group
+    kernel: tuple[int, ...]
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    unit: bool  # 1x1 kernel, stride 1, no padding: no im2col
+    itemsize: int
+
+    @classmethod
+    def of(cls, x: torch.Tensor, weight: torch.Tensor, out_spatial: Sequence[int], stride: Sequence[int],
+           padding: Sequence[int], groups: int) -> ConvGeometry:
+        kernel = tuple(int(k) for k in weight.shape[2:])
+        unit = all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(padding)
+        return cls(int(x.shape[0]), groups, int(weight.shape[1]), int(weight.shape[0]) // groups, kernel,
+                   tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in out_spatial), unit, x.element_size())
+
+    def columns(self, samples: int) -> int:
+        """The im2col buffer for ``samples`` batch elements."""
+        return samples * self.c_in * math.prod(self.kernel) * math.prod(self.out_spatial) * self.itemsize
+
+    def channel_slice(self, channels: int, spatial: Sequence[int]) -> int:
+        """A group's slice of an NC... tensor made contiguous: a copy unless the batch is 1."""
+        return 0 if self.batch == 1 else self.batch * channels * math.prod(spatial) * self.itemsize
+
+
+def _conv_backend(x: torch.Tensor, weight: torch.Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
+                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> str:
+    """The ``ConvBackend`` ATen's dispatcher picks for these operands under :func:`reference_kernels`."""
+    with reference_kernels():
+        return str(torch._C._select_conv_backend(
+            x, weight, bias, list(stride), list(padding), list(dilation), bool(transposed),
+            list(output_padding), int(groups),
+        ).name)
+
+
+def _grouped(workspace: int, copies: int, outputs: int, groups: int) -> int:
+    """A native kernel without group support runs once per group on contiguous slices, then
+    concatenates: at the last group, the earlier groups' results, the slices, the workspace and
+    that group's results are alive; then every group's results beside the concatenated ones."""
+    return workspace if groups == 1 else max(copies + workspace, outputs)
+
+
+def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``aten.convolution`` on ATen's native CPU kernels, by the ``ConvBackend`` ATen selects:
+
+    - ``Slow2d``/``Slow3d`` (im2col + GEMM): a columns buffer of ``batch x C_in/groups x
+      prod(kernel) x prod(output spatial)`` elements; none for a 1x1 kernel with stride 1 and
+      no padding, which multiplies the input directly.
+    - ``SlowDilated2d``/``SlowDilated3d``: columns for one batch element at a time.
+    - ``NnpackSpatial`` (batch >= 16): nothing through the allocator but a zero bias of
+      ``C_out`` elements when the convolution has none.
+    - ``groups > 1`` (not ``Slow3d``, which handles groups itself): one run per group on a
+      contiguous copy of its input channels, then ``cat`` (see :func:`_grouped`).
+    """
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = operands[:9]
+    if not isinstance(out, torch.Tensor):
+        return 0
+    backend = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    geo = ConvGeometry.of(x, weight, out.shape[2:], stride, padding, groups)
+    if backend in ("Slow2d", "Slow3d"):
+        workspace = 0 if geo.unit else geo.columns(geo.batch)
+    elif backend in ("SlowDilated2d", "SlowDilated3d"):
+        workspace = geo.columns(1)
+    elif backend == "NnpackSpatial":
+        workspace = geo.c_out * 4 if bias is None else 0
+    else:
+        raise NotImplementedError(f"convolution on ATen's {backend} backend is not in the transient table")
+    if backend == "Slow3d":
+        return workspace
+    return _grouped(workspace, geo.channel_slice(geo.c_in, geo.in_spatial), _nbytes(out), groups)
+
+
+def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``aten.convolution_backward`` on the native CPU kernels (``output_mask`` says which of
+    grad input, weight and bias are computed):
+
+    - ``Slow2d``: the columns buffer of the whole batch, only for the weight's gradient (and
+      not for a 1x1, stride 1, unpadded kernel); the input's gradient needs none.
+    - ``SlowDilated2d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen runs the dilated
+      kernel): columns for one batch element for either gradient, plus one per-sample bias
+      sum (``C_out`` elements) when the bias's gradient is asked for.
+    - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
+      channels, then one ``cat`` per gradient (see :func:`_grouped`).
+    """
+    grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
+        operands[:11])
+    backend = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    geo = ConvGeometry.of(x, weight, grad_out.shape[2:], stride, padding, groups)
+    want_input, want_weight, want_bias = (bool(m) for m in mask)
+    if backend == "Slow2d":
+        workspace = geo.columns(geo.batch) if want_weight and not geo.unit else 0
+    elif backend in ("SlowDilated2d", "NnpackSpatial"):
+        workspace = (geo.columns(1) if want_input or want_weight else 0) + (
+            geo.c_out * geo.itemsize if want_bias else 0)
+    else:
+        raise NotImplementedError(f"convolution_backward on ATen's {backend} backend is not in the transient table")
+    outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
+    copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
+    return _grouped(workspace, copies, outputs, groups)
+
+
+Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
+
+#: op name (the overload packet's) -> its entry.
+TABLE: dict[str, Entry] = {
+    **{name: binary_elementwise for name in ELEMENTWISE_BINARY_OPS},
+    "mean": mean,
+    "sum": sum_,
+    "convolution": convolution,
+    "convolution_backward": convolution_backward,
+}
