@@ -190,6 +190,7 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
       ``C_out`` elements when the convolution has none.
     - ``groups > 1`` (not ``Slow3d``, which handles groups itself): one run per group on a
       contiguous copy of its input channels, then ``cat`` (see :func:`_grouped`).
+    - a non-contiguous input or weight is first made contiguous, a copy alive for the op.
     """
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = operands[:9]
     if not isinstance(out, torch.Tensor):
@@ -204,9 +205,10 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
         workspace = geo.c_out * 4 if bias is None else 0
     else:
         raise NotImplementedError(f"convolution on ATen's {backend} backend is not in the transient table")
+    dense = _dense_copies(x, weight)
     if backend == "Slow3d":
-        return workspace
-    return _grouped(workspace, geo.channel_slice(geo.c_in, geo.in_spatial), _nbytes(out), groups)
+        return dense + workspace
+    return dense + _grouped(workspace, geo.channel_slice(geo.c_in, geo.in_spatial), _nbytes(out), groups)
 
 
 def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -220,6 +222,7 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
       sum (``C_out`` elements) when the bias's gradient is asked for.
     - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
       channels, then one ``cat`` per gradient (see :func:`_grouped`).
+    - a non-contiguous grad-output, input or weight is first made contiguous.
     """
     grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
         operands[:11])
@@ -235,7 +238,127 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
         raise NotImplementedError(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
-    return _grouped(workspace, copies, outputs, groups)
+    return _dense_copies(grad_out, x, weight) + _grouped(workspace, copies, outputs, groups)
+
+
+def _dense_copies(*tensors: Any) -> int:
+    """What ``.contiguous()`` copies of these operands cost."""
+    return sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor) and not t.is_contiguous())
+
+
+def _flattens_as_view(t: torch.Tensor) -> bool:
+    """Whether ``t.reshape(-1)`` is a view: its non-unit dimensions are laid out back to back."""
+    dims = [(size, stride) for size, stride in zip(t.shape, t.stride()) if size != 1]
+    return all(stride == dims[i + 1][1] * dims[i + 1][0] for i, (_, stride) in enumerate(dims[:-1]))
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def batch_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_batch_norm`` (training or not): the CPU kernel applies ``x * alpha + beta`` with
+    per-channel ``alpha`` and ``beta`` it computes first (two ``C``-element buffers of the
+    accumulation type); in training the batch statistics are its outputs."""
+    x = operands[0]
+    return 2 * x.shape[1] * _acc_itemsize(x)
+
+
+def batch_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_batch_norm_backward``: a temporary the size of the input while computing the
+    input's gradient.  An input whose layout is channels-last (also every ``N x C x 1 x 1``
+    one) takes the channels-last kernel instead, which also reduces into a ``2 x threads x C``
+    buffer, preceded outside training by the ``C`` inverse standard deviations of the running
+    variance; the larger of the two phases is the op's peak."""
+    x, train, mask = operands[1], operands[7], operands[9]
+    temporary = _nbytes(x) if mask[0] else 0
+    if not _channels_last(x):
+        return temporary
+    channels, acc = x.shape[1], _acc_itemsize(x)
+    reduce = 2 * torch.get_num_threads() * channels * acc + (0 if train else channels * acc)
+    return max(temporary, reduce)
+
+
+def layer_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_layer_norm_backward``: the weight and bias gradients are reduced through a
+    ``2 x threads x N`` buffer (``N`` the normalized size) when either is asked for."""
+    x, normalized_shape, mask = operands[1], operands[2], operands[7]
+    if not (mask[1] or mask[2]):
+        return 0
+    return 2 * torch.get_num_threads() * math.prod(normalized_shape) * x.element_size()
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    """Whether the batch-norm kernels take their channels-last path: a channels-last input, or
+    one with a single element per channel and sample ("NC11 is also channels last")."""
+    if x.dim() < 3:
+        return False
+    if math.prod(x.shape[2:]) == 1:
+        return True
+    return x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+def _acc_itemsize(x: torch.Tensor) -> int:
+    return 4 if x.dtype in REDUCED_FLOATS else x.element_size()
+
+
+# --------------------------------------------------------------------------- embedding and scans
+
+
+def embedding(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``embedding`` is ``index_select`` on the flattened indices: a copy of them when they do not
+    flatten as a view (token-type ids expanded from one row)."""
+    indices = operands[1]
+    return 0 if indices.dim() <= 1 or _flattens_as_view(indices) else _nbytes(indices)
+
+
+def embedding_dense_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``embedding_dense_backward`` makes the indices and the gradient contiguous first."""
+    return _dense_copies(operands[0], operands[1])
+
+
+def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``cumsum`` into another dtype (a bool mask summed as int64) scans a cast copy of the input."""
+    x = operands[0]
+    return x.numel() * out.element_size() if isinstance(out, torch.Tensor) and out.dtype != x.dtype else 0
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _flash_splits(q_len: int, kv_len: int) -> tuple[int, int]:
+    """The CPU flash-attention kernel's block sizes (FlashAttentionKernel.cpp's dispatch)."""
+    q_split = 256 if q_len >= 768 else 64 if q_len >= 192 else 32
+    return min(q_split, q_len), min(512, kv_len)
+
+
+def flash_attention(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu``: one block buffer per intra-op thread
+    (``torch.get_num_threads()``): scores ``q_split x kv_split``, row max and row sum, and an
+    output block ``q_split x head_dim``, in the accumulation type."""
+    q, k = operands[0], operands[1]
+    _not_reduced(q, target)
+    q_split, kv_split = _flash_splits(q.shape[2], k.shape[2])
+    per_thread = q_split * kv_split + 2 * q_split + q_split * q.shape[3]
+    return torch.get_num_threads() * per_thread * _acc_itemsize(q)
+
+
+def flash_attention_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu_backward``: per thread, the attention and
+    its gradient blocks (``2 x q_split x kv_split``); one row-sum block of ``q_split`` (only
+    the calling thread's allocations reach the profiler; the other intra-op threads'
+    identical ones do not); and a copy of the output gradient when it is not laid out as the
+    kernel reads it (batch, sequence, heads, head_dim)."""
+    grad_out, q, k = operands[0], operands[1], operands[2]
+    _not_reduced(q, target)
+    q_split, kv_split = _flash_splits(q.shape[2], k.shape[2])
+    acc = _acc_itemsize(q)
+    blocks = torch.get_num_threads() * 2 * q_split * kv_split * acc + q_split * acc
+    return blocks + _dense_copies(grad_out.transpose(1, 2))
+
+
+def _not_reduced(q: torch.Tensor, target: torch._ops.OpOverload) -> None:
+    if q.dtype in REDUCED_FLOATS:  # packed key/value and reduced-precision copies: not measured yet
+        raise NotImplementedError(f"{target} on {q.dtype} is not in the transient table")
 
 
 Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
@@ -247,4 +370,12 @@ TABLE: dict[str, Entry] = {
     "sum": sum_,
     "convolution": convolution,
     "convolution_backward": convolution_backward,
+    "native_batch_norm": batch_norm,
+    "native_batch_norm_backward": batch_norm_backward,
+    "native_layer_norm_backward": layer_norm_backward,
+    "embedding": embedding,
+    "embedding_dense_backward": embedding_dense_backward,
+    "cumsum": cumsum,
+    "_scaled_dot_product_flash_attention_for_cpu": flash_attention,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
 }
