@@ -163,13 +163,16 @@ class ConvGeometry:
 
 
 def _conv_backend(x: torch.Tensor, weight: torch.Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
-                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> str:
-    """The ``ConvBackend`` ATen's dispatcher picks for these operands under :func:`reference_kernels`."""
+                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
+                  groups: int) -> tuple[str, torch.memory_format]:
+    """The ``ConvBackend`` ATen's dispatcher picks for these operands under :func:`reference_kernels`,
+    and the memory format that backend makes its operands contiguous in."""
     with reference_kernels():
-        return str(torch._C._select_conv_backend(
+        backend = torch._C._select_conv_backend(
             x, weight, bias, list(stride), list(padding), list(dilation), bool(transposed),
             list(output_padding), int(groups),
-        ).name)
+        )
+        return str(backend.name), torch._C._conv_determine_backend_memory_format(x, weight, backend)
 
 
 def _grouped(workspace: int, copies: int, outputs: int, groups: int) -> int:
@@ -190,12 +193,13 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
       ``C_out`` elements when the convolution has none.
     - ``groups > 1`` (not ``Slow3d``, which handles groups itself): one run per group on a
       contiguous copy of its input channels, then ``cat`` (see :func:`_grouped`).
-    - a non-contiguous input or weight is first made contiguous, a copy alive for the op.
+    - an input or weight not laid out as the backend computes (contiguous, or channels-last
+      when either is channels-last) is copied into that layout first, alive for the op.
     """
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = operands[:9]
     if not isinstance(out, torch.Tensor):
         return 0
-    backend = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    backend, layout = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     geo = ConvGeometry.of(x, weight, out.shape[2:], stride, padding, groups)
     if backend in ("Slow2d", "Slow3d"):
         workspace = 0 if geo.unit else geo.columns(geo.batch)
@@ -205,7 +209,7 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
         workspace = geo.c_out * 4 if bias is None else 0
     else:
         raise NotImplementedError(f"convolution on ATen's {backend} backend is not in the transient table")
-    dense = _dense_copies(x, weight)
+    dense = _dense_copies(layout, x, weight)
     if backend == "Slow3d":
         return dense + workspace
     return dense + _grouped(workspace, geo.channel_slice(geo.c_in, geo.in_spatial), _nbytes(out), groups)
@@ -217,20 +221,23 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
 
     - ``Slow2d``: the columns buffer of the whole batch, only for the weight's gradient (and
       not for a 1x1, stride 1, unpadded kernel); the input's gradient needs none.
+    - ``Slow3d``: the columns buffer of the whole batch for either gradient, one at a time.
     - ``SlowDilated2d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen runs the dilated
       kernel): columns for one batch element for either gradient, plus one per-sample bias
       sum (``C_out`` elements) when the bias's gradient is asked for.
     - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
       channels, then one ``cat`` per gradient (see :func:`_grouped`).
-    - a non-contiguous grad-output, input or weight is first made contiguous.
+    - a grad-output, input or weight not in the backend's layout is copied into it first.
     """
     grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
         operands[:11])
-    backend = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    backend, layout = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
     geo = ConvGeometry.of(x, weight, grad_out.shape[2:], stride, padding, groups)
     want_input, want_weight, want_bias = (bool(m) for m in mask)
     if backend == "Slow2d":
         workspace = geo.columns(geo.batch) if want_weight and not geo.unit else 0
+    elif backend == "Slow3d":
+        workspace = geo.columns(geo.batch) if want_input or want_weight else 0
     elif backend in ("SlowDilated2d", "NnpackSpatial"):
         workspace = (geo.columns(1) if want_input or want_weight else 0) + (
             geo.c_out * geo.itemsize if want_bias else 0)
@@ -238,12 +245,15 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
         raise NotImplementedError(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
-    return _dense_copies(grad_out, x, weight) + _grouped(workspace, copies, outputs, groups)
+    dense = _dense_copies(layout, grad_out, x, weight)
+    if backend == "Slow3d":
+        return dense + workspace
+    return dense + _grouped(workspace, copies, outputs, groups)
 
 
-def _dense_copies(*tensors: Any) -> int:
-    """What ``.contiguous()`` copies of these operands cost."""
-    return sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor) and not t.is_contiguous())
+def _dense_copies(layout: torch.memory_format, *tensors: Any) -> int:
+    """What ``.contiguous(layout)`` copies of these operands cost."""
+    return sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor) and not t.is_contiguous(memory_format=layout))
 
 
 def _flattens_as_view(t: torch.Tensor) -> bool:
@@ -258,9 +268,14 @@ def _flattens_as_view(t: torch.Tensor) -> bool:
 def batch_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``native_batch_norm`` (training or not): the CPU kernel applies ``x * alpha + beta`` with
     per-channel ``alpha`` and ``beta`` it computes first (two ``C``-element buffers of the
-    accumulation type); in training the batch statistics are its outputs."""
-    x = operands[0]
-    return 2 * x.shape[1] * _acc_itemsize(x)
+    accumulation type); in training the batch statistics are its outputs, and on the
+    channels-last path (see :func:`_channels_last`) they are reduced through a
+    ``threads x C`` buffer when there are more rows (``numel / C``) than threads."""
+    x, train = operands[0], operands[5]
+    channels, acc = x.shape[1], _acc_itemsize(x)
+    threads = torch.get_num_threads()
+    stats = threads * channels * acc if train and _channels_last(x) and x.numel() // channels > threads else 0
+    return 2 * channels * acc + stats
 
 
 def batch_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -313,7 +328,7 @@ def embedding(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) 
 
 def embedding_dense_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``embedding_dense_backward`` makes the indices and the gradient contiguous first."""
-    return _dense_copies(operands[0], operands[1])
+    return _dense_copies(torch.contiguous_format, operands[0], operands[1])
 
 
 def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -353,7 +368,7 @@ def flash_attention_backward(target: torch._ops.OpOverload, operands: Sequence[A
     q_split, kv_split = _flash_splits(q.shape[2], k.shape[2])
     acc = _acc_itemsize(q)
     blocks = torch.get_num_threads() * 2 * q_split * kv_split * acc + q_split * acc
-    return blocks + _dense_copies(grad_out.transpose(1, 2))
+    return blocks + _dense_copies(torch.contiguous_format, grad_out.transpose(1, 2))
 
 
 def _not_reduced(q: torch.Tensor, target: torch._ops.OpOverload) -> None:
