@@ -2,19 +2,24 @@
 
 A manifest is a TOML file of ``[[expect]]`` entries: ``case`` (an id or a glob),
 ``status`` (an expected failing verdict), ``reason`` (required) and optionally
-``issue`` (a link).  Strict: a case expected to fail that passes is ``xpass``,
-which fails the run; entries that match no selected case are reported as stale.
+``issue`` (a link) and ``when`` (a condition on installed versions, ``"torch<2.9"`` or a
+list of such, all of which must hold: the entry applies only there).  Strict: a case
+expected to fail that passes is ``xpass``, which fails the run; entries that apply here
+and match no selected case are reported as stale.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import tomllib
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from conformance.result import FAILURES, Result
 
@@ -29,9 +34,47 @@ class Expectation:
     status: str
     reason: str
     issue: str = ""
+    when: tuple[str, ...] = ()  # requirement-style conditions on installed versions, all must hold
 
     def matches(self, case_id: str) -> bool:
         return fnmatch.fnmatchcase(case_id, self.case)
+
+    def applies(self, versions: Mapping[str, str] | None = None) -> bool:
+        """Whether every ``when`` condition holds for ``versions`` (default: what is installed)."""
+        return all(condition_holds(c, versions) for c in self.when)
+
+
+def condition_holds(condition: str, versions: Mapping[str, str] | None = None) -> bool:
+    """``"torch<2.9"`` against the installed torch (or ``versions["torch"]``); a distribution
+    that is not installed satisfies no condition.  Local labels (``2.8.0+cpu``) are ignored,
+    as pip ignores them."""
+    req = Requirement(condition)
+    if versions is None:
+        version = _installed(req.name)
+    else:
+        version = {canonicalize_name(k): v for k, v in versions.items()}.get(canonicalize_name(req.name))
+    return version is not None and req.specifier.contains(version, prereleases=True)
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _parse_when(value: object, where: str) -> tuple[str, ...]:
+    conditions = [value] if isinstance(value, str) else value
+    if not isinstance(conditions, list) or not conditions or not all(isinstance(c, str) for c in conditions):
+        raise ManifestError(f"{where}: 'when' must be a condition like \"torch<2.9\" or a list of them")
+    for c in conditions:
+        try:
+            req = Requirement(c)
+        except InvalidRequirement as exc:
+            raise ManifestError(f"{where}: 'when' condition {c!r} is not NAME SPECIFIER ({exc})") from None
+        if req.extras or req.url or req.marker:
+            raise ManifestError(f"{where}: 'when' condition {c!r} may only name a distribution and versions")
+    return tuple(conditions)
 
 
 @dataclass
@@ -39,19 +82,26 @@ class Manifest:
     backend: str
     path: Path | None = None
     entries: list[Expectation] = field(default_factory=list)
+    #: the versions ``when`` conditions are judged against; ``None``: what is installed
+    versions: Mapping[str, str] | None = None
+
+    def active(self) -> list[Expectation]:
+        """The entries whose ``when`` holds here."""
+        return [e for e in self.entries if e.applies(self.versions)]
 
     def lookup(self, case_id: str) -> Expectation | None:
-        return next((e for e in self.entries if e.matches(case_id)), None)
+        return next((e for e in self.active() if e.matches(case_id)), None)
 
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
         ids = list(case_ids)
-        return [e for e in self.entries if not any(e.matches(i) for i in ids)]
+        return [e for e in self.active() if not any(e.matches(i) for i in ids)]
 
 
-def load_manifest(backend: str, path: Path | None = None) -> Manifest:
+def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str, str] | None = None) -> Manifest:
+    """``versions`` (distribution -> version) stands in for what is installed when judging ``when``."""
     path = path or manifest_location(backend)
     if not path.exists():
-        return Manifest(backend, None, [])
+        return Manifest(backend, None, [], versions)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -67,7 +117,7 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
         where = f"{path}: entry {i}"
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
-        extra = set(item) - {"case", "status", "reason", "issue"}
+        extra = set(item) - {"case", "status", "reason", "issue", "when"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
         case, status, reason = item.get("case"), item.get("status"), item.get("reason")
@@ -80,8 +130,9 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
         issue = item.get("issue", "")
         if not isinstance(issue, str):
             raise ManifestError(f"{where} ({case}): 'issue' must be a string")
-        entries.append(Expectation(case, status, reason.strip(), issue))
-    return Manifest(backend, path, entries)
+        when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
+        entries.append(Expectation(case, status, reason.strip(), issue, when))
+    return Manifest(backend, path, entries, versions)
 
 
 def manifest_location(backend: str) -> Path:
@@ -103,6 +154,8 @@ def apply(result: Result, manifest: Manifest) -> Result:
     if result.status == expectation.status:
         result.status = "xfail"
         result.reason = f"expected: {expectation.reason}" + (f" ({expectation.issue})" if expectation.issue else "")
+        if expectation.when:
+            result.reason += f" [when {', '.join(expectation.when)}]"
     elif result.status == "pass":
         result.status = "xpass"
         result.reason = f"unexpected pass: manifest expects {expectation.status} ({expectation.reason})"
@@ -131,7 +184,7 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
     notes: list[str] = []
     entries: list[Expectation] = []
     for e in manifest.entries:
-        matched = {c: s for c, s in runs.items() if e.matches(c)}
+        matched = {c: s for c, s in runs.items() if e.matches(c)} if e.applies(manifest.versions) else {}
         if not matched:
             entries.append(e)
             continue
@@ -142,21 +195,21 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             continue
         if _is_glob(e.case):
             notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
-            entries.extend(Expectation(c, e.status, e.reason, e.issue) for c in still)
+            entries.extend(Expectation(c, e.status, e.reason, e.issue, e.when) for c in still)
         elif still:
             entries.append(e)
         for c in changed:
             status = matched[c]
             if status in FAILURES:
                 notes.append(f"{c}: {e.status} -> {status} (reason kept; re-check it)")
-                entries.append(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue))
+                entries.append(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue, e.when))
             else:
                 notes.append(f"{c}: now passes; entry removed")
     for case, status in runs.items():
-        if status in FAILURES and not any(x.matches(case) for x in entries):
+        if status in FAILURES and not any(x.matches(case) and x.applies(manifest.versions) for x in entries):
             notes.append(f"{case}: new {status}; needs a reason")
             entries.append(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"))
-    return Manifest(manifest.backend, manifest.path, entries), notes
+    return Manifest(manifest.backend, manifest.path, entries, manifest.versions), notes
 
 
 def dump(manifest: Manifest, header: str = "") -> str:
@@ -172,6 +225,8 @@ def dump(manifest: Manifest, header: str = "") -> str:
         lines.append(f"reason = {json.dumps(e.reason)}")
         if e.issue:
             lines.append(f"issue = {json.dumps(e.issue)}")
+        if e.when:
+            lines.append(f"when = {json.dumps(e.when[0] if len(e.when) == 1 else list(e.when))}")
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
@@ -196,5 +251,5 @@ def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | No
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
                       encoding="utf-8")
-    load_manifest(manifest.backend, target)  # what we wrote must read back
+    load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
     return target, notes
