@@ -27,6 +27,7 @@ from markupsafe import Markup
 
 from conformance import history as hist
 from conformance.result import STATUSES, Result, read_results
+from conformance.version_matrix import VersionMatrix, load_all, version_matrix
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
 SHORT = {
@@ -298,6 +299,7 @@ class Page:
     changes: hist.Changes | None
     runs: list[hist.Run]
     run: hist.Run | None
+    by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -367,6 +369,7 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     """
     results = load_results(results_dirs)
     page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs))
+    page.by_version = version_matrix(load_all(results_dirs))
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
     index.write_text(render(page), encoding="utf-8")
