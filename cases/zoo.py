@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.case import Case, Workload, register, unavailable
+from conformance.case import Case, CaseKind, Workload, register, unavailable
 
 BATCH = 2
 IMAGE = (3, 32, 32)
@@ -170,7 +170,7 @@ def register_zoo() -> None:
         if problems[zoo.library]:
             continue
         for trains in (False, True):
-            kind = "train_step" if trains else "inference"
+            kind: CaseKind = "train_step" if trains else "inference"
             register(Case(f"zoo-{zoo.name}-{'train' if trains else 'infer'}", kind, "zoo", 0,
                           _builder(zoo, trains), trains=trains,
                           requires=frozenset({"training"}) if trains else frozenset(),

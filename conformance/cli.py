@@ -212,8 +212,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
         from conformance.case import BROKEN_PLUGINS, UNAVAILABLE
 
-        for family, why in UNAVAILABLE.items():
-            print(f"family {family}: not registered here: {why}")
+        for family, reason in UNAVAILABLE.items():
+            print(f"family {family}: not registered here: {reason}")
         for name, problem in BROKEN_PLUGINS.items():
             print(f"case plugin {name}: broken: {problem}")
         return 0
