@@ -18,6 +18,7 @@ not in the graph at all.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,27 +80,21 @@ def _no_dropout(model: nn.Module) -> nn.Module:
 
 
 def _resnet18() -> nn.Module:
-    from torchvision.models import resnet18
-
-    return resnet18(num_classes=CLASSES)
+    return _import("torchvision").models.resnet18(num_classes=CLASSES)
 
 
 def _mobilenet_v3_small() -> nn.Module:
-    from torchvision.models import mobilenet_v3_small
-
-    return mobilenet_v3_small(num_classes=CLASSES)
+    return _import("torchvision").models.mobilenet_v3_small(num_classes=CLASSES)
 
 
 def _vit_tiny() -> nn.Module:
-    import timm
-
-    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=IMAGE, patch_size=8,
+    return _import("timm").create_model("vit_tiny_patch16_224", pretrained=False, img_size=IMAGE, patch_size=8,
                              depth=2, num_classes=CLASSES)
 
 
 def _hf(config_class: str, model_class: str, **config: Any) -> Callable[[], nn.Module]:
     def make() -> nn.Module:
-        transformers = importlib.import_module("transformers")
+        transformers = _import("transformers")
         cfg = getattr(transformers, config_class)(vocab_size=VOCAB, **config)
         cfg._attn_implementation = "sdpa"  # the fused attention kernel, as transformers picks on CPU
         return getattr(transformers, model_class)(cfg)
@@ -148,29 +143,29 @@ def _builder(zoo: ZooModel, trains: bool) -> Callable[[int], Workload]:
     return build
 
 
-def _importable(library: str) -> str | None:
-    """``None`` when ``library`` imports here, else why not (torchvision may be installed but
-    built for another torch: it then fails to load its operators)."""
+def _installed(library: str) -> bool:
+    """Found on the path (importing torchvision or transformers costs seconds per process,
+    so the import itself waits for a case's build)."""
+    return importlib.util.find_spec(library) is not None
+
+
+def _import(library: str) -> Any:
+    """``library``, or an error that says why it does not load (torchvision built for another
+    torch release fails to load its operators)."""
     try:
-        importlib.import_module(library)
-    except Exception as exc:  # ImportError, or a RuntimeError from a mismatched binary
-        return f"{library} does not import ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); " \
-               "pip install 'torch-conformance[models]' (see constraints/zoo.txt)"
-    return None
+        return importlib.import_module(library)
+    except Exception as exc:
+        raise RuntimeError(f"{library} is installed but does not import ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:160]}); it needs the torch release it was built for: "
+                           "see constraints/zoo.txt") from exc
 
 
 def register_zoo() -> None:
-    """Register every zoo model whose library imports here (entry point ``conformance.cases``)."""
-    problems: dict[str, str] = {}
+    """Register every zoo model whose library is installed here (entry point ``conformance.cases``)."""
     for zoo in MODELS:
-        if zoo.library not in problems:
-            problem = _importable(zoo.library)
-            if problem is None:
-                problems[zoo.library] = ""
-            else:
-                problems[zoo.library] = problem
-                unavailable(f"zoo ({zoo.library})", problem)
-        if problems[zoo.library]:
+        if not _installed(zoo.library):
+            unavailable(f"zoo ({zoo.library})", f"{zoo.library} is not installed: pip install "
+                        "'torch-conformance[models]' (see constraints/zoo.txt)")
             continue
         for trains in (False, True):
             kind: CaseKind = "train_step" if trains else "inference"
