@@ -9,6 +9,7 @@ Registered through the ``conformance.cases`` entry point (as a third-party packa
 register its own), and only where the library is installed: ``pip install
 'torch-conformance[models]'`` (torchvision needs the torch release it was built for, see
 ``constraints/zoo.txt``).  ``conformance list cases`` says which families are missing here.
+Zoo cases run when selected (``--case 'zoo-*'``), not in a run that names no case.
 
 Training steps run with every dropout probability at 0 (a random mask would make the
 float64 reference and the backend disagree); inference runs in eval mode, where dropout is
@@ -171,5 +172,5 @@ def register_zoo() -> None:
             kind: CaseKind = "train_step" if trains else "inference"
             register(Case(f"zoo-{zoo.name}-{'train' if trains else 'infer'}", kind, "zoo", 0,
                           _builder(zoo, trains), trains=trains,
-                          requires=frozenset({"training"}) if trains else frozenset(),
+                          requires=frozenset({"training"}) if trains else frozenset(), in_default=False,
                           description=f"{zoo.description}{': training step' if trains else ''}"))

@@ -59,6 +59,8 @@ class Case:
     requires: frozenset[str] = frozenset()
     tolerance: Tolerance = Tolerance()
     description: str = ""
+    #: part of a run that names no ``--case`` (the zoo is not: it is selected by id or glob)
+    in_default: bool = True
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)
@@ -207,11 +209,11 @@ def _import_file(path: Path) -> None:
 
 
 def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
-    """Cases whose id matches any glob in ``patterns`` (all when empty), in registry order."""
+    """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
     cases = all_cases()
     patterns = list(patterns)
     if not patterns:
-        return cases
+        return [c for c in cases if c.in_default]
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
     resolved = [c for p in unmatched if (c := resolve(p)) is not None]

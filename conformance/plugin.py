@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conformance.adapter import Backend, BackendError, BackendRegistry, discover
-from conformance.case import BROKEN_PLUGINS, Case, CaseError, load_source, select_cases
+from conformance.case import BROKEN_PLUGINS, Case, CaseError, all_cases, load_source, select_cases
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.result import Result, append_result
 
@@ -86,7 +86,7 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
         for e in m.entries:
             if e.reason.startswith("UNEXPLAINED"):
                 warnings.append(f"manifest {m.path}: entry {e.case!r} still needs a reason")
-    ids = [c.id for c in cases]
+    ids = [c.id for c in all_cases()]  # opt-in cases (the zoo) too
     if not case_globs:  # staleness only means something against the full case list
         for m in manifests.values():
             for e in m.stale(ids):
