@@ -3,7 +3,8 @@
 A manifest is a TOML file of ``[[expect]]`` entries: ``case`` (an id or a glob),
 ``status`` (an expected failing verdict), ``reason`` (required) and optionally
 ``issue`` (a link) and ``when`` (a condition on installed versions, ``"torch<2.9"`` or a
-list of such, all of which must hold: the entry applies only there).  Strict: a case
+list of such, all of which must hold: the entry applies only there, and there it comes
+before entries without a condition).  Strict: a case
 expected to fail that passes is ``xpass``, which fails the run; entries that apply here
 and match no selected case are reported as stale.
 """
@@ -90,7 +91,10 @@ class Manifest:
         return [e for e in self.entries if e.applies(self.versions)]
 
     def lookup(self, case_id: str) -> Expectation | None:
-        return next((e for e in self.active() if e.matches(case_id)), None)
+        """The first active entry matching ``case_id``; one with a ``when`` that holds here is the
+        more specific statement and comes before any entry without one."""
+        matching = [e for e in self.active() if e.matches(case_id)]
+        return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
         ids = list(case_ids)

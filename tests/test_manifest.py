@@ -180,3 +180,11 @@ def test_update_keeps_conditions_and_leaves_inactive_entries_alone(tmp_path: Pat
     again = load_manifest("b", target, versions={"torch": "2.8.0"})
     assert (again.entries[0].case, again.entries[0].when) == ("loop-rnn-*", ("torch<2.9",))
     assert again.entries[1].when == ("torch>=2.9", "iree-turbine<3.10")
+
+
+def test_a_condition_that_holds_comes_before_the_general_entry(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD + CONDITIONED.replace('"fail-peak"', '"fail-run"', 1))
+    old = load_manifest("b", path, versions={"torch": "2.8.0"})
+    new = load_manifest("b", path, versions={"torch": "2.13.0"})
+    assert old.lookup("loop-rnn-t3").status == "fail-run"  # the torch<2.9 entry, though listed second
+    assert new.lookup("loop-rnn-t3").status == "fail-peak"  # the general one
