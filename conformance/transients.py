@@ -16,6 +16,10 @@ The reference executor runs convolutions on ATen's native CPU kernels (oneDNN of
 from the CPU's instruction set (``nChw16c`` with AVX-512, ``nChw8c`` with AVX2, channels
 padded to the block) and reorders the weights, so its workspace is a property of the
 machine, not of the graph.  The native kernels' workspace is a function of the shapes.
+
+Kernels with per-thread buffers (flash attention, normalization reductions) are modelled
+with ``torch.get_num_threads()`` of the process that models and runs the step (the same
+one); allocations made on the intra-op pool's other threads do not reach the profiler.
 """
 
 from __future__ import annotations
