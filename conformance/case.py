@@ -1,10 +1,24 @@
-"""Cases: named, seeded, reproducible workloads, and the registry that finds them."""
+"""Cases: named, seeded, reproducible workloads, and the registry that finds them.
+
+Cases come from three places, loaded the same way in every process of a run (the
+controller, pytest-xdist workers, isolated workers): the built-in families
+(:mod:`conformance.cases`), installed packages' entry points in the group
+``conformance.cases`` (a module whose import registers cases, or a function that does),
+and ``--cases MODULE_OR_FILE`` sources, which child processes inherit through the
+``CONFORMANCE_CASES`` environment variable.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import importlib.util
+import os
+import sys
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -48,6 +62,8 @@ class Case:
     #: Fresh inputs for the ``call``-th call of the step (1, 2, ...), from the case's seed; by
     #: default the builder's inputs drawn again with the torch seed of that call (:func:`call_seed`).
     make_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = field(default=None, repr=False, compare=False)
+    #: part of a run that names no ``--case`` (the zoo is not: it is selected by id or glob)
+    in_default: bool = True
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)
@@ -106,18 +122,108 @@ def register(case: Case) -> Case:
     return case
 
 
+ENTRY_POINT_GROUP = "conformance.cases"
+#: ``--cases`` sources of this run, ``os.pathsep``-separated; child processes inherit it.
+SOURCES_ENV = "CONFORMANCE_CASES"
+_LOADED_SOURCES: set[str] = set()
+_PLUGINS_LOADED = False
+#: entry point name -> why it could not be loaded (reported, not fatal, like broken backends)
+BROKEN_PLUGINS: dict[str, str] = {}
+#: family -> why its cases are not registered here (a package it needs is not installed)
+UNAVAILABLE: dict[str, str] = {}
+
+
+def unavailable(family: str, reason: str) -> None:
+    """Record a family that registered nothing here, and why, for ``conformance list cases``."""
+    UNAVAILABLE[family] = reason
+
+
 def all_cases() -> list[Case]:
     import conformance.cases  # noqa: F401  (registers the built-in cases)
 
+    _load_plugins()
+    for source in _inherited_sources():
+        load_source(source)
     return list(_REGISTRY.values())
 
 
+def _load_plugins() -> None:
+    """Import every ``conformance.cases`` entry point once; a broken one is named, not fatal."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = ep.load()
+            if callable(loaded):
+                loaded()
+        except Exception as exc:
+            BROKEN_PLUGINS[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+
+
+def _inherited_sources() -> list[str]:
+    return [s for s in os.environ.get(SOURCES_ENV, "").split(os.pathsep) if s]
+
+
+def load_source(source: str) -> None:
+    """Import a module (``my_pkg.cases``) or a file (``cases.py``) that registers cases.
+
+    The source is recorded in ``CONFORMANCE_CASES`` so every process the run starts
+    (pytest-xdist workers, isolated workers) loads it too.  Raises :class:`CaseError`."""
+    key = _source_key(source)
+    if key in _LOADED_SOURCES:
+        return
+    _LOADED_SOURCES.add(key)
+    try:
+        if key.endswith(".py"):
+            _import_file(Path(key))
+        else:
+            if os.getcwd() not in sys.path:  # like `python -m`: modules next to where the run starts
+                sys.path.insert(0, os.getcwd())
+            importlib.import_module(key)
+    except CaseError:
+        raise
+    except Exception as exc:
+        _LOADED_SOURCES.discard(key)
+        raise CaseError(f"--cases {source}: {type(exc).__name__}: {exc}") from exc
+    inherited = _inherited_sources()
+    if key not in inherited:
+        os.environ[SOURCES_ENV] = os.pathsep.join([*inherited, key])
+
+
+def _source_key(source: str) -> str:
+    """A file as its absolute path (workers may start elsewhere), a module as its dotted name."""
+    if source.endswith(".py") or os.sep in source or Path(source).is_file():
+        path = Path(source).resolve()
+        if not path.is_file():
+            raise CaseError(f"--cases {source}: no such file")
+        return str(path)
+    return source
+
+
+def _import_file(path: Path) -> None:
+    name = f"conformance_cases_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CaseError(f"--cases {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
 def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
-    """Cases whose id matches any glob in ``patterns`` (all when empty), in registry order."""
+    """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
     cases = all_cases()
     patterns = list(patterns)
     if not patterns:
-        return cases
+        return [c for c in cases if c.in_default]
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
     resolved = [c for p in unmatched if (c := resolve(p)) is not None]
@@ -125,5 +231,6 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
     if unmatched:
         known = ", ".join(c.id for c in cases[:8])
-        raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases')")
+        missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items())
+        raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases'){missing}")
     return chosen

@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", action="append", default=[], metavar="NAME",
                      help="backend name or package.module:Class (repeatable; default: all usable here)")
     run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
+    _add_cases_argument(run)
     run.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR",
                      help=f"results directory (default: {DEFAULT_OUT})")
     existing = run.add_mutually_exclusive_group()
@@ -119,13 +120,31 @@ def _parser() -> argparse.ArgumentParser:
                        help="Hypothesis example database (default: conformance-results/.hypothesis)")
     repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
     repro.add_argument("--no-shrink", action="store_true")
+    _add_cases_argument(repro)
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
     lst.add_argument("--generated", type=int, default=0, metavar="N")
     lst.add_argument("--hypothesis-seed", type=int, default=0, metavar="S")
     lst.add_argument("--backend", action="append", default=[], metavar="NAME")
     lst.add_argument("--case", action="append", default=[], metavar="GLOB")
+    _add_cases_argument(lst)
     return parser
+
+
+def _add_cases_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cases", action="append", default=[], metavar="MODULE",
+                        help="a module (my_pkg.cases) or file (my_cases.py) that registers cases; repeatable")
+
+
+def _load_case_sources(sources: list[str]) -> None:
+    """``--cases`` sources, loaded before anything selects cases (workers inherit them)."""
+    from conformance.case import load_source
+
+    try:
+        for source in sources:
+            load_source(source)
+    except CaseError as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0) -> Selection:
@@ -250,6 +269,8 @@ def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
         pytest_args += ["--backend", b]
     for c in args.case:
         pytest_args += ["--case", c]
+    for source in args.cases:
+        pytest_args += ["--cases", source]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
     if args.shard:
@@ -437,6 +458,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         for c in cases:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
             print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
+        from conformance.case import BROKEN_PLUGINS, UNAVAILABLE
+
+        for family, reason in UNAVAILABLE.items():
+            print(f"family {family}: not registered here: {reason}")
+        for name, problem in BROKEN_PLUGINS.items():
+            print(f"case plugin {name}: broken: {problem}")
         return 0
     try:
         selection = select(args.backend, ["*"] if not args.case else args.case)
@@ -465,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "run" and extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        _load_case_sources(getattr(args, "cases", []))
         if args.command == "run":
             return cmd_run(args, extra)
         if args.command == "merge":

@@ -4,6 +4,7 @@ It follows exactly the discipline :mod:`conformance.lifetime` models, with real
 tensors and Python reference counting doing the freeing, so what the memory probe
 sees of it must equal the model.  Each node runs inside a profiler range named
 ``node:<label>`` so allocations can be traced back to the node that made them.
+Ops run on the kernels the transient table models (:func:`conformance.transients.reference_kernels`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.fx
 from torch.profiler import record_function
 
 from conformance.lifetime import Observation, is_while_loop, loop_parts, release_schedule
+from conformance.transients import reference_kernels
 
 NODE_RANGE_PREFIX = "node:"
 
@@ -35,7 +37,8 @@ class GraphExecutor:
 
     def run(self, gm: torch.fx.GraphModule, args: list[Any], donated: bool = False) -> list[Any]:
         """Run ``gm`` on ``args``.  With ``donated`` the list is cleared so inputs can die early."""
-        return self._run_graph(gm, args, "", donated)
+        with reference_kernels():
+            return self._run_graph(gm, args, "", donated)
 
     def _run_graph(self, gm: torch.fx.GraphModule, args: list[Any], prefix: str, donated: bool) -> list[Any]:
         schedule = release_schedule(gm.graph)

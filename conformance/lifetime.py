@@ -23,6 +23,8 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from conformance.transients import kernel_transient_bytes
+
 WHILE_LOOP_OPS = ("while_loop", "while_loop_stack_output")
 
 
@@ -188,75 +190,6 @@ def _concrete(value: Any, symbols: dict[Any, int]) -> int:
 
 def _concrete_shape(t: torch.Tensor, symbols: dict[Any, int]) -> tuple[int, ...]:
     return tuple(_concrete(s, symbols) for s in t.shape)
-
-
-#: TensorIterator ops (binary arithmetic and comparisons) and their in-place forms.
-ELEMENTWISE_BINARY_OPS = frozenset({
-    "add", "sub", "mul", "div", "rsub", "remainder", "lt", "le", "gt", "ge", "eq", "ne",
-    "add_", "sub_", "mul_", "div_",
-})
-COMPARISON_OPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
-_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
-REDUCED_FLOATS = (torch.bfloat16, torch.float16)
-
-
-def kernel_transient_bytes(node: torch.fx.Node) -> int:
-    """Bytes an eager CPU kernel allocates inside the op and frees before returning,
-    on top of its outputs; they are alive while the op's output is.  Measured with
-    :class:`conformance.probe.CpuAllocatorProbe` (tests/test_generated_eager.py holds
-    every entry to a measurement).  The table, op by op:
-
-    - binary arithmetic and comparisons (``add sub mul div rsub remainder lt le gt ge
-      eq ne``, in-place forms too), TensorIterator on CPU:
-      a Python number operand is wrapped into a 0-dim tensor (8 bytes: float64 or
-      int64) and, when the op's common dtype differs, cast to it (one element); a
-      tensor operand of another dtype than the common one (a bool mask, an int64
-      count in ``amax``'s backward) is cast into a temporary copy.
-    - ``mean``: divides the sum in place by the element count, a wrapped scalar as
-      above.  For bfloat16/float16 the CPU kernel computes in float32: a float32 copy
-      of the input and a float32 result (ReduceOps.cpp ``mean_out``), which dominate.
-    - ``sum`` over all elements of a non-contiguous bfloat16/float16 tensor: the CPU
-      kernel reduces a float32 copy of the input into a float32 result, then casts.
-    - ``sum`` whose result dtype differs from the input's (``sum`` of a bool mask is
-      int64): the input is first cast into a temporary of the result dtype.
-    """
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
-        return 0
-    name = target.overloadpacket.__name__
-    operands = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
-    tensors = [t for t in operands if isinstance(t, torch.Tensor)]
-    if not tensors:
-        return 0
-    out = node.meta.get("val")
-    if name in ELEMENTWISE_BINARY_OPS:
-        if name in COMPARISON_OPS:
-            dims = [t for t in tensors if t.dim()] or tensors
-            common = dims[0].dtype
-            for t in dims[1:]:
-                common = torch.promote_types(common, t.dtype)
-        else:
-            common = out.dtype if isinstance(out, torch.Tensor) else tensors[0].dtype
-        total = 0
-        for a in operands[:2]:
-            if isinstance(a, (bool, int, float)):
-                wrapped = _WRAPPED_DTYPE[type(a)]
-                total += wrapped.itemsize + (common.itemsize if common != wrapped else 0)
-            elif isinstance(a, torch.Tensor) and a.dtype != common:
-                total += a.numel() * common.itemsize
-        return total
-    dtype = tensors[0].dtype
-    if name == "mean":
-        n_out = out.numel() if isinstance(out, torch.Tensor) else 1
-        if dtype in REDUCED_FLOATS:
-            return max(4 * tensors[0].numel() + 4 * n_out, 4 * n_out + 8 + 4)
-        return 8 + (dtype.itemsize if dtype != torch.float64 else 0)
-    if name == "sum" and isinstance(out, torch.Tensor):
-        if out.dtype != dtype:
-            return tensors[0].numel() * out.dtype.itemsize
-        if target._overloadname == "default" and dtype in REDUCED_FLOATS and not tensors[0].is_contiguous():
-            return 4 * tensors[0].numel() + 4
-    return 0
 
 
 class ModelError(RuntimeError):

@@ -2,24 +2,29 @@
 
 A manifest is a TOML file of ``[[expect]]`` entries: ``case`` (an id or a glob),
 ``status`` (an expected failing verdict), ``reason`` (required) and optionally
-``issue`` (a link).  An expected memory failure (``fail-peak``, ``fail-residual``)
+``issue`` (a link) and ``when`` (a condition on installed versions, ``"torch<2.9"`` or a
+list of such, all of which must hold: the entry applies only there, and there it comes
+before entries without a condition).  An expected memory failure (``fail-peak``, ``fail-residual``)
 also says how far over its contract it is expected to be: ``excess = N`` (exactly
 N bytes) or ``max_excess = N`` (at most N bytes), so an entry for a 1-byte excess
 cannot hide an 18 KB leak added on top.  Strict: a case expected to fail that
 passes is ``xpass``, which fails the run; a larger (or, for ``excess``, any
-other) excess is a failure; entries that match no selected case are reported as
-stale.
+other) excess is a failure; entries that apply here and match no selected case
+are reported as stale.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import tomllib
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from conformance.result import FAILURES, Result
 from conformance.verdict import Status
@@ -37,9 +42,14 @@ class Expectation:
     issue: str = ""
     excess: int | None = None  # exact bytes over the contract an expected memory failure shows
     max_excess: int | None = None  # or a bound on them
+    when: tuple[str, ...] = ()  # requirement-style conditions on installed versions, all must hold
 
     def matches(self, case_id: str) -> bool:
         return fnmatch.fnmatchcase(case_id, self.case)
+
+    def applies(self, versions: Mapping[str, str] | None = None) -> bool:
+        """Whether every ``when`` condition holds for ``versions`` (default: what is installed)."""
+        return all(condition_holds(c, versions) for c in self.when)
 
     @property
     def unsized(self) -> bool:
@@ -67,24 +77,67 @@ class Expectation:
         return f" (<= +{self.max_excess} B)" if self.max_excess is not None else ""
 
 
+def condition_holds(condition: str, versions: Mapping[str, str] | None = None) -> bool:
+    """``"torch<2.9"`` against the installed torch (or ``versions["torch"]``); a distribution
+    that is not installed satisfies no condition.  Local labels (``2.8.0+cpu``) are ignored,
+    as pip ignores them."""
+    req = Requirement(condition)
+    if versions is None:
+        version = _installed(req.name)
+    else:
+        version = {canonicalize_name(k): v for k, v in versions.items()}.get(canonicalize_name(req.name))
+    return version is not None and req.specifier.contains(version, prereleases=True)
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _parse_when(value: object, where: str) -> tuple[str, ...]:
+    conditions = [value] if isinstance(value, str) else value
+    if not isinstance(conditions, list) or not conditions or not all(isinstance(c, str) for c in conditions):
+        raise ManifestError(f"{where}: 'when' must be a condition like \"torch<2.9\" or a list of them")
+    for c in conditions:
+        try:
+            req = Requirement(c)
+        except InvalidRequirement as exc:
+            raise ManifestError(f"{where}: 'when' condition {c!r} is not NAME SPECIFIER ({exc})") from None
+        if req.extras or req.url or req.marker:
+            raise ManifestError(f"{where}: 'when' condition {c!r} may only name a distribution and versions")
+    return tuple(conditions)
+
+
 @dataclass
 class Manifest:
     backend: str
     path: Path | None = None
     entries: list[Expectation] = field(default_factory=list)
+    #: the versions ``when`` conditions are judged against; ``None``: what is installed
+    versions: Mapping[str, str] | None = None
+
+    def active(self) -> list[Expectation]:
+        """The entries whose ``when`` holds here."""
+        return [e for e in self.entries if e.applies(self.versions)]
 
     def lookup(self, case_id: str) -> Expectation | None:
-        return next((e for e in self.entries if e.matches(case_id)), None)
+        """The first active entry matching ``case_id``; one with a ``when`` that holds here is the
+        more specific statement and comes before any entry without one."""
+        matching = [e for e in self.active() if e.matches(case_id)]
+        return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
         ids = list(case_ids)
-        return [e for e in self.entries if not any(e.matches(i) for i in ids)]
+        return [e for e in self.active() if not any(e.matches(i) for i in ids)]
 
 
-def load_manifest(backend: str, path: Path | None = None) -> Manifest:
+def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str, str] | None = None) -> Manifest:
+    """``versions`` (distribution -> version) stands in for what is installed when judging ``when``."""
     path = path or manifest_location(backend)
     if not path.exists():
-        return Manifest(backend, None, [])
+        return Manifest(backend, None, [], versions)
     try:
         data = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
@@ -100,7 +153,7 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
         where = f"{path}: entry {i}"
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
-        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess"}
+        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
         case, status, reason = item.get("case"), item.get("status"), item.get("reason")
@@ -119,8 +172,9 @@ def load_manifest(backend: str, path: Path | None = None) -> Manifest:
                 raise ManifestError(f"{where} ({case}): {key!r} must be a whole number of bytes, got {value!r}")
         if excess is not None and max_excess is not None:
             raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
-        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess))
-    return Manifest(backend, path, entries)
+        when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
+        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when))
+    return Manifest(backend, path, entries, versions)
 
 
 def _read_text(path: Path) -> str:
@@ -155,6 +209,8 @@ def apply(result: Result, manifest: Manifest) -> Result:
     if result.status == expectation.status and problem is None:
         result.status = Status.XFAIL
         result.reason = f"expected: {expectation.reason}" + (f" ({expectation.issue})" if expectation.issue else "")
+        if expectation.when:
+            result.reason += f" [when {', '.join(expectation.when)}]"
     elif result.status == Status.PASS:
         result.status = Status.XPASS
         result.reason = f"unexpected pass: manifest expects {expectation.status} ({expectation.reason})"
@@ -186,7 +242,7 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
     notes: list[str] = []
     entries: list[Expectation] = []
     for e in manifest.entries:
-        matched = {c: s for c, s in runs.items() if e.matches(c)}
+        matched = {c: s for c, s in runs.items() if e.matches(c)} if e.applies(manifest.versions) else {}
         if not matched:
             entries.append(e)
             continue
@@ -201,7 +257,8 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             continue
         if _is_glob(e.case) and (changed or len(sizes) > 1):
             notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
-            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue), excess[c], memory) for c in still)
+            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue, when=e.when), excess[c], memory)
+                           for c in still)
         elif still:
             if resize:
                 notes.append(f"{e.case}: excess {e.describe_excess().strip() or 'unset'} -> +{excess[still[0]]} B")
@@ -210,23 +267,23 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             status = matched[c]
             if status in FAILURES:
                 notes.append(f"{c}: {e.status} -> {status} (reason kept; re-check it)")
-                entries.append(_sized(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue),
-                                      excess[c], Status(status).is_memory))
+                entries.append(_sized(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue,
+                                                  when=e.when), excess[c], Status(status).is_memory))
             else:
                 notes.append(f"{c}: now passes; entry removed")
     for case, status in runs.items():
-        if status in FAILURES and not any(x.matches(case) for x in entries):
+        if status in FAILURES and not any(x.matches(case) and x.applies(manifest.versions) for x in entries):
             notes.append(f"{case}: new {status}; needs a reason")
             entries.append(_sized(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"),
                                   excess[case], Status(status).is_memory))
-    return Manifest(manifest.backend, manifest.path, entries), notes
+    return Manifest(manifest.backend, manifest.path, entries, manifest.versions), notes
 
 
 def _sized(e: Expectation, observed: int | None, memory: bool) -> Expectation:
     """``e`` expecting exactly the observed excess (memory failures only)."""
     if not memory:
         return e
-    return Expectation(e.case, e.status, e.reason, e.issue, observed if observed is not None else 0, None)
+    return Expectation(e.case, e.status, e.reason, e.issue, observed if observed is not None else 0, None, e.when)
 
 
 def dump(manifest: Manifest, header: str = "") -> str:
@@ -246,6 +303,8 @@ def dump(manifest: Manifest, header: str = "") -> str:
             lines.append(f"excess = {e.excess}")
         if e.max_excess is not None:
             lines.append(f"max_excess = {e.max_excess}")
+        if e.when:
+            lines.append(f"when = {json.dumps(e.when[0] if len(e.when) == 1 else list(e.when))}")
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
@@ -272,5 +331,5 @@ def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | No
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
                       encoding="utf-8")
-    load_manifest(manifest.backend, target)  # what we wrote must read back
+    load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
     return target, notes

@@ -27,7 +27,7 @@ import pytest
 
 from conformance.adapter import Backend, BackendError, BackendRegistry, discover
 from conformance.baseline import BaselineError, Tolerance, apply_baseline, load_baseline
-from conformance.case import Case, CaseError, select_cases
+from conformance.case import BROKEN_PLUGINS, Case, CaseError, all_cases, load_source, select_cases
 from conformance.engine import DEFAULT_STEPS, RunOptions
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.outdir import MODES, OutDirError, RunDir, claim, held
@@ -88,6 +88,7 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
     cases = select_cases(case_globs)
     manifests = {b.name: load_manifest(b.name, getattr(b, "manifest_path", None)) for b in backends}
     warnings = [f"plugin {name}: {problem}" for name, problem in registry.broken.items()]
+    warnings += [f"case plugin {name}: {problem}" for name, problem in BROKEN_PLUGINS.items()]
     for m in manifests.values():
         for e in m.entries:
             if e.reason.startswith("UNEXPLAINED"):
@@ -95,7 +96,7 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
             if e.unsized:
                 warnings.append(f"manifest {m.path}: entry {e.case!r} expects {e.status} without its excess "
                                 "(excess = BYTES); it fails until --update-manifest records it")
-    ids = [c.id for c in cases]
+    ids = [c.id for c in all_cases()]  # opt-in cases (the zoo) too
     if not case_globs:  # staleness only means something against the full case list
         for m in manifests.values():
             for e in m.stale(ids):
@@ -109,6 +110,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="backend to run (repeatable; name or package.module:Class). Default: all usable here.")
     group.addoption("--case", action="append", default=[], metavar="GLOB",
                     help="case id or glob (repeatable). Default: all cases.")
+    group.addoption("--cases", action="append", default=[], metavar="MODULE",
+                    help="a module or .py file that registers cases (repeatable); workers load it too")
     group.addoption("--conformance-out", default=DEFAULT_OUT, metavar="DIR",
                     help=f"where results.jsonl goes (default: ./{DEFAULT_OUT})")
     group.addoption("--conformance-existing", choices=MODES, default="refuse",
@@ -150,6 +153,8 @@ def _selection(config: pytest.Config) -> Selection:
     global _SELECTION
     if _SELECTION is None:
         try:
+            for source in config.getoption("cases"):
+                load_source(source)
             _SELECTION = select(config.getoption("backend"), config.getoption("case"),
                                 config.getoption("generated"), _int_seed(config.getoption("hypothesis_seed", None)))
         except (BackendError, CaseError, ManifestError) as exc:

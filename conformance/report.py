@@ -34,6 +34,7 @@ from conformance import history as hist
 from conformance.outdir import OutDirError, check_target, path_arg
 from conformance.records import RecordsError, read_usable
 from conformance.result import STATUSES, Result
+from conformance.version_matrix import VersionMatrix, version_matrix
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
 SHORT = {
@@ -68,6 +69,11 @@ def load_results(results_dirs: Sequence[Path], warn: Callable[[str], None] | Non
         for r in loaded.results:
             merged[(r.case, r.backend)] = r
     return list(merged.values())
+
+
+def all_results(results_dirs: Sequence[Path]) -> list[Result]:
+    """Every usable result of every directory, nothing merged away (the per-version view needs them all)."""
+    return [r for d in results_dirs for r in read_usable(results_file(d)).results]
 
 
 def _warn(line: str) -> None:
@@ -336,6 +342,7 @@ class Page:
     run: hist.Run | None
     note: str = ""  # e.g. "interrupted after 8 of 33 pairs": shown under the title
     no_history_why: str = "--no-history"
+    by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -412,6 +419,7 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     results = load_results(results_dirs, warn)
     page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs),
                       note=note)
+    page.by_version = version_matrix(all_results(results_dirs))
     html_text = render(page)
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"

@@ -134,3 +134,87 @@ reason = "leaks its grads"
     _, notes2 = write_updated(again, results)
     assert load_manifest("b", target).entries == again.entries
     assert not [n for n in notes2 if "now passes" in n or "needs a reason" in n]
+
+
+CONDITIONED = """
+[[expect]]
+case = "loop-rnn-*"
+status = "fail-peak"
+reason = "held the carry before the fix"
+when = "torch<2.9"
+
+[[expect]]
+case = "mlp-s-train"
+status = "fail-run"
+reason = "aborts on this compiler release"
+when = ["torch>=2.9", "iree-turbine<3.10"]
+"""
+
+
+def test_version_conditioned_entry_applies_on_one_torch_and_not_another(tmp_path: Path) -> None:
+    path = _write(tmp_path, CONDITIONED)
+    old = load_manifest("b", path, versions={"torch": "2.8.0+cu128"})
+    new = load_manifest("b", path, versions={"torch": "2.13.0+cpu", "iree_turbine": "3.9.0"})
+    on_old = apply(Result("loop-rnn-t3", "b", "fail-peak"), old)
+    assert on_old.status == "xfail" and on_old.reason.endswith("[when torch<2.9]")
+    on_new = apply(Result("loop-rnn-t3", "b", "fail-peak", reason="x"), new)
+    assert on_new.status == "fail-peak" and on_new.expected is None  # not expected on 2.13: a real failure
+    assert apply(Result("loop-rnn-t3", "b", "pass"), new).status == "pass"  # and no xpass either
+    assert apply(Result("loop-rnn-t3", "b", "pass"), old).status == "xpass"
+    # the iree-turbine condition: both parts must hold
+    assert apply(Result("mlp-s-train", "b", "fail-run"), new).status == "xfail"
+    later_iree = load_manifest("b", path, versions={"torch": "2.13.0", "iree-turbine": "3.10.0"})
+    assert apply(Result("mlp-s-train", "b", "fail-run"), later_iree).status == "fail-run"
+    no_iree = load_manifest("b", path, versions={"torch": "2.13.0"})  # not installed: no condition holds
+    assert no_iree.lookup("mlp-s-train") is None
+    # an entry for another version is inactive here, not stale
+    assert [e.case for e in new.stale(["mlp-s-train"])] == []
+    assert [e.case for e in old.stale(["mlp-s-train"])] == ["loop-rnn-*"]
+
+
+def test_conditions_are_judged_against_the_installed_torch(tmp_path: Path) -> None:
+    """The same planted manifest, read where torch is installed (tox -e torch28 runs this on 2.8)."""
+    import torch
+    from packaging.version import Version
+
+    path = _write(tmp_path, CONDITIONED.replace("torch<2.9", f"torch<{Version(torch.__version__).base_version}"))
+    here = load_manifest("b", path)
+    assert here.lookup("loop-rnn-t3") is None  # torch<THIS version: not here
+    below = f"torch<={Version(torch.__version__).base_version}"
+    here = load_manifest("b", _write(tmp_path, CONDITIONED.replace("torch<2.9", below)))
+    assert here.lookup("loop-rnn-t3") is not None
+    old_torch = Version(torch.__version__) < Version("2.9")
+    assert (load_manifest("b", _write(tmp_path, CONDITIONED)).lookup("loop-rnn-t3") is not None) == old_torch
+
+
+@pytest.mark.parametrize("when, message", [
+    ("'torch<<2'", "not NAME SPECIFIER"),
+    ("3", "'when' must be"),
+    ("[]", "'when' must be"),
+    ("'torch[extra]<2.9'", "may only name"),
+])
+def test_malformed_condition_names_the_entry(tmp_path: Path, when: str, message: str) -> None:
+    path = _write(tmp_path, f"[[expect]]\ncase = 'x'\nstatus = 'fail-peak'\nreason = 'r'\nwhen = {when}\n")
+    with pytest.raises(ManifestError) as err:
+        load_manifest("b", path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_update_keeps_conditions_and_leaves_inactive_entries_alone(tmp_path: Path) -> None:
+    from conformance.manifest import write_updated
+
+    path = _write(tmp_path, CONDITIONED)
+    m = load_manifest("b", path, versions={"torch": "2.13.0"})
+    # on 2.13 loop-rnn-t3 passes: the torch<2.9 entry is not this run's business and stays
+    target, _ = write_updated(m, [Result("loop-rnn-t3", "b", "pass", raw_status="pass")])
+    again = load_manifest("b", target, versions={"torch": "2.8.0"})
+    assert (again.entries[0].case, again.entries[0].when) == ("loop-rnn-*", ("torch<2.9",))
+    assert again.entries[1].when == ("torch>=2.9", "iree-turbine<3.10")
+
+
+def test_a_condition_that_holds_comes_before_the_general_entry(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD + CONDITIONED.replace('"fail-peak"', '"fail-run"', 1))
+    old = load_manifest("b", path, versions={"torch": "2.8.0"})
+    new = load_manifest("b", path, versions={"torch": "2.13.0"})
+    assert old.lookup("loop-rnn-t3").status == "fail-run"  # the torch<2.9 entry, though listed second
+    assert new.lookup("loop-rnn-t3").status == "fail-peak"  # the general one

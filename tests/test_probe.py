@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from conformance.probe import CpuAllocatorProbe, build_trace
@@ -29,6 +31,7 @@ def test_pointer_reuse_is_a_new_allocation() -> None:
 
 
 def test_real_probe_ignores_tensors_made_before_recording() -> None:
+    gc.collect()  # earlier tests' garbage must not be collected (and counted as a foreign free) in the window
     before = [torch.randn(1000)]
     with CpuAllocatorProbe() as probe:
         kept = torch.empty(256)  # 1 KiB, alive at the end

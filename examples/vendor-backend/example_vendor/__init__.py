@@ -24,6 +24,7 @@ import torch.fx
 from conformance.adapter import Backend, Capabilities, CompiledStep
 from conformance.aot import AotRecorder, AotStep
 from conformance.case import Case, Workload
+from conformance.transients import reference_kernels
 
 __all__ = ["ExampleVendorBackend"]
 
@@ -32,7 +33,9 @@ def _compile_graph(gm: torch.fx.GraphModule) -> Any:
     """The 'vendor compiler': a boxed interpreter (takes the argument list and clears it)."""
 
     def run(args: list[Any]) -> Any:
-        return torch.fx.Interpreter(gm, garbage_collect_values=True).boxed_run(args)
+        # eager kernels as the harness's transient table models them (native convolutions)
+        with reference_kernels():
+            return torch.fx.Interpreter(gm, garbage_collect_values=True).boxed_run(args)
 
     run._boxed_call = True  # type: ignore[attr-defined]  # aot_autograd's boxed-call marker
     return run

@@ -1,0 +1,129 @@
+"""Users' own cases: README's example as written, and a case package installed from a directory.
+
+Both run through the real `conformance` command, isolated (each pair in a worker process
+that must load the same case sources), with pytest-xdist workers and shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = str(Path(sys.executable).parent / "conformance")
+
+
+def _readme_example() -> tuple[str, list[str]]:
+    """The "Add your model" section's Python file and its command, as README.md gives them."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Add your model", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    command = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert code and command, "README's 'Add your model' section lost its example"
+    return code.group(1), shlex.split(command.group(1).strip())
+
+
+def _verdicts(out: Path) -> dict[str, str]:
+    lines = (out / "results.jsonl").read_text().splitlines()
+    return {f"{r['case']}@{r['backend']}": r["status"] for r in map(json.loads, lines)}
+
+
+def test_readme_example_runs_as_written_isolated(tmp_path: Path) -> None:
+    code, command = _readme_example()
+    (tmp_path / "my_cases.py").write_text(code)
+    assert command[0] == ".venv/bin/conformance"
+    proc = subprocess.run([CONFORMANCE, *command[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _verdicts(tmp_path / "conformance-results") == {"my-convnet-infer@eager": "pass"}
+
+
+PACKAGE_CASES = '''
+import torch
+from torch import nn
+
+from conformance.case import Case, Workload, register
+
+
+class ConvLoss(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, groups=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                 nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Flatten(), nn.Linear(8 * 64, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).square().mean()
+
+
+def register_cases() -> None:
+    register(Case("pkg-convnet-train", "train_step", "pkg", 0,
+                  lambda seed: Workload(ConvLoss(), (torch.randn(2, 3, 8, 8),)),
+                  trains=True, requires=frozenset({"training"})))
+    register(Case("pkg-mlp-infer", "inference", "pkg", 0,
+                  lambda seed: Workload(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32)),
+                                        (torch.randn(4, 16),))))
+'''
+
+
+def _install_case_package(tmp_path: Path) -> Path:
+    """A real distribution, built and installed by pip from its directory into a target dir."""
+    src = tmp_path / "src"
+    (src / "my_zoo").mkdir(parents=True)
+    (src / "my_zoo" / "__init__.py").write_text(PACKAGE_CASES)
+    (src / "pyproject.toml").write_text(textwrap.dedent("""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "my-zoo"
+        version = "0.1"
+
+        [project.entry-points."conformance.cases"]
+        my-zoo = "my_zoo:register_cases"
+        broken = "my_zoo.missing:nothing"
+        """))
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(site), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(site.glob("my_zoo-0.1.dist-info/entry_points.txt"))
+    return site
+
+
+def test_installed_case_package_runs_isolated_with_xdist_and_shards(tmp_path: Path) -> None:
+    site = _install_case_package(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CONFORMANCE, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    listed = cli("list", "cases", "--case", "pkg-*")
+    assert listed.returncode == 0, listed.stderr
+    assert "pkg-convnet-train" in listed.stdout and "pkg-mlp-infer" in listed.stdout
+    assert "case plugin broken: broken: my_zoo.missing:nothing: ModuleNotFoundError" in listed.stdout
+
+    select = ["--case", "pkg-*", "--backend", "eager", "--no-history", "--no-report"]
+    full = cli("run", *select, "-n", "2", "--out", "full")
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert _verdicts(tmp_path / "full") == {"pkg-convnet-train@eager": "pass", "pkg-mlp-infer@eager": "pass"}
+    shards = [cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}") for i in (1, 2)]
+    assert all(s.returncode == 0 for s in shards), [s.stderr for s in shards]
+    assert all("case plugin broken" in s.stderr for s in shards)  # reported, not fatal
+    parts = [_verdicts(tmp_path / f"s{i}") for i in (1, 2)]
+    assert all(parts) and {**parts[0], **parts[1]} == _verdicts(tmp_path / "full")
+
+
+def test_unloadable_cases_source_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "bad_cases.py").write_text("raise RuntimeError('no model here')\n")
+    for source, message in (("bad_cases.py", "RuntimeError: no model here"), ("missing.py", "no such file"),
+                            ("not_a_module_here", "ModuleNotFoundError")):
+        proc = subprocess.run([CONFORMANCE, "run", "--cases", source, "--backend", "eager"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
