@@ -3,8 +3,8 @@
     python benchmarks/fault_matrix.py [--backend eager] [--fault input-clone] [--case 'mlp-*'] [--json OUT]
 
 Every fault of ``tests/faults.py`` is planted in each clean backend (eager, inductor, the
-example vendor) and run on every case the backend can run here, with the clean backend's
-own manifest applied, as a user would see it.  A fault counts as *caught* on a case when
+example vendor) and run on every case of the default set (or ``--case``) the backend can run
+here, with the clean backend's own manifest applied, as a user would see it.  A fault counts as *caught* on a case when
 the verdict is unexpected (a failure, or an excess other than the manifest's).  A fault
 in inductor's code generation counts only on cases whose generated program it changes;
 the others apply everywhere (a value fault changes values, a memory fault allocates), except
@@ -16,7 +16,6 @@ generated program exactly on every case it compiled.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.case import all_cases
+from conformance.case import select_cases
 from conformance.engine import RunOptions, run_case
 from conformance.manifest import apply, load_manifest
 from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
@@ -61,8 +60,7 @@ def main() -> int:
     for bname, bcls in backends.items():
         clean_backend = bcls()
         manifest = load_manifest(clean_backend.name, getattr(clean_backend, "manifest_path", None))
-        cases = [c for c in all_cases() if not clean_backend.capabilities.missing_for(c)
-                 and (not args.case or any(fnmatch.fnmatchcase(c.id, g) for g in args.case))]
+        cases = [c for c in select_cases(args.case) if not clean_backend.capabilities.missing_for(c)]
         for case in cases:
             clean_sources: list[str] | None = None
             if bname == "inductor":

@@ -187,8 +187,7 @@ class _Models:
     def __init__(self, case: Case) -> None:
         self.case = case
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
-        self._received: dict[tuple[int, ...], LifetimeModel | None] = {}
-        self._program: dict[tuple[int, ...], LifetimeModel | None] = {}
+        self._backend: dict[tuple[str, tuple[int, ...]], LifetimeModel | None] = {}
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
         key = call if self.case.kind == "loop" else 0  # only loops depend on the inputs' values
@@ -197,24 +196,23 @@ class _Models:
         return self._user[key]
 
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
-        key = tuple(observation.trip_counts)
-        if key not in self._received:
-            try:
-                self._received[key] = compiled.received_model(_copy(observation))
-            except ModelError as exc:
-                self._received[key] = None
-                result.notes.append(f"received graphs not modelled ({exc}); held to the user-level model")
-        return self._received[key]
+        return self._of_backend("received graphs not modelled ({}); held to the user-level model",
+                                compiled.received_model, observation, result)
 
     def program(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
-        key = tuple(observation.trip_counts)
-        if key not in self._program:
+        return self._of_backend("generated program not modelled: {}", compiled.program_model, observation, result)
+
+    def _of_backend(self, why_not: str, build: Callable[[Observation], LifetimeModel | None],
+                    observation: Observation, result: Result) -> LifetimeModel | None:
+        """A model the backend builds (once per trip counts); one it cannot build is a note, not a verdict."""
+        key = (why_not, tuple(observation.trip_counts))
+        if key not in self._backend:
             try:
-                self._program[key] = compiled.program_model(_copy(observation))
+                self._backend[key] = build(_copy(observation))
             except ModelError as exc:
-                self._program[key] = None
-                result.notes.append(f"generated program not modelled: {exc}")
-        return self._program[key]
+                self._backend[key] = None
+                result.notes.append(why_not.format(exc))
+        return self._backend[key]
 
 
 def _copy(observation: Observation) -> Observation:
