@@ -6,7 +6,8 @@ Every fault of ``tests/faults.py`` is planted in each clean backend (eager, indu
 example vendor) and run on every case of the default set (or ``--case``) the backend can run
 here, with the clean backend's own manifest applied, as a user would see it.  A fault counts as *caught* on a case when
 the verdict is unexpected (a failure, or an excess other than the manifest's).  A fault
-in inductor's code generation counts only on cases whose generated program it changes;
+in inductor's code generation counts only on cases where it changes the generated program's
+live bytes (a ``del`` dropped right before ``return`` changes the code, not the memory);
 the others apply everywhere (a value fault changes values, a memory fault allocates), except
 a 1e-3 relative error, which is within the precision of bfloat16 and float16 cases.
 Also prints, for the clean inductor, whether the measured timeline followed the
@@ -27,21 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conformance.case import select_cases
 from conformance.engine import RunOptions, run_case
 from conformance.manifest import apply, load_manifest
+from conformance.result import Result
 from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
 
 
-def sources(step: object) -> list[str]:
-    """The generated programs' code (functions only, comments dropped): what a codegen fault can change."""
-    import ast
-
-    recorder = getattr(getattr(step, "inner", None), "recorder", None)
-    programs = []
-    for g in getattr(recorder, "graphs", []):
-        tree = ast.parse(g.source or "")
-        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in
-                     ("get_args", "benchmark_compiled_module", "__init__", "recursively_apply_fns")]
-        programs.append("\n".join(ast.unparse(f) for f in functions))
-    return programs
+def program_memory(result: Result) -> list[int]:
+    """The generated program's live bytes, statement by statement: what a codegen fault must change to
+    change memory (a ``del`` dropped just before ``return`` changes the code, not the memory)."""
+    return [int(b) for _, b in result.memory.get("program_timeline") or []]
 
 
 def main() -> int:
@@ -62,11 +56,11 @@ def main() -> int:
         manifest = load_manifest(clean_backend.name, getattr(clean_backend, "manifest_path", None))
         cases = [c for c in select_cases(args.case) if not clean_backend.capabilities.missing_for(c)]
         for case in cases:
-            clean_sources: list[str] | None = None
+            clean_memory: list[int] | None = None
             if bname == "inductor":
                 CREATED.clear()
                 clean = run_case(case, planted(bcls, "none")())  # type: ignore[arg-type]
-                clean_sources = sources(CREATED[-1]) if CREATED else []
+                clean_memory = program_memory(clean)
                 program = clean.check("program")
                 if program is not None:
                     exact[1] += 1
@@ -80,7 +74,7 @@ def main() -> int:
                 result.backend = clean_backend.name
                 applies = FAULTS[fault].applies(case) and bool(CREATED) and CREATED[-1].applied
                 if fault in INDUCTOR_ONLY:
-                    applies = bool(CREATED) and sources(CREATED[-1]) != clean_sources
+                    applies = program_memory(result) != clean_memory
                 final = apply(result, manifest)
                 caught = not final.ok
                 if applies:
@@ -98,8 +92,8 @@ def main() -> int:
     for fault in faults:
         cells = []
         for b in names:
-            caught, total = table.get((fault, b), (0, 0))
-            cells.append(f"{caught}/{total}" if total else "n/a")
+            hits, total = table.get((fault, b), (0, 0))
+            cells.append(f"{hits}/{total}" if total else "n/a")
         print(f"| {fault} | " + " | ".join(cells) + " |")
     if exact[1]:
         print(f"\nclean inductor: measured timeline = generated program's on {exact[0]}/{exact[1]} compiled cases")
