@@ -7,7 +7,8 @@ example vendor) and run on every case of the default set (or ``--case``) the bac
 here, with the clean backend's own manifest applied, as a user would see it.  A fault counts as *caught* on a case when
 the verdict is unexpected (a failure, or an excess other than the manifest's).  A fault
 in inductor's code generation counts only on cases where it changes the generated program's
-live bytes (a ``del`` dropped right before ``return`` changes the code, not the memory);
+live bytes at one of its allocations (a ``del`` dropped right before ``return`` changes the code,
+not the memory);
 the others apply everywhere (a value fault changes values, a memory fault allocates), except
 a 1e-3 relative error, which is within the precision of bfloat16 and float16 cases.
 Also prints, for the clean inductor, whether the measured timeline followed the
@@ -33,9 +34,18 @@ from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend
 
 
 def program_memory(result: Result) -> list[int]:
-    """The generated program's live bytes, statement by statement: what a codegen fault must change to
-    change memory (a ``del`` dropped just before ``return`` changes the code, not the memory)."""
-    return [int(b) for _, b in result.memory.get("program_timeline") or []]
+    """The generated program's live bytes at each of its allocations: what a codegen fault must change
+    to change memory.  Bytes held longer change memory only if something is allocated while they are
+    held, so a ``del`` dropped where nothing is allocated before the call returns (the result tuple of
+    a fallback op whose items are all returned, a loop's counter deleted just before ``return``)
+    changes the code, not the memory."""
+    at_allocations: list[int] = []
+    before = 0
+    for _, live in result.memory.get("program_timeline") or []:
+        if int(live) > before:
+            at_allocations.append(int(live))
+        before = int(live)
+    return at_allocations
 
 
 def main() -> int:
