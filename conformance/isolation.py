@@ -108,6 +108,10 @@ def _repro_in_worker(request: dict[str, Any], registry: Any) -> str | None:
     from conformance.case import select_cases
     from conformance.repro import auto_repro
 
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's files under the results, as in the run
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(Path(request["out"]) / ".hypothesis")
     case = select_cases([request["case"]])[0]
     spec = request["backend"]
     path = auto_repro(case, registry.get(spec), Result.from_json(request["result"]), Path(request["out"]),

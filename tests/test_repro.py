@@ -185,3 +185,28 @@ def test_a_run_survives_a_crash_while_shrinking(tmp_path: Path) -> None:
     assert other["status"] == "fail-residual", other["reason"]
     assert Path(other["repro_file"]) == out / "repros" / "mlp-s-infer@planted-crash-on-shrink.py"
     assert "FAILED_CHECK = 'residual'" in Path(other["repro_file"]).read_text()
+
+
+def test_cli_repro_shows_shrink_progress_and_exits_3_when_nothing_fails(tmp_path: Path) -> None:
+    def repro(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "conformance.cli", "repro", *args,
+                               "--hypothesis-db", str(tmp_path / "db")],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+
+    proc = repro(CASE, "--backend", "tests.planted_repro_backends:ToggleLeakBackend", "-o",
+                 str(tmp_path / "r.py"), "--max-runs", "10")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("shrinking ")]
+    assert f"shrinking {CASE} on planted-toggle-leak: run 5/10, " in proc.stderr, proc.stderr
+    assert progress and all(" ops left" in line for line in progress)
+    assert f"wrote {tmp_path / 'r.py'} (exit 1 while residual fails)" in proc.stdout
+    assert _script(tmp_path / "r.py", tmp_path).returncode == 1
+
+    clean = repro("mlp-s-infer", "--backend", "eager", "-o", str(tmp_path / "clean.py"))
+    assert clean.returncode == 3, clean.stdout + clean.stderr
+    assert clean.stdout.splitlines() == ["mlp-s-infer on eager: pass: no failing check on this backend, "
+                                         "nothing to reproduce (exit 3, nothing written)"]
+    assert not (tmp_path / "clean.py").exists()
+    help_text = subprocess.run([sys.executable, "-m", "conformance.cli", "repro", "--help"], cwd=REPO,
+                               capture_output=True, text=True, timeout=120).stdout
+    assert "3 the case does not fail on this backend" in " ".join(help_text.split())
