@@ -577,6 +577,8 @@ def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_d
               isolate: bool, timeout_s: float) -> tuple[str | None, str | None]:
     """:func:`auto_repro` for a run: in the isolation worker when the run isolates, so a backend that
     crashes on a shrunk candidate costs the repro, not the run.  Returns ``(path, note)``."""
+    if not fails(result):  # an unexpected pass (xpass): nothing to reproduce
+        return None, None
     if isolate:
         from conformance.isolation import repro_isolated
 
