@@ -10,7 +10,12 @@ and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; th
   signal's name and the tail of what the worker wrote to stderr.
 * No verdict within ``timeout_s``: the worker is killed; the verdict is ``timeout``.
 
-Either way the next case gets a fresh worker.  Workers are reused across cases
+Either way the next case gets a fresh worker.
+
+A failing case's repro is made in the worker too (a ``{"kind": "repro", ...}`` request:
+:func:`conformance.repro.auto_repro`, which shrinks a generated case with more engine runs),
+so a backend that crashes or hangs on a shrunk candidate costs only the repro: the result
+gets a note saying why no repro was written, and the run goes on with a fresh worker.  Workers are reused across cases
 otherwise, so the cost of isolation is one pipe round trip per case plus one
 interpreter start (``import torch``) per worker, not per case.
 
@@ -62,7 +67,10 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 
 def worker_main(reply_fd: int, parent_pid: int) -> None:
-    """Worker loop: one JSON request ``[case_id, backend_spec]`` per stdin line, one JSON reply line each."""
+    """Worker loop: one JSON request per stdin line, one JSON reply line each.
+
+    A request is ``[case_id, backend_spec, options]`` (run the case) or
+    ``{"kind": "repro", "case", "backend", "result", "out", "max_runs"}`` (write its repro)."""
     import faulthandler
 
     die_with_parent(parent_pid)
@@ -80,13 +88,35 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
     registry = discover()
     send("ready", os.getpid())  # a case's clock starts after interpreter start-up
     for line in sys.stdin:
-        case_id, spec, *rest = json.loads(line)
+        request = json.loads(line)
+        if isinstance(request, dict) and request.get("kind") == "repro":
+            try:
+                send("ok", _repro_in_worker(request, registry))
+            except Exception as exc:  # a repro that cannot be made: a note, not a verdict
+                send("error", f"{type(exc).__name__}: {exc}")
+            continue
+        case_id, spec, *rest = request
         try:
             case = select_cases([case_id])[0]
             result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
             send("error", f"{type(exc).__name__}: {exc}")
+
+
+def _repro_in_worker(request: dict[str, Any], registry: Any) -> str | None:
+    from conformance.case import select_cases
+    from conformance.repro import auto_repro
+
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's files under the results, as in the run
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(Path(request["out"]) / ".hypothesis")
+    case = select_cases([request["case"]])[0]
+    spec = request["backend"]
+    path = auto_repro(case, registry.get(spec), Result.from_json(request["result"]), Path(request["out"]),
+                      int(request["max_runs"]), spec=spec)
+    return str(path) if path is not None else None
 
 
 @dataclass
@@ -155,14 +185,52 @@ class WorkerPool:
             raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
         return self._worker
 
-    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
-        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
+    def _send(self, request: Any) -> tuple[_Worker, int]:
         worker = self._ensure()
         offset = worker.stderr_path.stat().st_size
         assert worker.process.stdin is not None
-        request = [case_id, backend, (options or RunOptions()).to_json()]
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
         worker.process.stdin.flush()
+        return worker, offset
+
+    def repro(self, case_id: str, backend: str, result: Result, out: Path, timeout_s: float,
+              max_runs: int = 20) -> tuple[str | None, str | None]:
+        """Write the failing case's repro in the worker (see :func:`conformance.repro.auto_repro`).
+
+        Returns ``(path or None, note or None)``; a crash or hang while shrinking is a note, never raised."""
+        request = {"kind": "repro", "case": case_id, "backend": backend, "result": result.to_json(),
+                   "out": str(out), "max_runs": max_runs}
+        worker, _ = self._send(json.loads(json.dumps(request, default=str)))
+        t0 = time.perf_counter()
+        got = _wait(worker, timeout_s)
+        elapsed = time.perf_counter() - t0
+        if got is not None:
+            kind, payload = got
+            if kind == "ok":
+                return (str(payload), None) if payload else (None, None)
+            return None, f"repro not written: {payload}"
+        what = self._failed(worker, elapsed, timeout_s)
+        if what is None:
+            return None, f"repro not written: no repro within {timeout_s:g} s (worker killed)"
+        return None, f"repro not written: the worker crashed while making it ({what})"
+
+    def _failed(self, worker: _Worker, elapsed: float, timeout_s: float) -> str | None:
+        """After no reply: discard the worker; its exit described, or ``None`` when it hung (killed)."""
+        if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
+            try:
+                worker.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        if worker.alive():
+            self._discard()
+            return None
+        code = worker.process.wait()
+        self._discard()
+        return describe_exit(code)
+
+    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
+        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
+        worker, offset = self._send([case_id, backend, (options or RunOptions()).to_json()])
         worker.cases_run += 1
         t0 = time.perf_counter()
         got = _wait(worker, timeout_s)
@@ -292,6 +360,15 @@ def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
     if _DEFAULT_POOL is None:
         _DEFAULT_POOL = WorkerPool()
     return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s, options)
+
+
+def repro_isolated(case_id: str, backend_name_or_spec: str, result: Result, out: Path,
+                   timeout_s: float, max_runs: int = 20) -> tuple[str | None, str | None]:
+    """Write a failing case's repro in the shared worker; each shrink run gets ``timeout_s``."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool()
+    return _DEFAULT_POOL.repro(case_id, backend_name_or_spec, result, out, timeout_s * (max_runs + 1), max_runs)
 
 
 def shutdown(kill: bool = False) -> None:

@@ -239,14 +239,13 @@ _BASELINE: tuple[dict[tuple[str, str], Result], Tolerance, str] | None = None
 
 
 def _write_repro(pair: Pair, result: Result, out: Path) -> None:
-    """A failing generated case is shrunk (Hypothesis) and written out as a standalone script."""
-    from conformance.repro import auto_repro
+    """A failing case is written out as a repro script (a generated one shrunk first, by Hypothesis),
+    in the isolation worker when the run isolates: a crash while shrinking costs only the repro."""
+    from conformance.repro import run_repro
 
-    try:
-        path = auto_repro(pair.case, pair.backend, result, out)
-    except Exception as exc:  # a repro that cannot be made must not cost the verdict
-        result.notes.append(f"repro not written: {type(exc).__name__}: {exc}")
-        return
+    path, note = run_repro(pair.case, pair.backend, pair.spec, result, out, *_ISOLATION)
+    if note:
+        result.notes.append(note)
     if path is not None:
         result.repro_file = str(path)
         result.notes.append(f"repro file: {path}")

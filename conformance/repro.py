@@ -1,4 +1,4 @@
-"""Shrinking failing generated cases and writing standalone repro scripts.
+"""Shrinking failing cases and writing repro scripts that check the check that failed.
 
 A generated case that fails on a backend is shrunk by Hypothesis: the choice
 sequence that draws its program (:func:`conformance.cases.generated.choices_of`)
@@ -8,18 +8,32 @@ backend, and :func:`hypothesis.find` replays it (``Phase.reuse``) and shrinks it
 verdict".  The database is a plain directory (``.hypothesis/`` under the results
 directory by default), so shrunk examples survive between runs.
 
-The repro script imports torch (and, for adapter backends other than inductor,
-the backend's module): it rebuilds the model from the program as plain torch
-code, runs the step like the harness does, and checks the failure against
-numbers embedded from the harness (model peak and residual, or the float64
-reference at the case's tolerance).  Exit status 1 means the fault shows.
+Every script records the check that failed (``FAILED_CHECK``: ``parity``, ``peak``,
+``residual``, ``program``, ``backward-inputs``, ``pool``, ``baseline``, or ``None`` when
+the verdict came from no check: ``fail-compile``, ``fail-run``) and exits 1 exactly when
+that check still fails, 0 when it passes.  Two kinds:
+
+* standalone (a generated case whose failing check is parity, peak or residual, or a
+  compile or run error): imports torch (and, for adapter backends other than inductor, the
+  backend's module), rebuilds the model from the program as plain torch code, runs the step
+  like the harness does, and checks the failure against numbers embedded from the harness
+  (model peak and residual, or the float64 reference at the case's tolerance);
+* harness-based (a case that is not generated, or a check plain torch cannot observe: the
+  generated program's lifetimes, backward inputs, pools, the baseline): says so in its
+  docstring, imports the installed harness, rebuilds the case (from its embedded program, or
+  by id) and runs it on the backend with :func:`conformance.engine.run_case`.  Not shrunk
+  when the case is not generated.
+
+Both carry the exact harness rerun command.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +47,17 @@ from conformance.adapter import Backend, discover
 from conformance.case import Case, CaseError, resolve
 from conformance.engine import run_case
 from conformance.result import Result
+from conformance.verdict import Status, combine
 
 DEFAULT_DB = Path("results") / ".hypothesis"
 #: Engine runs a shrink may spend (each is a full ``run_case``).
 DEFAULT_MAX_RUNS = 80
+#: ``conformance repro``'s exit status when the case does not fail on the backend (nothing written).
+EXIT_NOTHING_TO_REPRODUCE = 3
+#: Checks a standalone (torch-only) script checks itself; any other check needs the harness.
+STANDALONE_CHECKS = frozenset({"parity", "peak", "residual"})
+#: A progress line every this many shrink runs (and one per improvement).
+PROGRESS_EVERY = 5
 
 
 @dataclass
@@ -54,17 +75,33 @@ def _ok(result: Result) -> bool:
     return result.ok
 
 
-def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: int = DEFAULT_MAX_RUNS,
-           original: Result | None = None) -> Shrunk:
-    """Shrink a failing generated case to a minimal program with the same verdict.
+def fails(result: Result) -> bool:
+    """The backend's own verdict (before a manifest) is a failure: something to reproduce."""
+    return Status.parse(result.raw_status or result.status).is_failure
 
-    A case that passes, or that is not generated, comes back unchanged.
+
+def failing_check(result: Result) -> str | None:
+    """The check that decided a failing verdict; ``None`` for a verdict no check made (compile, run errors)."""
+    deciding = combine(result.checks)
+    return deciding.name.value if deciding is not None else None
+
+
+def _n_ops(program: Any) -> int:
+    return len(program.ops) + len(program.body)
+
+
+def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: int = DEFAULT_MAX_RUNS,
+           original: Result | None = None, progress: Callable[[str], None] | None = None) -> Shrunk:
+    """Shrink a failing generated case to a minimal program with the same verdict and failing check.
+
+    A case that passes, or that is not generated, comes back unchanged.  ``progress`` gets
+    a line per smaller failing program found and one every :data:`PROGRESS_EVERY` runs.
     """
     from conformance.cases import generated
 
     original = original or run_case(case, backend)
     program, choices = generated.program_of(case), generated.choices_of(case)
-    if _ok(original) or program is None or choices is None:
+    if not fails(original) or program is None or choices is None:
         return Shrunk(case, original, original, 1, False)
     db_dir.mkdir(parents=True, exist_ok=True)
     db = DirectoryBasedExampleDatabase(str(db_dir))
@@ -75,9 +112,16 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
     last: dict[str, Any] = {}
 
     verdicts: dict[str, bool] = {}  # memoised: Hypothesis replays the minimal example at the end
+    want = (original.raw_status or original.status, failing_check(original))
+    best = _n_ops(program)
+
+    def report(improved: bool) -> None:
+        if progress is not None and (improved or runs % PROGRESS_EVERY == 0):
+            progress(f"shrinking {case.id} on {backend.name}: run {runs}/{max_runs}, {best} ops left"
+                     + (" (smaller program still fails)" if improved else ""))
 
     def still_fails(candidate: generated.Program) -> bool:
-        nonlocal runs
+        nonlocal runs, best
         key_ = repr(candidate)
         if key_ in verdicts:
             return verdicts[key_]
@@ -89,10 +133,14 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
             result = run_case(shrunk_case, backend)
         except Exception:  # a candidate the reference itself cannot run is not our failure
             verdicts[key_] = False
+            report(False)
             return False
-        verdicts[key_] = result.status == (original.raw_status or original.status)
+        verdicts[key_] = (result.status, failing_check(result)) == want
+        improved = verdicts[key_] and _n_ops(candidate) < best
         if verdicts[key_]:
             last[key_] = (shrunk_case, result)
+            best = min(best, _n_ops(candidate))
+        report(improved)
         return verdicts[key_]
 
     settings = Settings(database=db, phases=[Phase.reuse, Phase.shrink], max_examples=1, deadline=None,
@@ -179,12 +227,13 @@ def named_results(out, model):
     return named
 
 
-def main():
+def check_step():
+    """Every check this script can make: {{check name: [faults]}} (an empty list: the check passed)."""
     torch.manual_seed(SEED)
     model = make_model()
     inputs = make_inputs()
     model.train(TRAIN)
-    faults = []
+    faults = {{"parity": [], "peak": [], "residual": []}}
 
     # parity against the float64 reference, run eagerly
     ref_model = copy.deepcopy(model).double()
@@ -197,7 +246,7 @@ def main():
         err = (got[name].double() - ref).abs().max().item() if name in got else float("inf")
         print(f"parity {{name}}: max_abs_err {{err:.3g}} (rtol {{RTOL}}, atol {{ATOL}}) {{'ok' if ok else 'MISMATCH'}}")
         if not ok:
-            faults.append(f"{{name}} differs from the float64 reference (max abs err {{err:.3g}})")
+            faults["parity"].append(f"{{name}} differs from the float64 reference (max abs err {{err:.3g}})")
 
     # memory: warm step, then two measured steps, as the harness does
     for p in model.parameters():
@@ -211,14 +260,87 @@ def main():
             print(f"step {{step_no}}: peak {{peak}} B (model {{MODEL_PEAK_BYTES}} B), "
                   f"residual {{residual}} B (model {{MODEL_RESIDUAL_BYTES}} B)")
             if (peak != MODEL_PEAK_BYTES) if EXACT else (peak > MODEL_PEAK_BYTES + PEAK_SLACK_BYTES):
-                faults.append(f"peak {{peak}} B {{'!=' if EXACT else '>'}} model peak {{MODEL_PEAK_BYTES}} B"
-                              + (f" + slack {{PEAK_SLACK_BYTES}} B" if PEAK_SLACK_BYTES else ""))
+                faults["peak"].append(f"peak {{peak}} B {{'!=' if EXACT else '>'}} model peak {{MODEL_PEAK_BYTES}} B"
+                                      + (f" + slack {{PEAK_SLACK_BYTES}} B" if PEAK_SLACK_BYTES else ""))
             if residual != MODEL_RESIDUAL_BYTES:
-                faults.append(f"residual {{residual}} B != model residual {{MODEL_RESIDUAL_BYTES}} B")
-    if faults:
-        print("FAULT: " + "; ".join(dict.fromkeys(faults)))
+                faults["residual"].append(f"residual {{residual}} B != model residual {{MODEL_RESIDUAL_BYTES}} B")
+    return faults
+
+
+def main():
+    try:
+        faults = check_step()
+    except Exception as exc:
+        if FAILED_CHECK is not None:
+            raise  # the repro is for a check, not for an error: an error here is something else
+        import traceback
+
+        traceback.print_exc()
+        print(f"FAULT: {{FAILED_STATUS}}: {{type(exc).__name__}}: {{exc}}")
         sys.exit(1)
-    print("no fault: the step matches the reference and the lifetime model")
+    if FAILED_CHECK is None and FAILED_STATUS in ("fail-compile", "fail-run"):
+        print(f"no fault: the step compiled and ran (the harness saw {{FAILED_STATUS}})")
+        return
+    checked = [FAILED_CHECK] if FAILED_CHECK is not None else list(faults)
+    failing = [f for name in checked for f in faults.get(name, [])]
+    others = [f for name, fs in faults.items() if name not in checked for f in fs]
+    if others:
+        print("also (not the check this repro is for): " + "; ".join(dict.fromkeys(others)))
+    if failing:
+        print(f"FAULT ({{FAILED_CHECK or 'any check'}}): " + "; ".join(dict.fromkeys(failing)))
+        sys.exit(1)
+    print(f"no fault: the {{FAILED_CHECK or 'parity, peak and residual'}} check passes")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+_HARNESS_RUNNER = '''
+
+# ---- the check, run by the harness ------------------------------------------------------
+import os
+
+sys.path[:0] = [p for p in SEARCH_PATH if os.path.isdir(p)]  # the harness and the backend's module
+if CASE_SOURCES:  # cases registered by --cases sources
+    os.environ.setdefault("CONFORMANCE_CASES", CASE_SOURCES)
+
+
+def load_case():
+    if PROGRAM is None:
+        from conformance.case import resolve
+
+        case = resolve(CASE_ID)
+        if case is None:
+            sys.exit(f"unknown case {{CASE_ID!r}}: is the package that registers it installed?")
+        return case
+    from conformance.cases import generated
+
+    return generated.case_from_program(generated.Program.from_json(PROGRAM), CASE_ID, SEED)
+
+
+def main():
+    from conformance.adapter import discover
+    from conformance.engine import run_case
+
+    case = load_case()
+    backend = discover().get(BACKEND_SPEC)
+    result = run_case(case, backend)
+    status = str(result.raw_status or result.status)
+    print(f"{{case.id}} on {{backend.name}}: {{status}}" + (f": {{result.reason}}" if result.reason else ""))
+    if FAILED_CHECK is None:
+        still = status == FAILED_STATUS
+        what = f"verdict {{FAILED_STATUS}}"
+    else:
+        check = result.check(FAILED_CHECK)
+        print(f"check {{FAILED_CHECK}}: " + (f"{{check.status}} {{check.reason}}" if check else "not made"))
+        still = check is not None and check.failed
+        what = f"check {{FAILED_CHECK}}"
+    if still:
+        print(f"FAULT: {{what}} still fails")
+        sys.exit(1)
+    print(f"no fault: the {{what}} no longer fails")
 
 
 if __name__ == "__main__":
@@ -257,48 +379,109 @@ _ADAPTER = '''    # the backend's own adapter (torch-conformance adapter API)
     return call'''
 
 
+def _module_root(module_name: str) -> str:
+    """The directory ``module_name`` is imported from (what goes on ``sys.path`` to import it again)."""
+    file = Path(inspect.getfile(sys.modules[module_name])).resolve()
+    root = file.parent
+    for _ in range(module_name.count(".")):
+        root = root.parent
+    return str(root)
+
+
 def _compile_body(case: Case, backend: Backend) -> str:
     if backend.name == "inductor":
         return _INDUCTOR
     cls = type(backend)
-    module = sys.modules[cls.__module__]
-    file = Path(inspect.getfile(module)).resolve()
-    root = file.parent
-    for _ in range(cls.__module__.count(".")):
-        root = root.parent
-    return _ADAPTER.format(root=str(root), module=cls.__module__, cls=cls.__qualname__, case_id=case.id,
-                           kind=case.kind, family=case.family)
+    return _ADAPTER.format(root=_module_root(cls.__module__), module=cls.__module__, cls=cls.__qualname__,
+                           case_id=case.id, kind=case.kind, family=case.family)
+
+
+def backend_spec(backend: Backend) -> str:
+    """How a run names ``backend``: its registered name, or ``module:Class`` for an ad hoc one."""
+    cls = type(backend)
+    try:
+        if type(discover().get(backend.name)) is cls:
+            return backend.name
+    except Exception:  # not registered (a planted test backend, a --backend module:Class)
+        pass
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _docsafe(text: str) -> str:
     return text.replace(chr(92), "/").replace(chr(34) * 3, chr(39) * 3)
 
 
-def repro_source(case: Case, backend: Backend, result: Result) -> str:
-    """The standalone script for ``case`` failing on ``backend`` with ``result``."""
+def rerun_command(case_id: str, spec: str) -> str:
+    import shlex
+
+    return shlex.join(["conformance", "run", "--case", case_id, "--backend", spec])
+
+
+def repro_source(case: Case, backend: Backend, result: Result, spec: str | None = None,
+                 original_id: str | None = None) -> str:
+    """The script for ``case`` failing on ``backend`` with ``result``: exits 1 while the failing check fails.
+
+    ``spec`` names the backend as the run did (default: :func:`backend_spec`); ``original_id``
+    is the case the run failed on, when ``case`` was shrunk from it (for the rerun command).
+    """
     from conformance.cases import gen_ops, generated
 
+    spec = spec or backend_spec(backend)
     program = generated.program_of(case)
-    if program is None:
-        raise CaseError(f"{case.id}: only generated cases can be written as standalone repros")
+    check = failing_check(result) if fails(result) else None
+    status = str(result.raw_status or result.status)
+    # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
+    standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
+                  and status not in ("crash", "timeout"))
     memory = result.memory or {}
+    rerun = rerun_command(original_id or case.id, spec)
+    if standalone:
+        how = "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
+    else:
+        why = (f"the {check!r} check needs the harness: a torch-only script cannot observe it"
+               if program is not None else "the case is not generated: it is built by its registered builder")
+        how = f"Harness-based ({why}); it runs the installed torch-conformance on the case"
     header = (
-        f'"""Repro: {case.id} on backend {backend.name!r}: {result.status}.\n\n'
+        f'"""Repro: {case.id} on backend {backend.name!r}: {result.raw_status or result.status}'
+        f"{f' (check {check})' if check else ''}.\n\n"
         f"{_docsafe(result.reason)}\n\n"
-        f"{case.description}\n"
+        f"{_docsafe(case.description)}\n"
         f"Written by torch-conformance (torch {result.versions.get('torch', '?')}); "
-        "run it with plain `python`: exit status 1 means the fault shows.\n"
-        f"Program: {json.dumps(program.to_json(), separators=(',', ':'))}\n"
-        '"""\n'
+        f"run it with plain `python`: exit status 1 means the failing check "
+        f"({check or status}) still fails, 0 that it passes.\n"
+        f"{how}.\n"
+        f"Rerun in the harness: {rerun}\n"
+        + (f"Program: {json.dumps(program.to_json(), separators=(',', ':'))}\n" if program is not None else "")
+        + '"""\n'
     )
     consts = [
         "import copy",
+        "import json",
         "import sys",
         "",
         "import torch",
         "",
+        f"CASE_ID = {case.id!r}",
         f"SEED = {case.seed}",
         f"TRAIN = {case.trains}",
+        f"FAILED_CHECK = {check!r}  # the check this repro is for: exit 1 while it fails",
+        f"FAILED_STATUS = {status!r}",
+        f"RERUN = {rerun!r}",
+    ]
+    if not standalone:
+        harness_root = str(Path(__file__).resolve().parents[1])
+        roots = list(dict.fromkeys([harness_root, _module_root(type(backend).__module__)]))
+        program_json = json.dumps(program.to_json(), separators=(",", ":")) if program is not None else None
+        consts += [
+            f"BACKEND_SPEC = {spec!r}",
+            f"SEARCH_PATH = {roots!r}",
+            f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
+            f"PROGRAM = {f'json.loads({program_json!r})' if program_json else None}",
+            "",
+        ]
+        return "\n".join([header, "\n".join(consts), _HARNESS_RUNNER.format()])
+    assert program is not None
+    consts += [
         f"RTOL, ATOL = {case.tolerance.rtol!r}, {case.tolerance.atol!r}",
         f"MODEL_PEAK_BYTES = {memory.get('model_peak_bytes')!r}  # lifetime model ({memory.get('model_source')})",
         f"MODEL_RESIDUAL_BYTES = {memory.get('model_residual_bytes')!r}",
@@ -318,51 +501,90 @@ def repro_source(case: Case, backend: Backend, result: Result) -> str:
     return "\n".join(parts)
 
 
-def write_repro(case: Case, backend_name: str | Backend, result: Result, path: Path | str) -> Path:
-    """Write the standalone repro for ``case``'s ``result`` on the backend to ``path``."""
+def write_repro(case: Case, backend_name: str | Backend, result: Result, path: Path | str,
+                spec: str | None = None, original_id: str | None = None) -> Path:
+    """Write the repro script for ``case``'s ``result`` on the backend to ``path``."""
     backend = discover().get(backend_name) if isinstance(backend_name, str) else backend_name
+    if spec is None and isinstance(backend_name, str):
+        spec = backend_name
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(repro_source(case, backend, result), encoding="utf-8")
+    path.write_text(repro_source(case, backend, result, spec, original_id), encoding="utf-8")
     return path
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Path | str = DEFAULT_DB,
-               max_runs: int = DEFAULT_MAX_RUNS, no_shrink: bool = False) -> int:
-    """``conformance repro CASE --backend B -o repro.py``: run, shrink, write; 0 when written or nothing fails."""
+               max_runs: int = DEFAULT_MAX_RUNS, no_shrink: bool = False,
+               progress: Callable[[str], None] | None = _stderr) -> int:
+    """``conformance repro CASE --backend B -o repro.py``: run, shrink (generated cases), write.
+
+    0 when written; :data:`EXIT_NOTHING_TO_REPRODUCE` (nothing written) when the case does not
+    fail on the backend.  Shrink progress goes to ``progress`` (stderr by default).
+    """
+    from conformance.cases import generated
+
     case = resolve(case_id)
     if case is None:
         raise CaseError(f"unknown case {case_id!r}")
+    spec = backend if isinstance(backend, str) else None
     backend_obj = discover().get(backend) if isinstance(backend, str) else backend
-    original = run_case(case, backend_obj)
-    if _ok(original):
-        print(f"{case.id} on {backend_obj.name}: {original.status}; nothing to reproduce")
-        return 0
-    if no_shrink:
+    original = run_case(case, backend_obj, spec=spec)
+    if not fails(original):
+        print(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
+              f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
+        return EXIT_NOTHING_TO_REPRODUCE
+    program = generated.program_of(case)
+    if no_shrink or program is None:
         shrunk = Shrunk(case, original, original, 1, False)
     else:
-        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original)
-    path = write_repro(shrunk.case, backend_obj, shrunk.result, out)
-    program = shrunk.case.program  # type: ignore[attr-defined]
-    n_ops = len(program.ops) + len(program.body)
-    print(f"{case.id} on {backend_obj.name}: {original.status}: {original.reason}")
-    print(f"shrunk in {shrunk.runs} runs to {n_ops} ops: {shrunk.result.status}: {shrunk.result.reason}")
-    print(f"wrote {path}")
+        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress)
+    path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id)
+    check = failing_check(original)
+    print(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
+          f"{original.reason}")
+    if program is None:
+        print("not shrunk: the case is not generated")
+    elif not no_shrink:
+        print(f"shrunk in {shrunk.runs} runs to {_n_ops(generated.program_of(shrunk.case))} ops: "
+              f"{shrunk.result.status}: {shrunk.result.reason}")
+    print(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
+          f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")
     return 0
 
 
 def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path | str,
-               max_runs: int = 20) -> Path | None:
-    """For the run's plugin: shrink a failing generated case and write its repro next to the results.
+               max_runs: int = 20, spec: str | None = None,
+               progress: Callable[[str], None] | None = None) -> Path | None:
+    """For the run's plugin: write a failing case's repro next to the results, shrunk if generated.
 
     Writes ``<results_dir>/repros/<case>@<backend>.py`` (Hypothesis database in
-    ``<results_dir>/.hypothesis``) and returns the path; ``None`` for a passing or
-    non-generated case.  Costs up to ``max_runs`` extra engine runs.
+    ``<results_dir>/.hypothesis``) and returns the path; ``None`` when the backend's verdict
+    is no failure.  A generated case's shrink costs up to ``max_runs`` extra engine runs.
     """
-    from conformance.cases import generated
-
-    if _ok(result) or generated.program_of(case) is None:
+    if not fails(result):
         return None
     results_dir = Path(results_dir)
-    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result)
-    return write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py")
+    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result, progress)
+    return write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py",
+                       spec, case.id)
+
+
+def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_dir: Path | str,
+              isolate: bool, timeout_s: float) -> tuple[str | None, str | None]:
+    """:func:`auto_repro` for a run: in the isolation worker when the run isolates, so a backend that
+    crashes on a shrunk candidate costs the repro, not the run.  Returns ``(path, note)``."""
+    if not fails(result):  # an unexpected pass (xpass): nothing to reproduce
+        return None, None
+    if isolate:
+        from conformance.isolation import repro_isolated
+
+        return repro_isolated(case.id, spec, result, Path(results_dir), timeout_s)
+    try:
+        path = auto_repro(case, backend, result, results_dir, spec=spec)
+    except Exception as exc:  # a repro that cannot be made must not cost the verdict
+        return None, f"repro not written: {type(exc).__name__}: {exc}"
+    return (str(path), None) if path is not None else (None, None)

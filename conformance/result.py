@@ -31,7 +31,7 @@ class Result:
     timing: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     repro: str = ""
-    repro_file: str = ""  # a standalone script (generated cases that failed: shrunk first)
+    repro_file: str = ""  # a repro script for a failing pair (a generated case shrunk first)
     notes: list[str] = field(default_factory=list)
     #: the checks the verdict was combined from (conformance.verdict.combine), each with its figures
     checks: list[Check] = field(default_factory=list)

@@ -307,8 +307,6 @@ BAD_INPUTS: dict[str, Bad] = {
     "list-unknown-option": Bad(["list", "cases", "--bogus"], "unrecognized arguments: --bogus"),
     # repro
     "repro-unknown-case": Bad(["repro", "no-such-case", "--backend", "eager"], "unknown case 'no-such-case'"),
-    "repro-not-generated": Bad(["repro", "mlp-s-infer", "--backend", "eager"],
-                               "case 'mlp-s-infer' is not generated"),
     "repro-unknown-backend": Bad(["repro", "gen-dag-1", "--backend", "nosuch", "-o", "{tmp}/r.py"],
                                  "unknown backend 'nosuch'"),
     "repro-out-is-dir": Bad(["repro", "gen-dag-1", "--backend", "eager", "-o", "notes"], "-o notes: is a directory"),
