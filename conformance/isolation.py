@@ -34,10 +34,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from conformance.engine import RunOptions
 from conformance.result import Result, Status
+
+if TYPE_CHECKING:
+    from conformance.case import Case
 
 STDERR_TAIL_CHARS = 3000
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -74,7 +77,6 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
         reply.flush()
 
     from conformance.adapter import discover
-    from conformance.case import select_cases
     from conformance.engine import run_case
 
     registry = discover()
@@ -82,11 +84,21 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
     for line in sys.stdin:
         case_id, spec, *rest = json.loads(line)
         try:
-            case = select_cases([case_id])[0]
+            case = _case(case_id)
             result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
             send("error", f"{type(exc).__name__}: {exc}")
+
+
+def _case(case_id: str) -> Case:
+    """The case the run selected, by its id: the run's selection is not made again here."""
+    from conformance.case import CaseError, resolve
+
+    case = resolve(case_id)
+    if case is None:
+        raise CaseError(f"unknown case {case_id!r}")
+    return case
 
 
 @dataclass
@@ -268,9 +280,7 @@ def _placeholder(
 
     result = Result(case_id, backend, Status.parse(status), reason)
     try:
-        from conformance.case import select_cases
-
-        case = select_cases([case_id])[0]
+        case = _case(case_id)
         result.seed, result.kind, result.family = case.seed, case.kind, case.family
         result.repro = repro_command(case, backend)
     except Exception:  # an unknown case id still gets its verdict line
