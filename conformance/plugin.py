@@ -26,6 +26,8 @@ from conformance import options
 
 SUITE = Path(__file__).resolve().with_name("suite.py")
 SUITE_TEST = "test_conformance"
+#: a usage error found while collecting the suite (raised when collection ends)
+_REFUSED = pytest.StashKey[pytest.UsageError]()
 
 
 @dataclass
@@ -92,7 +94,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
     """Collecting the suite module turns the run on (before its tests are generated)."""
     if not is_active(parent.config) and file_path.resolve() == SUITE:
-        _activate(parent.config)
+        try:
+            _activate(parent.config)
+        except pytest.UsageError as exc:  # raised once collection ends: one line, not a collection error
+            parent.config.stash[_REFUSED] = exc
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    if (refused := config.stash.get(_REFUSED, None)) is not None:
+        raise refused
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -199,3 +199,22 @@ def test_isolation_worker_finds_the_case_by_id_without_selecting(monkeypatch: py
     assert isolation._case("mlp-s-infer").id == "mlp-s-infer"
     with pytest.raises(case.CaseError, match="unknown case 'no-such-case'"):
         isolation._case("no-such-case")
+
+
+def test_collecting_the_suite_turns_the_plugin_on_also_under_xdist(tmp_path: Path) -> None:
+    """No conformance option at all: the suite's collection (on the workers) turns the run on, and the
+    xdist controller, which collects nothing, turns on when the workers report the suite's items."""
+    proc = _pytest("--pyargs", "conformance.suite", "-q", "-n", "2", "-k", "mlp-s-infer and eager", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (tmp_path / options.DEFAULT_OUT / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and '"mlp-s-infer"' in lines[0]
+
+
+def test_a_refusal_found_while_collecting_the_suite_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / options.DEFAULT_OUT).mkdir()
+    (tmp_path / options.DEFAULT_OUT / "note.txt").write_text("mine\n")
+    proc = _pytest("--pyargs", "conformance.suite", "-q", "-k", "mlp-s-infer and eager", cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
+        f"ERROR: --out {options.DEFAULT_OUT} is not empty (note.txt); choose a new directory or pass --overwrite"]
+    assert sorted(p.name for p in (tmp_path / options.DEFAULT_OUT).iterdir()) == ["note.txt"]
