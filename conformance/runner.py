@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -309,8 +310,8 @@ class ResultWriter:
         self.owns_dir = claimed is None  # plain pytest: the CLI did not claim the directory first
         try:
             self.run_dir: RunDir = claimed or claim(out, state.values["existing"])
-        except OutDirError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        except OutDirError as exc:  # said in the CLI's terms: respelled for a plain pytest session
+            raise pytest.UsageError(pytest_spelling(str(exc))) from None
         self.path = self.run_dir.results
         self.results: list[Result] = []
         self.recorded: set[str] = set()  # node ids that have their verdict
@@ -440,6 +441,16 @@ class ResultWriter:
         config.hook.pytest_conformance_finished(stats=self.stats())
         if self.owns_dir:
             self.run_dir.release()
+
+
+def pytest_spelling(message: str) -> str:
+    """A message naming ``conformance run``'s flags, with the plugin's flags instead."""
+    from conformance.options import BY_NAME
+
+    flags = {opt.cli: opt.pytest for opt in BY_NAME.values() if opt.cli and opt.pytest and not opt.foreign}
+    existing = BY_NAME["existing"].pytest
+    flags.update({"--overwrite": f"{existing} overwrite", "--resume": f"{existing} resume"})
+    return re.sub(r"(?<![\w-])--[a-z][a-z-]*(?![\w-])", lambda m: flags.get(m.group(0), m.group(0)), message)
 
 
 def _pair_id_of(nodeid: str) -> str | None:

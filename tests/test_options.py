@@ -211,10 +211,12 @@ def test_collecting_the_suite_turns_the_plugin_on_also_under_xdist(tmp_path: Pat
 
 
 def test_a_refusal_found_while_collecting_the_suite_is_one_line(tmp_path: Path) -> None:
+    """It names the plugin's flags, not the CLI's."""
     (tmp_path / options.DEFAULT_OUT).mkdir()
     (tmp_path / options.DEFAULT_OUT / "note.txt").write_text("mine\n")
     proc = _pytest("--pyargs", "conformance.suite", "-q", "-k", "mlp-s-infer and eager", cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
-        f"ERROR: --out {options.DEFAULT_OUT} is not empty (note.txt); choose a new directory or pass --overwrite"]
+        f"ERROR: --conformance-out {options.DEFAULT_OUT} is not empty (note.txt); choose a new directory or pass "
+        "--conformance-existing overwrite"]
     assert sorted(p.name for p in (tmp_path / options.DEFAULT_OUT).iterdir()) == ["note.txt"]
