@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -26,8 +25,20 @@ import pytest
 from conformance.adapter import BackendError
 from conformance.case import CaseError
 from conformance.manifest import ManifestError
-from conformance.outdir import OutDirError, RunDir, check_target, claim, path_arg
-from conformance.plugin import DEFAULT_OUT, RunStats, Selection, select
+from conformance.options import (
+    BY_NAME,
+    DEFAULT_OUT,
+    OptionError,
+    Values,
+    add_run_arguments,
+    forward,
+    path_arg,
+    pytest_flag,
+    validate,
+)
+from conformance.outdir import OutDirError, RunDir, check_target, claim
+from conformance.plugin import RunStats
+from conformance.runner import Selection, select
 
 EXIT_USAGE = 2
 #: pytest's exit codes the CLI translates.
@@ -57,50 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="conformance", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run cases on backends (unknown options go to pytest)")
-    run.add_argument("--backend", action="append", default=[], metavar="NAME",
-                     help="backend name or package.module:Class (repeatable; default: all usable here)")
-    run.add_argument("--case", action="append", default=[], metavar="GLOB", help="case id or glob (repeatable)")
-    _add_cases_argument(run)
-    run.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR",
-                     help=f"results directory (default: {DEFAULT_OUT})")
-    existing = run.add_mutually_exclusive_group()
-    existing.add_argument("--overwrite", action="store_true",
-                          help="DIR may hold an earlier run: replace its results once this run has verdicts")
-    existing.add_argument("--resume", action="store_true",
-                          help="keep the verdicts in DIR and run only the selected pairs that lack one")
-    run.add_argument("-n", "--workers", default=None, metavar="N", help="pytest-xdist workers (a number or 'auto')")
-    run.add_argument("--shard", default=None, metavar="I/N",
-                     help="run shard I of N of the selected pairs (balanced by expected cost)")
-    run.add_argument("--shard-durations", type=path_arg, default=None, metavar="DIR",
-                     help="previous results directory whose timings weigh the shards")
-    run.add_argument("--update-manifest", action="store_true",
-                     help="rewrite each selected backend's manifest from this run, keeping reasons")
-    run.add_argument("--generated", type=int, default=0, metavar="N",
-                     help="add N generated cases (drawn from --hypothesis-seed) to the default set")
-    run.add_argument("--hypothesis-seed", type=int, default=0, metavar="S",
-                     help="seed the --generated cases are drawn from (default 0)")
-    run.add_argument("--no-auto-repro", action="store_true",
-                     help="do not shrink failing generated cases into standalone repros")
-    run.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
-                     help="each pair in a reusable worker process: a crash or hang is that pair's "
-                          "crash/timeout verdict, not the end of the run (default: on)")
-    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                     help="per-pair time limit when isolated (default: 600)")
-    run.add_argument("--steps", type=int, default=None, metavar="N",
-                     help="probed calls per pair, each with fresh inputs (default: 3); the residual must stay "
-                          "exact over all of them, and the last one's results are checked for parity")
-    run.add_argument("--baseline", type=path_arg, default=None, metavar="DIR",
-                     help="an earlier results directory (the last nightly, another torch version): a pair whose "
-                          "measured peak or residual grew beyond --baseline-tolerance fails")
-    run.add_argument("--baseline-tolerance", default="0", metavar="BYTES|PCT",
-                     help="growth allowed over the baseline: bytes, or a percentage such as 5%% (default 0: any "
-                          "growth fails, as the CPU allocator measures bytes exactly)")
-    run.add_argument("--report", type=path_arg, default=None, metavar="SITE_DIR",
-                     help="where the HTML report goes (default: DIR/report)")
-    run.add_argument("--no-report", action="store_true", help="do not build the HTML report")
-    run.add_argument("--history", type=path_arg, default=None, metavar="PATH",
-                     help="SQLite run history the report records this run in (default: DIR/history.sqlite)")
-    run.add_argument("--no-history", action="store_true", help="do not record this run in the history")
+    add_run_arguments(run)
     from conformance.report import add_report_arguments
 
     add_report_arguments(sub.add_parser("report", help="build the HTML dashboard from results directories"))
@@ -128,17 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_cases_argument(repro)
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
-    lst.add_argument("--generated", type=int, default=0, metavar="N")
-    lst.add_argument("--hypothesis-seed", type=int, default=0, metavar="S")
-    lst.add_argument("--backend", action="append", default=[], metavar="NAME")
-    lst.add_argument("--case", action="append", default=[], metavar="GLOB")
+    for name in ("generated", "hypothesis_seed", "backend", "case"):
+        BY_NAME[name].add_to_argparse(lst)
     _add_cases_argument(lst)
     return parser
 
 
 def _add_cases_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cases", action="append", default=[], metavar="MODULE",
-                        help="a module (my_pkg.cases) or file (my_cases.py) that registers cases; repeatable")
+    BY_NAME["cases"].add_to_argparse(parser)
 
 
 def _load_case_sources(sources: list[str]) -> None:
@@ -153,8 +118,10 @@ def _load_case_sources(sources: list[str]) -> None:
 
 
 def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0) -> Selection:
-    if generated < 0:
-        raise UsageFailure("--generated must be >= 0")
+    try:
+        BY_NAME["generated"].checked(generated, Values.of_mapping("cli", {"generated": generated}))
+    except OptionError as exc:
+        raise UsageFailure(str(exc)) from None
     try:
         selection = select(backends, cases, generated, seed)
     except (BackendError, CaseError, ManifestError) as exc:
@@ -172,13 +139,14 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     out = Path(args.out)
-    _check_run_options(args, out)
+    _check_run_options(args)
     _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
     run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
     try:
         with _signals_interrupt() as caught:
-            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors()]))
-            return _finish(args, run_dir, code, caught.signum)
+            finished = _RunFinished()
+            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors(), finished]))
+            return _finish(args, run_dir, code, caught.signum, finished.stats)
     finally:
         run_dir.release()
 
@@ -190,60 +158,11 @@ def _claim(out: Path, mode: str) -> RunDir:
         raise UsageFailure(str(exc)) from None
 
 
-def _check_run_options(args: argparse.Namespace, out: Path) -> None:
-    """Every option a run could stumble on later, checked before anything is written or run."""
-    _check_workers(args.workers)
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise UsageFailure(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
-    _check_shard(args.shard, args.shard_durations)
-    _check_steps_and_baseline(args)
+def _check_run_options(args: argparse.Namespace) -> None:
+    """Every option a run could stumble on later, checked (by the option table) before anything is written or run."""
     try:
-        check_target(out, "--out")
-        if args.report and not args.no_report:
-            check_target(Path(args.report), "--report")
-    except OutDirError as exc:
-        raise UsageFailure(str(exc)) from None
-    if not args.no_history:
-        _check_history(_history_path(args, out))
-
-
-def _check_steps_and_baseline(args: argparse.Namespace) -> None:
-    from conformance.baseline import BaselineError, Tolerance, load_baseline
-
-    if args.steps is not None and args.steps < 1:
-        raise UsageFailure(f"--steps must be a whole number >= 1, got {args.steps}")
-    try:
-        Tolerance.parse(args.baseline_tolerance)
-        if args.baseline is not None:
-            load_baseline(args.baseline)
-    except BaselineError as exc:
-        raise UsageFailure(str(exc)) from None
-
-
-def _check_workers(workers: str | None) -> None:
-    """pytest-xdist's -n: a count (0 = no workers), 'auto' or 'logical'."""
-    if workers is None or workers in ("auto", "logical"):
-        return
-    if not workers.isdigit():
-        raise UsageFailure(f"-n/--workers must be a whole number >= 0, 'auto' or 'logical', got {workers!r}")
-
-
-def _check_shard(spec: str | None, durations: Path | None) -> None:
-    from conformance.records import RecordsError, read_usable
-    from conformance.sharding import Shard
-
-    if spec is None:
-        if durations is not None:
-            raise UsageFailure("--shard-durations weighs shards: it needs --shard I/N")
-        return
-    try:
-        Shard.parse(spec)
-        if durations is not None:
-            path = Path(durations)
-            read_usable(path / "results.jsonl" if path.is_dir() else path)
-    except RecordsError as exc:
-        raise UsageFailure(f"--shard-durations: {exc}") from None
-    except ValueError as exc:
+        validate(Values.of_namespace(args))
+    except OptionError as exc:
         raise UsageFailure(str(exc)) from None
 
 
@@ -253,49 +172,16 @@ def _history_path(args: argparse.Namespace, out: Path) -> Path:
     return Path(args.history) if args.history else out / history.HISTORY_NAME
 
 
-def _check_history(path: Path) -> None:
-    from conformance import history
-
-    try:
-        history.check(path)
-    except history.HistoryError as exc:
-        raise UsageFailure(str(exc)) from None
-
-
 def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
+    """The session's own settings, then every run option as the table forwards it."""
     out = run_dir.path
-    pytest_args = [
+    return [
         "--pyargs", "conformance.suite", "-qq", "--no-header", "-p", "no:cacheprovider",
         "--rootdir", str(out.resolve()), "-o", "console_output_style=classic",
-        "--conformance-out", str(out), "--conformance-existing", run_dir.mode, "--conformance-progress",
+        pytest_flag("existing"), run_dir.mode, pytest_flag("progress"),
         "--junitxml", str(run_dir.staged_junit), "-W", "ignore::UserWarning",
+        *forward(args),
     ]
-    for b in args.backend:
-        pytest_args += ["--backend", b]
-    for c in args.case:
-        pytest_args += ["--case", c]
-    for source in args.cases:
-        pytest_args += ["--cases", source]
-    if args.workers:
-        pytest_args += ["-n", str(args.workers)]
-    if args.shard:
-        pytest_args += ["--shard", args.shard]
-        if args.shard_durations:
-            pytest_args += ["--shard-durations", str(args.shard_durations)]
-    if args.update_manifest:
-        pytest_args.append("--update-manifest")
-    if args.generated:
-        pytest_args += ["--generated", str(args.generated), "--hypothesis-seed", str(args.hypothesis_seed)]
-    if args.no_auto_repro:
-        pytest_args.append("--no-auto-repro")
-    pytest_args.append("--isolate" if args.isolate else "--no-isolate")
-    if args.timeout is not None:
-        pytest_args += ["--timeout", str(args.timeout)]
-    if args.steps is not None:
-        pytest_args += ["--steps", str(args.steps)]
-    if args.baseline is not None:
-        pytest_args += ["--baseline", str(args.baseline), "--baseline-tolerance", args.baseline_tolerance]
-    return pytest_args
 
 
 @dataclass
@@ -321,11 +207,9 @@ def _signals_interrupt() -> Iterator[_Caught]:
             signal.signal(s, h)
 
 
-def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None) -> int:
+def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None,
+            stats: RunStats | None) -> int:
     """Report what ran, and turn pytest's exit code into the CLI's."""
-    from conformance import plugin
-
-    stats = plugin.LAST_RUN
     interrupted = signum is not None or code == PYTEST_INTERRUPTED
     if stats is not None and stats.published and not args.no_report:
         _build_run_report(args, run_dir.path, stats)
@@ -373,6 +257,17 @@ def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> N
         print(f"conformance: warning: report not built: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
     print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
+
+
+class _RunFinished:
+    """pytest plugin: keeps the run's stats (the plugin's ``pytest_conformance_finished``) for after pytest returns."""
+
+    def __init__(self) -> None:
+        self.stats: RunStats | None = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_conformance_finished(self, stats: RunStats) -> None:
+        self.stats = stats
 
 
 class _OneLineUsageErrors:

@@ -32,14 +32,12 @@ from conformance.judge import (
     judge_residual,
 )
 from conformance.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.options import DEFAULT_STEPS  # probed calls per pair by default
 from conformance.parity import ParityReport, compare
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
 from conformance.verdict import Check, CheckName, Status, combine, passed
-
-#: Probed calls per pair by default; the residual must be exact after each, so growth is caught.
-DEFAULT_STEPS = 3
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from conformance.engine import RunOptions
 from conformance.result import Result, Status
+
+if TYPE_CHECKING:
+    from conformance.case import Case
 
 STDERR_TAIL_CHARS = 3000
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -82,7 +85,6 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
         reply.flush()
 
     from conformance.adapter import discover
-    from conformance.case import select_cases
     from conformance.engine import run_case
 
     registry = discover()
@@ -97,7 +99,7 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
             continue
         case_id, spec, *rest = request
         try:
-            case = select_cases([case_id])[0]
+            case = _case(case_id)
             result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
@@ -105,18 +107,27 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
 
 
 def _repro_in_worker(request: dict[str, Any], registry: Any) -> str | None:
-    from conformance.case import select_cases
     from conformance.repro import auto_repro
 
     if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's files under the results, as in the run
         from hypothesis.configuration import set_hypothesis_home_dir
 
         set_hypothesis_home_dir(Path(request["out"]) / ".hypothesis")
-    case = select_cases([request["case"]])[0]
+    case = _case(request["case"])
     spec = request["backend"]
     path = auto_repro(case, registry.get(spec), Result.from_json(request["result"]), Path(request["out"]),
                       int(request["max_runs"]), spec=spec)
     return str(path) if path is not None else None
+
+
+def _case(case_id: str) -> Case:
+    """The case the run selected, by its id: the run's selection is not made again here."""
+    from conformance.case import CaseError, resolve
+
+    case = resolve(case_id)
+    if case is None:
+        raise CaseError(f"unknown case {case_id!r}")
+    return case
 
 
 @dataclass
@@ -336,9 +347,7 @@ def _placeholder(
 
     result = Result(case_id, backend, Status.parse(status), reason)
     try:
-        from conformance.case import select_cases
-
-        case = select_cases([case_id])[0]
+        case = _case(case_id)
         result.seed, result.kind, result.family = case.seed, case.kind, case.family
         result.repro = repro_command(case, backend)
     except Exception:  # an unknown case id still gets its verdict line

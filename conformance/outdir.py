@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import os
@@ -24,6 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.options import EXISTING_MODES
 from conformance.records import RecordsError, read_records
 from conformance.result import Result
 
@@ -31,7 +31,7 @@ RESULTS = "results.jsonl"
 JUNIT = "junit.xml"
 PARTIAL = ".partial"
 LOCK = ".conformance.lock"
-MODES = ("refuse", "overwrite", "resume")
+MODES = EXISTING_MODES
 
 
 class OutDirError(ValueError):
@@ -112,13 +112,6 @@ _CLAIMS: dict[Path, RunDir] = {}
 def held(path: Path) -> RunDir | None:
     """This process's claim on ``path``, if it holds one (the CLI claims before pytest starts)."""
     return _CLAIMS.get(path.resolve())
-
-
-def path_arg(text: str) -> Path:
-    """argparse ``type`` for path options: an empty string would quietly mean the current directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no file or directory")
-    return Path(text)
 
 
 def check_target(path: Path, what: str = "--out") -> None:

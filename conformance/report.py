@@ -31,7 +31,8 @@ import jinja2
 from markupsafe import Markup
 
 from conformance import history as hist
-from conformance.outdir import OutDirError, check_target, path_arg
+from conformance.options import path_arg
+from conformance.outdir import OutDirError, check_target
 from conformance.records import RecordsError, read_usable
 from conformance.result import STATUSES, Result
 from conformance.version_matrix import VersionMatrix, version_matrix

@@ -24,13 +24,14 @@ class Shard:
     count: int
 
     @classmethod
-    def parse(cls, text: str) -> Shard:
+    def parse(cls, text: str, flag: str = "--shard") -> Shard:
+        """``I/N``; a ValueError's message names ``flag`` (the option as the user spelled it)."""
         m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         if not m:
-            raise ValueError(f"--shard must look like I/N (e.g. 2/3), got {text!r}")
+            raise ValueError(f"{flag} must look like I/N (e.g. 2/3), got {text!r}")
         index, count = int(m.group(1)), int(m.group(2))
         if count < 1 or not 1 <= index <= count:
-            raise ValueError(f"--shard {text}: need 1 <= I <= N")
+            raise ValueError(f"{flag} {text}: need 1 <= I <= N")
         return cls(index, count)
 
 

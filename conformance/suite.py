@@ -1,13 +1,16 @@
 """The conformance suite as a pytest module: one test per case x backend pair.
 
-The plugin parametrizes it from ``--backend`` and ``--case``; run it through
-``conformance run`` or directly: ``pytest --pyargs conformance.suite --backend eager``.
+The plugin parametrizes it from ``--conformance-backend`` and ``--conformance-case``; collecting
+this module turns the plugin on.  Run it through ``conformance run`` or directly:
+``pytest --pyargs conformance.suite --conformance-backend eager``.
 """
 
 from __future__ import annotations
 
-from conformance.plugin import Pair, execute_pair
+import pytest
+
+from conformance.runner import Pair, execute_pair
 
 
-def test_conformance(conformance_pair: Pair) -> None:
-    execute_pair(conformance_pair)
+def test_conformance(conformance_pair: Pair, request: pytest.FixtureRequest) -> None:
+    execute_pair(conformance_pair, request.node)

@@ -102,8 +102,8 @@ def test_list_backends_and_cases(tmp_path: Path) -> None:
 def test_plain_pytest_with_xdist_ships_results_from_workers(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-q",
-         "-n", "2", "--backend", "eager", "--case", "mlp-s-*", "--case", "mlp-m-infer",
-         "--conformance-out", "out"],
+         "-n", "2", "--conformance-backend", "eager", "--conformance-case", "mlp-s-*",
+         "--conformance-case", "mlp-m-infer", "--conformance-out", "out"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
