@@ -310,8 +310,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("hypothesis_seed", "seed the --generated cases are drawn from (default 0)",
            "--hypothesis-seed", "--hypothesis-seed", type=int, default=0, metavar="S",
            foreign="hypothesis_seed", with_option="generated"),
-    Option("auto_repro", "shrink each unexpectedly failing generated case into a standalone repro under "
-                         "DIR/repros (default: on)",
+    Option("auto_repro", "write a repro script under DIR/repros for each unexpected failure (a generated "
+                         "case shrunk first, in the isolation worker) (default: on)",
            "--auto-repro", "--conformance-auto-repro", "switch", default=True),
     Option("isolate", "each pair in a reusable worker process: a crash or hang is that pair's "
                       "crash/timeout verdict, not the end of the run (default: on)",
