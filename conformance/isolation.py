@@ -173,7 +173,7 @@ class WorkerPool:
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
                 return result
-            return _placeholder(case_id, backend, "fail-run", f"worker error outside the engine: {payload}")
+            return _placeholder(case_id, backend, Status.FAIL_RUN, f"worker error outside the engine: {payload}")
         if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
             try:
                 worker.process.wait(30)
@@ -181,12 +181,12 @@ class WorkerPool:
                 pass
         if worker.alive():
             self._discard()
-            return _placeholder(case_id, backend, "timeout", f"no verdict within {timeout_s:g} s (worker killed)",
+            return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",
                                 elapsed=elapsed)
         code = worker.process.wait()
         tail = worker.stderr_tail(offset)
         self._discard()
-        return _placeholder(case_id, backend, "crash", describe_exit(code), tail, elapsed)
+        return _placeholder(case_id, backend, Status.CRASH, describe_exit(code), tail, elapsed)
 
     def close(self, kill: bool = False) -> None:
         """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
@@ -261,12 +261,12 @@ def describe_exit(code: int | None) -> str:
 
 
 def _placeholder(
-    case_id: str, backend: str, status: str, reason: str, detail: str = "", elapsed: float | None = None
+    case_id: str, backend: str, status: Status, reason: str, detail: str = "", elapsed: float | None = None
 ) -> Result:
     """A result for a case whose worker gave none, with what the parent knows of the case."""
     from conformance.engine import repro_command
 
-    result = Result(case_id, backend, Status.parse(status), reason)
+    result = Result(case_id, backend, status, reason)
     try:
         from conformance.case import select_cases
 

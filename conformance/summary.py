@@ -12,12 +12,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance.result import STATUSES, Result
+from conformance.result import STATUSES, Result, Status
 
-STYLE = {
-    "pass": "green", "xfail": "yellow", "skip": "dim", "xpass": "red", "fail-compile": "red",
-    "fail-run": "red", "fail-parity": "red", "fail-peak": "red", "fail-residual": "red",
-    "crash": "red bold", "timeout": "red bold",
+STYLE: dict[str, str] = {
+    Status.PASS: "green", Status.XFAIL: "yellow", Status.SKIP: "dim", Status.XPASS: "red",
+    Status.FAIL_COMPILE: "red", Status.FAIL_RUN: "red", Status.FAIL_PARITY: "red", Status.FAIL_PEAK: "red",
+    Status.FAIL_RESIDUAL: "red", Status.CRASH: "red bold", Status.TIMEOUT: "red bold",
 }
 
 
