@@ -36,6 +36,7 @@ from conformance.parity import ParityReport, compare
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.text import clip
 from conformance.verdict import Check, CheckName, Status, combine, passed
 
 #: Probed calls per pair by default; the residual must be exact after each, so growth is caught.
@@ -354,4 +355,4 @@ def _one_line(exc: BaseException) -> str:
     first = text[0] if text else ""
     if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
         first = f"{first} {text[1]}"
-    return f"{type(exc).__name__}: {first}"[:500]
+    return clip(f"{type(exc).__name__}: {first}", 500)

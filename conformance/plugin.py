@@ -32,6 +32,7 @@ from conformance.engine import DEFAULT_STEPS, RunOptions
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.outdir import MODES, OutDirError, RunDir, claim, held
 from conformance.result import Result, append_result
+from conformance.text import clip, plural
 from conformance.verdict import Status
 
 RESULT_ATTR = "conformance_result"
@@ -331,9 +332,9 @@ class RunStats:
     def cut_short(self) -> str:
         """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``."""
         if self.interrupted:
-            return f"interrupted after {self.finished} of {self.total} pairs"
+            return f"interrupted after {self.finished} of {plural(self.total, 'pair')}"
         if self.finished < self.total:
-            return f"stopped after {self.finished} of {self.total} pairs"
+            return f"stopped after {self.finished} of {plural(self.total, 'pair')}"
         return ""
 
 
@@ -371,7 +372,7 @@ class ResultWriter:
         sel = _selection(self.config)  # an xdist controller collects nothing: resolve it here
         names = ", ".join(b.name for b in sel.backends)
         kept = f", {len(self.run_dir.kept)} kept from before" if self.run_dir.mode == "resume" else ""
-        _echo(f"conformance: {total} pairs ({names}{kept}) -> {self.path}")
+        _echo(f"conformance: {plural(total, 'pair')} ({names}{kept}) -> {self.path}")
         for w in [*self.run_dir.warnings, *sel.warnings]:
             _echo(f"warning: {w}")
 
@@ -431,7 +432,7 @@ class ResultWriter:
         t = sum(result.timing.values())
         mark = "ok " if result.ok else "BAD"
         line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
-                f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+                f"{result.status} ({t:.1f}s){' - ' + clip(result.reason, 160) if result.reason else ''}")
         if self.bar is not None:
             self.bar.console.print(line, markup=False, highlight=False)
             self.bar.advance(self.task)
@@ -492,7 +493,7 @@ def _pair_id_of(nodeid: str) -> str | None:
 def _gist(text: str) -> str:
     """The last non-blank line of a failure report: where pytest puts the error itself."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "unknown error")[:300]
+    return clip(lines[-1] if lines else "unknown error", 300)
 
 
 def _echo(line: str) -> None:
@@ -510,7 +511,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         setattr(report, RESULT_ATTR, json.dumps(result.to_json(), default=str))
         item.user_properties.append(("verdict", str(result.status)))
         if result.reason:
-            item.user_properties.append(("reason", result.reason[:500]))
+            item.user_properties.append(("reason", clip(result.reason, 500)))
     _CURRENT_RESULTS.clear()
 
 

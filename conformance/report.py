@@ -34,6 +34,7 @@ from conformance import history as hist
 from conformance.outdir import OutDirError, check_target, path_arg
 from conformance.records import RecordsError, read_usable
 from conformance.result import STATUSES, Result
+from conformance.text import clip
 from conformance.verdict import Rates, Status, rates
 from conformance.version_matrix import VersionMatrix, version_matrix
 
@@ -397,6 +398,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["bytes"] = fmt_bytes
+    env.filters["clip"] = clip
     env.globals.update(timeline_chart=timeline_chart, spark=spark, is_failure=hist.is_failure)
     return env
 

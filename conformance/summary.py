@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance.result import STATUSES, Result, Status
+from conformance.text import plural
 
 STYLE: dict[str, str] = {
     Status.PASS: "green", Status.XFAIL: "yellow", Status.SKIP: "dim", Status.XPASS: "red",
@@ -26,7 +27,7 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
     """Verdict counts per backend, then each unexpected verdict; ``cut_short`` says the run did not finish."""
     console = Console(stderr=True, width=max(120, Console(stderr=True).width))
     backends = sorted({r.backend for r in results})
-    table = Table(title=f"conformance: {len(results)} verdicts in {wall_s:.0f}s")
+    table = Table(title=f"conformance: {plural(len(results), 'verdict')} in {wall_s:.0f}s")
     table.add_column("backend")
     used = [s for s in STATUSES if any(r.status == s for r in results)]
     for s in used:
