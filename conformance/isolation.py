@@ -38,6 +38,7 @@ from typing import IO, Any
 
 from conformance.engine import RunOptions
 from conformance.result import Result, Status
+from conformance.text import clip_start
 
 STDERR_TAIL_CHARS = 3000
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -103,7 +104,7 @@ class _Worker:
                 data = fh.read()
         except OSError:
             return ""
-        return data.decode("utf-8", errors="replace")[-STDERR_TAIL_CHARS:]
+        return clip_start(data.decode("utf-8", errors="replace"), STDERR_TAIL_CHARS)
 
     def alive(self) -> bool:
         return self.process.poll() is None

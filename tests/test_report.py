@@ -376,3 +376,21 @@ def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tm
         assert boxes["detailScroll"]["scroll"] <= boxes["detailScroll"]["client"], boxes  # no column scrolled away
     finally:
         context.close()
+
+
+def test_pass_rate_is_the_verdict_modules(tmp_path: Path) -> None:
+    """The report's rate cell shows conformance.verdict.rates: pass and xfail apart, skips not counted."""
+    from collections import Counter
+
+    from conformance.verdict import rates
+
+    statuses = ["pass", "pass", "xfail", "skip", "fail-peak", "xpass"]
+    for i, status in enumerate(statuses):
+        append_result(tmp_path / "results.jsonl", Result(f"c{i}", "b", status, family="f"))  # type: ignore[arg-type]
+    text = build_report([tmp_path], tmp_path / "site", history=None).read_text()
+    want = rates(Counter(statuses))
+    assert (want.judged, want.passed, want.xfailed) == (5, 2, 1)
+    cell = re.search(r'<td class="rate" data-rate="([0-9.]+)" data-xfail-rate="([0-9.]+)">\s*([^<]*?)\s*</td>', text)
+    assert cell is not None
+    assert (float(cell[1]), float(cell[2])) == (round(want.pass_rate, 4), round(want.xfail_rate, 4)) == (0.4, 0.2)
+    assert cell[3] == "40% pass · 20% xfail"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.text import ELLIPSIS, clip, plural
+from conformance.text import ELLIPSIS, clip, clip_start, plural
 
 
 def test_clip_leaves_short_text_alone() -> None:
@@ -20,6 +20,14 @@ def test_clip_marks_what_it_cuts() -> None:
     assert clip("x" * 1000, 160).endswith(ELLIPSIS) and len(clip("x" * 1000, 160)) == 160
     with pytest.raises(ValueError):
         clip("abc", 0)
+
+
+def test_clip_start_keeps_the_end_and_marks_the_cut() -> None:
+    assert clip_start("abc", 3) == "abc"
+    cut = clip_start("Traceback ...\n  line 1\nValueError: boom", 12)
+    assert cut == ELLIPSIS + "Error: boom" and len(cut) == 12
+    with pytest.raises(ValueError):
+        clip_start("abc", 0)
 
 
 def test_plural() -> None:
