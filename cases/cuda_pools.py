@@ -1,4 +1,4 @@
-"""What CUDA graph trees promise about their shared pool (DESIGN.md, fourth bug).
+"""What CUDA graph trees promise about their shared pool (docs/design.md: "Graphs sharing one pool").
 
 Each case is a *scenario*: units (submodules a CUDA graph backend compiles as
 separate graphs, i.e. separate nodes of one graph tree) called path by path,

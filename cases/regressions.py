@@ -1,4 +1,4 @@
-"""Regression cases: one per real lifetime bug in DESIGN.md, each small and named.
+"""Regression cases: one per real lifetime bug listed in docs/design.md ("The problem"), each small and named.
 
 Every case here passes on a backend that frees tensors when the lifetime model
 says they die, and fails (``fail-peak`` / ``fail-residual``) on one with the

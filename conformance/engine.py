@@ -37,6 +37,7 @@ from conformance.parity import ParityReport, compare
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.text import clip, clip_start
 from conformance.verdict import Check, CheckName, Status, combine, passed
 
 
@@ -149,7 +150,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions) -> R
         result.memory.update(findings)
         extra = compiled.contract_check()
     except Exception as exc:
-        result.notes.append(traceback.format_exc()[-4000:])
+        result.notes.append(clip_start(traceback.format_exc(), 4000))
         extra = Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
     for check in (judge_backward_inputs(result.memory), adapter_check(extra)):
         if check is not None:
@@ -336,7 +337,7 @@ def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> R
     result.status = status
     result.reason = reason
     if detail:
-        result.notes.append(detail[-4000:])
+        result.notes.append(clip_start(detail, 4000))
     return result
 
 
@@ -352,4 +353,4 @@ def _one_line(exc: BaseException) -> str:
     first = text[0] if text else ""
     if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
         first = f"{first} {text[1]}"
-    return f"{type(exc).__name__}: {first}"[:500]
+    return clip(f"{type(exc).__name__}: {first}", 500)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from conformance.result import Result, Status
+from conformance.verdict import rates
 
 T = TypeVar("T")
 
@@ -227,17 +228,23 @@ def _by_run_time(path: Path, points: list[tuple[int, T]]) -> list[tuple[int, T]]
 
 
 def backend_trends(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """backend -> [(run id, pass rate)], oldest run first; pass rate over the run's non-skipped verdicts."""
+    """backend -> [(run id, pass rate)], oldest run first; :func:`conformance.verdict.rates`' pass rate."""
     if not path.exists():
         return {}
-    trends: dict[str, list[tuple[int, float]]] = {}
+    counts: dict[str, dict[int, dict[str, int]]] = {}
     with closing(connect(path)) as db:
         rows = db.execute(
-            "SELECT backend, run_id, SUM(status = 'pass'), COUNT(*) FROM results "
-            "WHERE status != 'skip' GROUP BY backend, run_id ORDER BY backend, run_id"
+            "SELECT backend, run_id, status, COUNT(*) FROM results "
+            "GROUP BY backend, run_id, status ORDER BY backend, run_id"
         )
-        for backend, run_id, ok, total in rows:
-            trends.setdefault(backend, []).append((run_id, ok / total if total else 0.0))
+        for backend, run_id, status, n in rows:
+            counts.setdefault(backend, {}).setdefault(run_id, {})[status] = n
+    trends: dict[str, list[tuple[int, float]]] = {}
+    for backend, by_run in counts.items():
+        judged = [(run_id, rates(c)) for run_id, c in by_run.items()]
+        points = [(run_id, r.pass_rate) for run_id, r in judged if r.judged]  # a run of skips only has no rate
+        if points:
+            trends[backend] = points
     return {b: _by_run_time(path, points) for b, points in trends.items()}
 
 

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from conformance.engine import RunOptions
 from conformance.result import Result, Status
+from conformance.text import clip_start
 
 if TYPE_CHECKING:
     from conformance.case import Case
@@ -144,7 +145,7 @@ class _Worker:
                 data = fh.read()
         except OSError:
             return ""
-        return data.decode("utf-8", errors="replace")[-STDERR_TAIL_CHARS:]
+        return clip_start(data.decode("utf-8", errors="replace"), STDERR_TAIL_CHARS)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -252,7 +253,7 @@ class WorkerPool:
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
                 return result
-            return _placeholder(case_id, backend, "fail-run", f"worker error outside the engine: {payload}")
+            return _placeholder(case_id, backend, Status.FAIL_RUN, f"worker error outside the engine: {payload}")
         if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
             try:
                 worker.process.wait(30)
@@ -260,12 +261,12 @@ class WorkerPool:
                 pass
         if worker.alive():
             self._discard()
-            return _placeholder(case_id, backend, "timeout", f"no verdict within {timeout_s:g} s (worker killed)",
+            return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",
                                 elapsed=elapsed)
         code = worker.process.wait()
         tail = worker.stderr_tail(offset)
         self._discard()
-        return _placeholder(case_id, backend, "crash", describe_exit(code), tail, elapsed)
+        return _placeholder(case_id, backend, Status.CRASH, describe_exit(code), tail, elapsed)
 
     def close(self, kill: bool = False) -> None:
         """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
@@ -340,12 +341,12 @@ def describe_exit(code: int | None) -> str:
 
 
 def _placeholder(
-    case_id: str, backend: str, status: str, reason: str, detail: str = "", elapsed: float | None = None
+    case_id: str, backend: str, status: Status, reason: str, detail: str = "", elapsed: float | None = None
 ) -> Result:
     """A result for a case whose worker gave none, with what the parent knows of the case."""
     from conformance.engine import repro_command
 
-    result = Result(case_id, backend, Status.parse(status), reason)
+    result = Result(case_id, backend, status, reason)
     try:
         case = _case(case_id)
         result.seed, result.kind, result.family = case.seed, case.kind, case.family

@@ -202,7 +202,7 @@ def apply(result: Result, manifest: Manifest) -> Result:
     """Turn the backend's raw verdict into the final one, strictly."""
     result.raw_status = result.status
     expectation = manifest.lookup(result.case)
-    if expectation is None or result.status == "skip":
+    if expectation is None or result.status == Status.SKIP:
         return result
     result.expected = expectation.status
     problem = expectation.excess_problem(result.excess_bytes) if result.status == expectation.status else None
@@ -236,7 +236,7 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
     glob that now over-matches is narrowed to the ids that still fail); entries this
     run did not exercise are left alone.
     """
-    mine = [r for r in results if r.backend == manifest.backend and (r.raw_status or r.status) != "skip"]
+    mine = [r for r in results if r.backend == manifest.backend and (r.raw_status or r.status) != Status.SKIP]
     runs = {r.case: str(r.raw_status or r.status) for r in mine}
     excess = {r.case: r.excess_bytes for r in mine}
     notes: list[str] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ class RunDir:
             self._discard_staged()
             return False
         if self.staged_junit.exists():
+            name_junit_classes(self.staged_junit, self.staged_results)
             if self.mode == "resume" and self.junit.is_file():
                 _combine_junit([self.junit, self.staged_junit], self.staged_junit)
             os.replace(self.staged_junit, self.junit)
@@ -245,3 +247,41 @@ def _combine_junit(paths: list[Path], target: Path) -> None:
             continue  # an unreadable old junit is not worth losing this run's
         root.extend([tree] if tree.tag == "testsuite" else list(tree.iter("testsuite")))
     ET.ElementTree(root).write(target, encoding="utf-8", xml_declaration=True)
+
+
+#: The junit testcase pytest writes for a pair: ``test_conformance[case@backend]``.
+_PAIR_TEST = re.compile(r"test_conformance\[(?P<case>.+)@(?P<backend>[^@\]]+)\]")
+
+
+def junit_classname(backend: str, family: str = "") -> str:
+    """A pair's junit ``classname``: ``conformance.<backend>.<family>`` (CI groups tests by it)."""
+    return ".".join(part for part in ("conformance", backend, family) if part)
+
+
+def name_junit_classes(junit: Path, results: Path) -> None:
+    """Give each pair's testcase in ``junit`` its backend and family as ``classname``.
+
+    pytest names the class after the test module's path under the rootdir, and the suite
+    module lies outside the run's directory, so it leaves ``classname`` empty.  The family
+    comes from the pair's verdict in ``results``; a pair without one is named by backend only.
+    The junit is written once, by the controller, also under pytest-xdist, so this sees
+    every pair.  An unreadable junit is left as it is.
+    """
+    try:
+        tree = ET.parse(junit)
+    except (ET.ParseError, OSError):
+        return
+    families: dict[tuple[str, str], str] = {}
+    with contextlib.suppress(RecordsError, OSError):
+        families = {(r.case, r.backend): r.family for r in read_records(results).results}
+    changed = False
+    for testcase in tree.getroot().iter("testcase"):
+        m = _PAIR_TEST.fullmatch(testcase.get("name", ""))
+        if m is None:
+            continue
+        classname = junit_classname(m["backend"], families.get((m["case"], m["backend"]), ""))
+        if testcase.get("classname") != classname:
+            testcase.set("classname", classname)
+            changed = True
+    if changed:
+        tree.write(junit, encoding="utf-8", xml_declaration=True)

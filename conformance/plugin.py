@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from conformance import options
+from conformance.text import plural
 
 SUITE = Path(__file__).resolve().with_name("suite.py")
 SUITE_TEST = "test_conformance"
@@ -44,9 +45,9 @@ class RunStats:
     def cut_short(self) -> str:
         """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``."""
         if self.interrupted:
-            return f"interrupted after {self.finished} of {self.total} pairs"
+            return f"interrupted after {self.finished} of {plural(self.total, 'pair')}"
         if self.finished < self.total:
-            return f"stopped after {self.finished} of {self.total} pairs"
+            return f"stopped after {self.finished} of {plural(self.total, 'pair')}"
         return ""
 
 

@@ -1,9 +1,10 @@
 """What CUDA graph trees promise about their shared memory pool, as pure checks.
 
-The fourth bug in DESIGN.md: graph trees record graphs A, B (and A, B' on another
-branch) into *one* private pool.  Three promises follow, each checked here on
-byte counts a probe measured (private-pool reserved bytes from snapshots, see
-:mod:`conformance.probe_cuda`), so the arithmetic is testable without a GPU:
+The "graphs sharing one pool" bug of docs/design.md ("The problem"): graph
+trees record graphs A, B (and A, B' on another branch) into *one* private pool.
+Three promises follow, each checked here on byte counts a probe measured
+(private-pool reserved bytes from snapshots, see :mod:`conformance.probe_cuda`),
+so the arithmetic is testable without a GPU:
 
 - **share**: branches reuse each other's memory: the pool of a tree holding A→B
   and A→B' costs ``max(mem(A,B), mem(A,B'))``, not the sum.

@@ -35,13 +35,15 @@ from conformance.options import path_arg
 from conformance.outdir import OutDirError, check_target
 from conformance.records import RecordsError, read_usable
 from conformance.result import STATUSES, Result
+from conformance.text import clip
+from conformance.verdict import Rates, Status, rates
 from conformance.version_matrix import VersionMatrix, version_matrix
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
-SHORT = {
-    "pass": "pass", "fail-compile": "compile", "fail-run": "run", "fail-parity": "parity",
-    "fail-peak": "peak", "fail-residual": "residual", "crash": "crash", "timeout": "timeout",
-    "skip": "skip", "xfail": "xfail", "xpass": "XPASS",
+SHORT: dict[str, str] = {
+    Status.PASS: "pass", Status.FAIL_COMPILE: "compile", Status.FAIL_RUN: "run", Status.FAIL_PARITY: "parity",
+    Status.FAIL_PEAK: "peak", Status.FAIL_RESIDUAL: "residual", Status.CRASH: "crash", Status.TIMEOUT: "timeout",
+    Status.SKIP: "skip", Status.XFAIL: "xfail", Status.XPASS: "XPASS",
 }
 MODEL_COLOUR = "#2f6fdf"
 MEASURED_COLOUR = "#e0561b"
@@ -335,6 +337,7 @@ class Page:
     rows: list[tuple[str, str, dict[str, Cell]]]  # (case, family, backend -> cell)
     cells: list[Cell]
     counts: dict[str, Counter[str]]
+    rates: dict[str, Rates]  # pass rate and xfail rate per backend (conformance.verdict.rates)
     statuses: list[str]
     versions: dict[str, dict[str, str]]
     backend_trends: dict[str, list[tuple[int, float]]]
@@ -375,6 +378,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         rows=rows,
         cells=cells,
         counts=counts,
+        rates={b: rates(c) for b, c in counts.items()},
         statuses=[s for s in STATUSES if s in present],
         versions=versions,
         backend_trends=hist.backend_trends(history) if history else {},
@@ -395,6 +399,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["bytes"] = fmt_bytes
+    env.filters["clip"] = clip
     env.globals.update(timeline_chart=timeline_chart, spark=spark, is_failure=hist.is_failure)
     return env
 

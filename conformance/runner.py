@@ -44,6 +44,7 @@ from conformance.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.outdir import OutDirError, RunDir, claim, held
 from conformance.plugin import RunStats
 from conformance.result import Result, append_result
+from conformance.text import clip, plural
 from conformance.verdict import Status
 
 RESULT_ATTR = "conformance_result"
@@ -328,7 +329,7 @@ class ResultWriter:
         sel = _selection(self.config)  # an xdist controller collects nothing: resolve it here
         names = ", ".join(b.name for b in sel.backends)
         kept = f", {len(self.run_dir.kept)} kept from before" if self.run_dir.mode == "resume" else ""
-        _echo(f"conformance: {total} pairs ({names}{kept}) -> {self.path}")
+        _echo(f"conformance: {plural(total, 'pair')} ({names}{kept}) -> {self.path}")
         for w in [*self.run_dir.warnings, *sel.warnings]:
             _echo(f"warning: {w}")
 
@@ -388,7 +389,7 @@ class ResultWriter:
         t = sum(result.timing.values())
         mark = "ok " if result.ok else "BAD"
         line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
-                f"{result.status} ({t:.1f}s){' - ' + result.reason[:160] if result.reason else ''}")
+                f"{result.status} ({t:.1f}s){' - ' + clip(result.reason, 160) if result.reason else ''}")
         if self.bar is not None:
             self.bar.console.print(line, markup=False, highlight=False)
             self.bar.advance(self.task)
@@ -461,7 +462,7 @@ def _pair_id_of(nodeid: str) -> str | None:
 def _gist(text: str) -> str:
     """The last non-blank line of a failure report: where pytest puts the error itself."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "unknown error")[:300]
+    return clip(lines[-1] if lines else "unknown error", 300)
 
 
 def _echo(line: str) -> None:
@@ -499,7 +500,7 @@ class ConformanceRun:
         setattr(report, RESULT_ATTR, json.dumps(result.to_json(), default=str))
         item.user_properties.append(("verdict", str(result.status)))
         if result.reason:
-            item.user_properties.append(("reason", result.reason[:500]))
+            item.user_properties.append(("reason", clip(result.reason, 500)))
 
     @pytest.hookimpl
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:

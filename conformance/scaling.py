@@ -1,6 +1,6 @@
 """Loop scaling: run a loop case at two trip counts and compare memory growth with the model's.
 
-DESIGN.md's loop contract: peak must not grow with the trip count beyond what the
+The loop contract (docs/design.md, "Contracts"): peak must not grow with the trip count beyond what the
 lifetime model predicts, and residual must not grow at all beyond it.  One run
 cannot show growth; two trip counts can.  A leaked carried buffer (the
 ``scf.while`` bug) makes measured residual grow by a buffer per trip while the

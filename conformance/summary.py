@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance.result import STATUSES, Result
+from conformance.result import STATUSES, Result, Status
+from conformance.text import plural
 
-STYLE = {
-    "pass": "green", "xfail": "yellow", "skip": "dim", "xpass": "red", "fail-compile": "red",
-    "fail-run": "red", "fail-parity": "red", "fail-peak": "red", "fail-residual": "red",
-    "crash": "red bold", "timeout": "red bold",
+STYLE: dict[str, str] = {
+    Status.PASS: "green", Status.XFAIL: "yellow", Status.SKIP: "dim", Status.XPASS: "red",
+    Status.FAIL_COMPILE: "red", Status.FAIL_RUN: "red", Status.FAIL_PARITY: "red", Status.FAIL_PEAK: "red",
+    Status.FAIL_RESIDUAL: "red", Status.CRASH: "red bold", Status.TIMEOUT: "red bold",
 }
 
 
@@ -26,7 +27,7 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
     """Verdict counts per backend, then each unexpected verdict; ``cut_short`` says the run did not finish."""
     console = Console(stderr=True, width=max(120, Console(stderr=True).width))
     backends = sorted({r.backend for r in results})
-    table = Table(title=f"conformance: {len(results)} verdicts in {wall_s:.0f}s")
+    table = Table(title=f"conformance: {plural(len(results), 'verdict')} in {wall_s:.0f}s")
     table.add_column("backend")
     used = [s for s in STATUSES if any(r.status == s for r in results)]
     for s in used:

@@ -10,7 +10,7 @@ report, history, manifests, repro) reads the same records, so "as expected" and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -50,6 +50,11 @@ class Status(str, Enum):
         return not self.as_expected
 
     @property
+    def is_judged(self) -> bool:
+        """Counted in a pass rate: every verdict but a skip (a skipped pair says nothing of the backend)."""
+        return self is not Status.SKIP
+
+    @property
     def is_memory(self) -> bool:
         return self in (Status.FAIL_PEAK, Status.FAIL_RESIDUAL)
 
@@ -67,6 +72,43 @@ _FAILURES = frozenset({
 })
 STATUSES: tuple[Status, ...] = tuple(Status)
 FAILURES: tuple[Status, ...] = tuple(s for s in Status if s.is_failure)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A backend's pass rate, with manifest-expected failures (xfail) shown apart from passes.
+
+    Both are over the judged verdicts (:attr:`Status.is_judged`); ``as_expected`` counts every
+    judged verdict that lets a run exit 0 (:attr:`Status.as_expected`).
+    """
+
+    judged: int
+    passed: int
+    xfailed: int
+    as_expected: int
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.judged if self.judged else 0.0
+
+    @property
+    def xfail_rate(self) -> float:
+        return self.xfailed / self.judged if self.judged else 0.0
+
+
+def rates(counts: Mapping[str, int] | Mapping[Status, int]) -> Rates:
+    """:class:`Rates` from verdict counts keyed by status (a :class:`Status` or its stored value)."""
+    by_status: dict[Status, int] = {}
+    for key, n in counts.items():
+        status = Status.parse(key)
+        by_status[status] = by_status.get(status, 0) + n
+    judged = {s: n for s, n in by_status.items() if s.is_judged}
+    return Rates(
+        judged=sum(judged.values()),
+        passed=judged.get(Status.PASS, 0),
+        xfailed=judged.get(Status.XFAIL, 0),
+        as_expected=sum(n for s, n in judged.items() if s.as_expected),
+    )
 
 
 class CheckName(str, Enum):

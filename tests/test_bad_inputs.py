@@ -607,7 +607,7 @@ def test_ctrl_c_keeps_verdicts_and_resume_runs_only_the_rest(hanging_run: Hangin
     resumed = cli_subprocess("run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out", "--resume",
                              "--timeout", "3", cwd=tmp_path, env=child_env())
     assert resumed.returncode == 1, resumed.stderr  # the hanging pair now times out: one verdict, unexpected
-    assert "conformance: 1 pairs" in resumed.stderr and "2 kept from before" in resumed.stderr
+    assert "conformance: 1 pair (" in resumed.stderr and "2 kept from before" in resumed.stderr
     text = (hanging_run.out / "results.jsonl").read_bytes()
     assert text.startswith(kept)  # the earlier verdicts byte for byte
     assert [r.status for r in read_records(hanging_run.out / "results.jsonl").results] == ["pass", "pass", "timeout"]

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process that imports this checkout's code, wherever it runs."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_run_writes_results_and_junit(tmp_path: Path) -> None:
@@ -32,6 +37,20 @@ def test_run_writes_results_and_junit(tmp_path: Path) -> None:
     suite = ET.parse(tmp_path / "out" / "junit.xml").getroot()
     assert sum(int(s.get("tests", 0)) for s in suite.iter("testsuite")) == 2
     assert "2 verdicts" in proc.stderr and "all as expected" in proc.stderr
+
+
+def test_junit_testcases_name_backend_and_family(tmp_path: Path) -> None:
+    """Each pair's junit testcase is classed ``conformance.<backend>.<family>``, also with two workers."""
+    proc = _run("run", "--backend", "eager", "--case", "mlp-s-infer", "--case", "customop-early-late-s",
+                "--workers", "2", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    families = {r["case"]: r["family"] for r in records}
+    assert families["mlp-s-infer"] != families["customop-early-late-s"]  # two families, told apart
+    testcases = list(ET.parse(tmp_path / "out" / "junit.xml").getroot().iter("testcase"))
+    got = {tc.get("name"): tc.get("classname") for tc in testcases}
+    assert got == {f"test_conformance[{case}@eager]": f"conformance.eager.{family}"
+                   for case, family in families.items()}
 
 
 def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) -> None:

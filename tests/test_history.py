@@ -142,3 +142,23 @@ def test_a_file_that_is_not_a_history_is_named(tmp_path: Path) -> None:
         history.runs(tmp_path / "other.sqlite")
     history.check(tmp_path / "new" / "h.sqlite")  # not there yet: fine, and not created by the check
     assert not (tmp_path / "new").exists()
+
+
+def test_pass_rate_is_the_verdict_modules(tmp_path: Path) -> None:
+    """History's trend and the report's rate are :func:`conformance.verdict.rates`, for every status."""
+    from collections import Counter
+
+    from conformance.verdict import Status, rates
+
+    run = [res(f"c{i}", "b", s) for i, s in enumerate(Status)] + [res("x", "b", "pass"), res("y", "b", "xfail")]
+    path = tmp_path / "h.sqlite"
+    history.record_run(path, run, started_at="2026-01-01T00:00:00+00:00")
+    want = rates(Counter(str(r.status) for r in run))
+    assert want.judged == len(run) - 1  # the skip says nothing of the backend
+    assert (want.passed, want.xfailed) == (2, 2)
+    assert want.as_expected == sum(1 for r in run if r.status.as_expected and r.status.is_judged)
+    [(_, rate)] = history.backend_trends(path)["b"]
+    assert rate == want.pass_rate == 2 / want.judged
+    # a run of skips only has no rate (rather than a 0 % one)
+    history.record_run(path, [res("c", "only-skips", "skip", None)], started_at="2026-01-02T00:00:00+00:00")
+    assert "only-skips" not in history.backend_trends(path)

@@ -300,3 +300,97 @@ def test_main_report_cli(results_dir: Path, tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "bad.sqlite").write_text("not a database")
     assert main_report([str(results_dir), "-o", str(tmp_path / "s4"), "--history", str(tmp_path / "bad.sqlite")]) == 2
     assert "database" in capsys.readouterr().err
+
+
+#: A nightly's matrix: every built-in backend and a vendor's, every built-in case.
+WIDE_BACKENDS = ["eager", "inductor", "inductor-cuda", "cudagraph", "iree", "iree-boxed", "vendor-npu-graph"]
+
+
+@pytest.fixture(scope="module")
+def wide_results_dir(tmp_path_factory: pytest.TempPathFactory, results: dict[tuple[str, str], Result]) -> Path:
+    """The real leaky verdict copied over a full case x backend matrix, each status present, long blame rows."""
+    from conformance.case import all_cases
+    from conformance.result import STATUSES
+
+    out = tmp_path_factory.mktemp("wide")
+    leaky = results[("mlp-s-infer", "leaky-eager")]
+    blamed = [*leaky.memory["blamed"], *({
+        "producer": f"buf{i}_aten::_scaled_dot_product_flash_attention_backward.default",
+        "op": "aten::_scaled_dot_product_flash_attention_backward", "shape": [8, 16, 2048, 128],
+        "dtype": "torch.bfloat16", "bytes": 67108864,
+        "model_death": "after aten::_scaled_dot_product_flash_attention_backward.default (event 4127)",
+        "measured_death": "outlives the step (held by the compiled graph's output tuple)",
+    } for i in range(3))]
+    statuses = itertools.cycle(STATUSES)
+    for case in sorted(all_cases(), key=lambda c: (c.family, c.id)):
+        for backend in WIDE_BACKENDS:
+            memory = {**leaky.memory, "blamed": blamed}
+            append_result(out / "results.jsonl", dataclasses.replace(
+                leaky, case=case.id, family=case.family, backend=backend, status=next(statuses), memory=memory))
+    return out
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 1920])
+def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tmp_path: Path, width: int) -> None:
+    """No column of the matrix or of the open verdict's blame table is clipped or under the detail panel."""
+    context = browser.new_context(viewport={"width": width, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto(build_report([wide_results_dir], tmp_path / "site", history=None).as_uri())
+        last = WIDE_BACKENDS[-1]
+        page.locator(f'#matrix tbody tr:first-child td.cell[data-backend="{last}"]').click()
+        page.locator(f'#detail[data-backend="{last}"] #blamed').wait_for()
+        page.screenshot(path=str(tmp_path / f"report-{width}.png"), full_page=True)
+        boxes = page.evaluate("""() => {
+            const box = el => { const r = el.getBoundingClientRect();
+                                return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+            const inner = el => { const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+                return {left: r.left + parseFloat(s.borderLeftWidth), top: r.top,
+                        right: r.right - parseFloat(s.borderRightWidth), bottom: r.bottom}; };
+            const q = s => document.querySelector(s);
+            const scrolls = el => ({scroll: el.scrollWidth, client: el.clientWidth});
+            return {
+                viewport: {width: innerWidth, scroll: document.documentElement.scrollWidth},
+                matrixLast: box(q('#matrix thead th:last-child')), matrixCard: inner(q('#matrix-wrap')),
+                matrixScroll: scrolls(q('#matrix-wrap')),
+                countsLast: box(q('#counts tr:first-child th:last-child')), countsCard: inner(q('#summary')),
+                blameLast: box(q('#detail #blamed tr:first-child th:last-child')), detail: inner(q('#detail')),
+                detailScroll: scrolls(q('#detail')),
+            };
+        }""")
+        detail = boxes["detail"]
+
+        def overlaps(a: dict[str, float], b: dict[str, float]) -> bool:
+            across = a["left"] < b["right"] and b["left"] < a["right"]
+            return across and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+        assert boxes["viewport"]["scroll"] <= boxes["viewport"]["width"], boxes  # nothing off the page's right
+        for table, card in (("matrixLast", "matrixCard"), ("countsLast", "countsCard")):
+            cell = boxes[table]
+            assert cell["right"] <= boxes[card]["right"] + 0.5, (table, boxes)  # inside its card
+            assert cell["right"] <= width, (table, boxes)
+            assert not overlaps(cell, detail), (table, boxes)  # not under the detail panel
+        assert boxes["matrixScroll"]["scroll"] <= boxes["matrixScroll"]["client"], boxes  # not scrolled out of view
+        assert detail["right"] <= width, boxes
+        assert detail["left"] <= boxes["blameLast"]["left"] and boxes["blameLast"]["right"] <= detail["right"], boxes
+        assert boxes["detailScroll"]["scroll"] <= boxes["detailScroll"]["client"], boxes  # no column scrolled away
+    finally:
+        context.close()
+
+
+def test_pass_rate_is_the_verdict_modules(tmp_path: Path) -> None:
+    """The report's rate cell shows conformance.verdict.rates: pass and xfail apart, skips not counted."""
+    from collections import Counter
+
+    from conformance.verdict import rates
+
+    statuses = ["pass", "pass", "xfail", "skip", "fail-peak", "xpass"]
+    for i, status in enumerate(statuses):
+        append_result(tmp_path / "results.jsonl", Result(f"c{i}", "b", status, family="f"))  # type: ignore[arg-type]
+    text = build_report([tmp_path], tmp_path / "site", history=None).read_text()
+    want = rates(Counter(statuses))
+    assert (want.judged, want.passed, want.xfailed) == (5, 2, 1)
+    cell = re.search(r'<td class="rate" data-rate="([0-9.]+)" data-xfail-rate="([0-9.]+)">\s*([^<]*?)\s*</td>', text)
+    assert cell is not None
+    assert (float(cell[1]), float(cell[2])) == (round(want.pass_rate, 4), round(want.xfail_rate, 4)) == (0.4, 0.2)
+    assert cell[3] == "40% pass · 20% xfail"

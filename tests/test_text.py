@@ -1,0 +1,51 @@
+"""The text helpers: a cut reason ends with an ellipsis, a count agrees with its noun."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.text import ELLIPSIS, clip, clip_start, plural
+
+
+def test_clip_leaves_short_text_alone() -> None:
+    assert clip("", 5) == ""
+    assert clip("abcde", 5) == "abcde"
+
+
+def test_clip_marks_what_it_cuts() -> None:
+    cut = clip("abcdefghij", 5)
+    assert cut == "abcd" + ELLIPSIS
+    assert len(cut) == 5
+    assert clip("ab   cdefgh", 6) == "ab" + ELLIPSIS  # no blank before the ellipsis
+    assert clip("x" * 1000, 160).endswith(ELLIPSIS) and len(clip("x" * 1000, 160)) == 160
+    with pytest.raises(ValueError):
+        clip("abc", 0)
+
+
+def test_clip_start_keeps_the_end_and_marks_the_cut() -> None:
+    assert clip_start("abc", 3) == "abc"
+    cut = clip_start("Traceback ...\n  line 1\nValueError: boom", 12)
+    assert cut == ELLIPSIS + "Error: boom" and len(cut) == 12
+    with pytest.raises(ValueError):
+        clip_start("abc", 0)
+
+
+def test_plural() -> None:
+    assert plural(1, "pair") == "1 pair"
+    assert plural(0, "pair") == "0 pairs"
+    assert plural(2, "pair") == "2 pairs"
+    assert plural(3, "child", "children") == "3 children"
+
+
+def test_cut_reasons_end_with_an_ellipsis() -> None:
+    """Where the harness cuts a reason (engine errors, pytest failure gists) the cut shows."""
+    from conformance.engine import _one_line
+    from conformance.plugin import _gist
+
+    long = "x" * 2000
+    reason = _one_line(RuntimeError(long))
+    assert reason.startswith("RuntimeError: xxx") and reason.endswith(ELLIPSIS) and len(reason) == 500
+    assert _one_line(RuntimeError("short")) == "RuntimeError: short"
+    gist = _gist(f"first\n{long}\n")
+    assert gist.endswith(ELLIPSIS) and len(gist) == 300
+    assert _gist("E   boom\n") == "E   boom"
