@@ -128,6 +128,13 @@ class Manifest:
         matching = [e for e in self.active() if e.matches(case_id)]
         return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
+    def unsized(self, case_ids: Iterable[str]) -> list[Expectation]:
+        """Active memory entries without their excess that match one of ``case_ids``: the ones that
+        fail this run until ``--update-manifest`` records them (an entry for another torch, or for a
+        case the run does not select, cannot)."""
+        ids = list(case_ids)
+        return [e for e in self.active() if e.unsized and any(e.matches(i) for i in ids)]
+
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
         ids = list(case_ids)
         return [e for e in self.active() if not any(e.matches(i) for i in ids)]

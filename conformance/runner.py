@@ -106,9 +106,9 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
         for e in m.entries:
             if e.reason.startswith("UNEXPLAINED"):
                 warnings.append(f"manifest {m.path}: entry {e.case!r} still needs a reason")
-            if e.unsized:
-                warnings.append(f"manifest {m.path}: entry {e.case!r} expects {e.status} without its excess "
-                                "(excess = BYTES); it fails until --update-manifest records it")
+        for e in m.unsized(c.id for c in cases):
+            warnings.append(f"manifest {m.path}: entry {e.case!r} expects {e.status} without its excess "
+                            "(excess = BYTES); it fails until --update-manifest records it")
     ids = [c.id for c in all_cases()]  # opt-in cases (the zoo) too
     if not case_globs:  # staleness only means something against the full case list
         for m in manifests.values():

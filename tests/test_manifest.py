@@ -173,6 +173,31 @@ def test_version_conditioned_entry_applies_on_one_torch_and_not_another(tmp_path
     assert [e.case for e in old.stale(["mlp-s-train"])] == ["loop-rnn-*"]
 
 
+def test_unsized_entries_are_those_this_run_judges(tmp_path: Path) -> None:
+    path = _write(tmp_path, """
+[[expect]]
+case = "loop-*"
+status = "fail-peak"
+reason = "no size on any torch"
+
+[[expect]]
+case = "mlp-*"
+status = "fail-peak"
+reason = "no size, old torch only"
+when = "torch<2.9"
+
+[[expect]]
+case = "reg-*"
+status = "fail-compile"
+reason = "not a memory failure: no size needed"
+""")
+    new = load_manifest("b", path, versions={"torch": "2.13.0"})
+    old = load_manifest("b", path, versions={"torch": "2.8.0"})
+    assert [e.case for e in new.unsized(["loop-rnn-t3", "mlp-s-train", "reg-x"])] == ["loop-*"]
+    assert [e.case for e in new.unsized(["mlp-s-train"])] == []  # the loop entry judges no selected case
+    assert [e.case for e in old.unsized(["loop-rnn-t3", "mlp-s-train"])] == ["loop-*", "mlp-*"]
+
+
 def test_conditions_are_judged_against_the_installed_torch(tmp_path: Path) -> None:
     """The same planted manifest, read where torch is installed (tox -e torch28 runs this on 2.8)."""
     import torch
