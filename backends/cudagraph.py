@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
-from conformance.aot import no_autograd_cache
+from conformance.aot import model_of_received, no_autograd_cache
 from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.pools import (
@@ -63,7 +63,7 @@ from conformance.probe_cuda import (
 )
 from conformance.step import StepOutput, run_module_step
 
-from .inductor import RecordingCompiler, model_of_received
+from .inductor import RecordingCompiler
 from .inductor_cuda import cuda_versions, move_workload
 
 CALIBRATION_RUNS = 3  # warm-up, record, replay: a scenario's pool is complete after the first replay
