@@ -40,7 +40,7 @@ def test_plural() -> None:
 def test_cut_reasons_end_with_an_ellipsis() -> None:
     """Where the harness cuts a reason (engine errors, pytest failure gists) the cut shows."""
     from conformance.engine import _one_line
-    from conformance.plugin import _gist
+    from conformance.runner import _gist
 
     long = "x" * 2000
     reason = _one_line(RuntimeError(long))
