@@ -23,7 +23,8 @@ count).  Beyond peak and residual the backend checks, per case:
   engine's parity run is the warm-up; a replay writing over live memory shows
   here), one private pool for all graphs (forward, backward, branches), and the
   last probed replay recorded nothing and reserved no new pool memory;
-- pool cases (``cases/cuda_pools.py``, ``pool_contract``): sharing between
+- pool cases (``cases/cuda_pools.py``, models implementing
+  :class:`conformance.pools.PoolScenario`): sharing between
   branches, reuse of dropped outputs, re-recording for kept outputs
   (:mod:`conformance.pools`), measured in fresh trees.
 """
@@ -45,6 +46,7 @@ from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.pools import (
     PoolCheck,
+    PoolScenario,
     check_pool_reuse,
     check_pool_sharing,
     check_replay_stable,
@@ -190,7 +192,7 @@ class CountedUnit:
         return out
 
 
-def compile_units(model: Any, counts: dict[str, int], device: int) -> None:
+def compile_units(model: PoolScenario, counts: dict[str, int], device: int) -> None:
     """Compile each of a scenario's units as its own graph (its own tree node)."""
     for name in model.compile_units:
         compiled = torch.compile(getattr(model, name), backend=RecordingCompiler(reduce_overhead_options()),
@@ -213,7 +215,9 @@ def scenario_pool_bytes(case: Case, paths: tuple[str, ...], device: int) -> int:
     fresh_trees()
     baseline = torch.cuda.memory._snapshot()
     workload = move_workload(case.build(), "cuda")
-    model: Any = workload.model  # a PoolScenario
+    model = workload.model
+    if not isinstance(model, PoolScenario):
+        raise TypeError(f"{case.id}: its model is not a conformance.pools.PoolScenario")
     model.active_paths = paths
     compile_units(model, defaultdict(int), device)
     with torch.no_grad():
@@ -238,9 +242,9 @@ class CudaGraphStep(CompiledStep):
         self.unit_recordings: dict[str, int] = defaultdict(int)
         self.checks: dict[str, PoolCheck] = {}
         model = workload.model
-        self.scenario = hasattr(model, "compile_units")
+        self.scenario = isinstance(model, PoolScenario)  # units compiled separately, paths run step by step
         self.recorder: RecordingCompiler | None = None
-        if self.scenario:
+        if isinstance(model, PoolScenario):
             compile_units(model, self.unit_recordings, self.device)
             self.call: Callable[..., Any] = model
         else:
@@ -298,7 +302,8 @@ class CudaGraphStep(CompiledStep):
         self.checks["single_pool"] = check_single_pool(last.pools)
         self.checks["replay_stable"] = check_replay_stable(prev.pool_reserved_bytes, last.pool_reserved_bytes,
                                                            last.recorded)
-        contract = getattr(self.workload.model, "pool_contract", None)
+        model = self.workload.model
+        contract = model.pool_contract if isinstance(model, PoolScenario) else None
         if contract is not None:
             self.checks[contract.kind] = self._pool_check(contract.kind)
         status = {"single_pool": "fail-peak", "replay_stable": "fail-residual", "share": "fail-peak",

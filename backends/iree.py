@@ -340,7 +340,7 @@ class IreeDynamoStep(DynamoStep):
         models = self._models(observation)
         donated, held = models if models else (None, None)
         found.update(classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack,
-                              pinned))
+                              pinned).to_json())
         return found
 
     def notes(self) -> list[str]:

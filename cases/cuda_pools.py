@@ -23,13 +23,13 @@ All need a backend with ``cuda_graphs``; others skip them with that reason.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 from conformance.case import Case, Workload, register
-from conformance.pools import PoolContract
+from conformance.pools import PoolContract, PoolScenario
 
 ROWS, COLS = 1024, 4096  # float32: 16 MiB per tensor
 TENSOR_BYTES = ROWS * COLS * 4
@@ -57,17 +57,18 @@ class Affine(nn.Module):
         return first, h + 1.0
 
 
-class PoolScenario(nn.Module):
-    """Units run as separate graphs, one CUDA-graph step per path.
+class PoolScenarioModule(nn.Module):
+    """Units run as separate graphs, one CUDA-graph step per path: a :class:`conformance.pools.PoolScenario`.
 
     A backend compiling units separately puts its compiled callables in
     ``unit_calls``; ``active_paths`` lets it measure a subset of the paths in a
-    fresh tree (e.g. A->B alone).
+    fresh tree (e.g. A->B alone).  A subclass names its units (``compile_units``), its
+    paths (``paths``, each a ``path_<name>`` method) and its ``pool_contract``.
     """
 
     compile_units: ClassVar[tuple[str, ...]] = ()
     paths: ClassVar[tuple[str, ...]] = ()
-    pool_contract: ClassVar[PoolContract]
+    pool_contract: ClassVar[PoolContract | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,10 +86,10 @@ class PoolScenario(nn.Module):
         return tuple(outs)
 
 
-class Share(PoolScenario):
+class Share(PoolScenarioModule):
     compile_units = ("a", "b", "b_prime")
     paths = ("ab", "ab_prime")
-    pool_contract = PoolContract("share", "A->B and A->B' share one pool: max, not sum")
+    pool_contract: ClassVar[PoolContract] = PoolContract("share", "A->B and A->B' share one pool: max, not sum")
 
     def __init__(self) -> None:
         super().__init__()
@@ -105,7 +106,7 @@ class Share(PoolScenario):
         return [y.clone(), z.clone()]
 
 
-class KeepOrDrop(PoolScenario):
+class KeepOrDrop(PoolScenarioModule):
     """A returns ``p, q``; B reads only ``q``.  ``drop`` lets ``p`` die before B, ``keep`` holds it."""
 
     compile_units = ("a", "b")
@@ -130,7 +131,7 @@ class KeepOrDrop(PoolScenario):
 
 class Reuse(KeepOrDrop):
     paths = ("drop",)
-    pool_contract = PoolContract("reuse", "an output of A dropped before B is memory B reuses")
+    pool_contract: ClassVar[PoolContract] = PoolContract("reuse", "an output of A dropped before B is memory B reuses")
 
 
 class Survive(KeepOrDrop):
@@ -138,7 +139,8 @@ class Survive(KeepOrDrop):
     # "drop" only warms A and B up, the second records them, and "keep" then needs B again
     # with p alive.  (Recorded with p alive first, B could safely replay with p dead.)
     paths = ("drop", "drop", "keep")
-    pool_contract = PoolContract("survive", "an output of A kept while B runs survives B (B re-recorded)")
+    pool_contract: ClassVar[PoolContract] = PoolContract(
+        "survive", "an output of A kept while B runs survives B (B re-recorded)")
 
 
 class TrainMLP(nn.Module):
@@ -152,7 +154,11 @@ class TrainMLP(nn.Module):
         return (y * y).mean()
 
 
-def _scenario(cls: type[PoolScenario]) -> Callable[[int], Workload]:
+if TYPE_CHECKING:  # the type checker holds the shipped scenarios to the interface the backend reads
+    _SCENARIOS: tuple[type[PoolScenario], ...] = (Share, Reuse, Survive)
+
+
+def _scenario(cls: type[Share | Reuse | Survive]) -> Callable[[int], Workload]:
     def build(seed: int) -> Workload:
         return Workload(cls(), (torch.randn(ROWS, COLS),))
 

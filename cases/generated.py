@@ -556,13 +556,9 @@ def case_from_program(program: Program, case_id_: str, seed: int, description: s
                 lambda s: build_workload(program, s, f"<{case_id_}>"),
                 trains=program.train, requires=frozenset(requires),
                 tolerance=TOLERANCES[program.dtype], description=desc,
-                make_inputs=lambda call: load_source(program_source(program), f"<{case_id_}>")["make_inputs"]())
-    object.__setattr__(case, "program", program)  # frozen dataclass: attach the description for repros
+                make_inputs=lambda call: load_source(program_source(program), f"<{case_id_}>")["make_inputs"](),
+                program=program)
     return case
-
-
-def program_of(case: Case) -> Program | None:
-    return getattr(case, "program", None)
 
 
 def case_from_id(id_: str) -> Case | None:

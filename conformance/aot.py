@@ -118,7 +118,7 @@ class AotRecorder:
         donated = self.received_model(observation, **kwargs)
         held = self.received_model(observation, "held", **kwargs)
         return classify(self.watches, max(t.peak_bytes for t in traces), donated, held,
-                        still_allocated_bytes=still_allocated_bytes)
+                        still_allocated_bytes=still_allocated_bytes).to_json()
 
 
 def model_of_received(graphs: list[ReceivedGraph], observation: Observation,

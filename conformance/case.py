@@ -19,9 +19,12 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:  # the generator imports this module; only the type checker needs the class
+    from cases.generated import Program
 
 CaseKind = Literal["inference", "train_step", "loop"]
 KINDS: tuple[CaseKind, ...] = ("inference", "train_step", "loop")
@@ -64,6 +67,9 @@ class Case:
     make_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = field(default=None, repr=False, compare=False)
     #: part of a run that names no ``--case`` (the zoo is not: it is selected by id or glob)
     in_default: bool = True
+    #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
+    #: repros, shrinking and scaling; None for a hand-written case
+    program: Program | None = field(default=None, repr=False, compare=False)
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)

@@ -25,9 +25,9 @@ backward ran.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 import torch.fx
@@ -108,6 +108,66 @@ def _weak_storages(tensors: list[Any]) -> dict[int, tuple[StorageWeakRef, int]]:
     return refs
 
 
+BackwardVerdict = Literal["no-backward", "held-for-call", "released-late", "released-at-last-use"]
+
+#: the keys of ``result.memory`` a :class:`BackwardInputs` is stored under
+VERDICT_KEY, DETAIL_KEY = "backward_inputs", "backward_inputs_detail"
+
+
+@dataclass(frozen=True)
+class BackwardInputs:
+    """:func:`classify`'s verdict and the numbers behind it (see the module docstring).
+
+    Stored in ``result.memory`` as :meth:`to_json` (``backward_inputs`` and
+    ``backward_inputs_detail``) and read back by the judge with :meth:`from_memory`.
+    """
+
+    verdict: BackwardVerdict
+    measured_peak_bytes: int | None = None
+    model_peak_donated_bytes: int | None = None
+    model_peak_held_bytes: int | None = None
+    #: the last probed step's backward call (none when no backward ran)
+    calls: tuple[BackwardCall, ...] = ()
+    #: the last call's figures (None when no backward ran)
+    saved_bytes: int | None = None
+    held_bytes: int | None = None
+    list_cleared: bool | None = None
+    #: bytes of released backward inputs the backend's allocator kept allocated
+    still_allocated_bytes: int | None = None
+
+    def detail(self) -> dict[str, Any]:
+        """``memory["backward_inputs_detail"]``: the figures of a backward that ran come last."""
+        detail: dict[str, Any] = {
+            "measured_peak_bytes": self.measured_peak_bytes,
+            "model_peak_donated_bytes": self.model_peak_donated_bytes,
+            "model_peak_held_bytes": self.model_peak_held_bytes,
+            "calls": [asdict(c) for c in self.calls],
+        }
+        if self.verdict != "no-backward":
+            detail.update(saved_bytes=self.saved_bytes, held_bytes=self.held_bytes,
+                          list_cleared=self.list_cleared, still_allocated_bytes=self.still_allocated_bytes)
+        return detail
+
+    def to_json(self) -> dict[str, Any]:
+        return {VERDICT_KEY: self.verdict, DETAIL_KEY: self.detail()}
+
+    @classmethod
+    def from_memory(cls, memory: Mapping[str, Any]) -> BackwardInputs | None:
+        """The watch's findings in ``result.memory``, or None when the backend reported none.
+
+        Lenient: an adapter reporting the verdict with only some figures (by hand, not through
+        :func:`classify`) reads back with the others None."""
+        verdict = memory.get(VERDICT_KEY)
+        if verdict is None:
+            return None
+        detail = memory.get(DETAIL_KEY) or {}
+        return cls(cast(BackwardVerdict, verdict), detail.get("measured_peak_bytes"),
+                   detail.get("model_peak_donated_bytes"), detail.get("model_peak_held_bytes"),
+                   tuple(BackwardCall(**c) for c in detail.get("calls") or ()),
+                   detail.get("saved_bytes"), detail.get("held_bytes"), detail.get("list_cleared"),
+                   detail.get("still_allocated_bytes"))
+
+
 def classify(
     watches: list[BackwardWatch],
     measured_peak: int,
@@ -115,25 +175,19 @@ def classify(
     held: LifetimeModel | None,
     slack: int = 0,
     still_allocated_bytes: int = 0,
-) -> dict[str, Any]:
+) -> BackwardInputs:
     """The verdict and the numbers behind it (see the module docstring).
 
     ``still_allocated_bytes``: bytes of backward inputs whose storage the wrapper released
     but whose memory the backend's allocator did not free then (an adapter that can see its
     allocator says so); any makes the verdict ``released-late``."""
     calls = [c for w in watches for c in w.calls]
-    detail: dict[str, Any] = {
-        "measured_peak_bytes": measured_peak,
-        "model_peak_donated_bytes": donated.peak_bytes if donated else None,
-        "model_peak_held_bytes": held.peak_bytes if held else None,
-        "calls": [asdict(c) for c in calls[-1:]],
-    }
+    donated_peak = donated.peak_bytes if donated else None
+    held_peak = held.peak_bytes if held else None
     if not calls:
-        return {"backward_inputs": "no-backward", "backward_inputs_detail": detail}
+        return BackwardInputs("no-backward", measured_peak, donated_peak, held_peak)
     last = calls[-1]  # the last probed step's backward
-    detail["saved_bytes"], detail["held_bytes"] = last.saved_bytes, last.held_bytes
-    detail["list_cleared"] = last.list_cleared
-    detail["still_allocated_bytes"] = still_allocated_bytes
+    verdict: BackwardVerdict
     if last.held_bytes:
         verdict = "held-for-call"
     elif still_allocated_bytes:
@@ -142,4 +196,5 @@ def classify(
         verdict = "released-at-last-use"
     else:
         verdict = "released-late"
-    return {"backward_inputs": verdict, "backward_inputs_detail": detail}
+    return BackwardInputs(verdict, measured_peak, donated_peak, held_peak, (last,), last.saved_bytes,
+                          last.held_bytes, last.list_cleared, still_allocated_bytes)

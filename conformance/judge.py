@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.blame import blame_peak, blame_residual
+from conformance.donation import DETAIL_KEY, BackwardInputs
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.probe import MemoryTrace
 from conformance.program import LateReference, late_references, late_releases
@@ -139,19 +140,20 @@ def _held_late(late: Sequence[Any], program: LifetimeModel) -> int:
 def judge_backward_inputs(memory: dict[str, Any]) -> Check | None:
     """Saved activations measured alive past their last use fail the peak contract even when the
     backend's other savings keep the peak under the model (see :mod:`conformance.donation`)."""
-    verdict = memory.get("backward_inputs")
-    if verdict is None:
+    found = BackwardInputs.from_memory(memory)
+    if found is None:
         return None
-    detail = memory.get("backward_inputs_detail") or {}
-    figures = {"verdict": verdict, **{k: v for k, v in detail.items() if k != "calls"}}
-    if verdict == "held-for-call":
-        held = int(detail.get("held_bytes") or 0)
-        why = "argument list never cleared" if detail.get("list_cleared") is False else "references kept"
+    # the figures as the backend reported them (``memory["backward_inputs_detail"]``), less the calls
+    detail = memory.get(DETAIL_KEY) or {}
+    figures = {"verdict": found.verdict, **{k: v for k, v in detail.items() if k != "calls"}}
+    if found.verdict == "held-for-call":
+        held = int(found.held_bytes or 0)
+        why = "argument list never cleared" if found.list_cleared is False else "references kept"
         return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
                      f"backward inputs held for the whole backward call: {held} B of saved activations "
                      f"outlive the call ({why})", figures, [], held)
-    if verdict == "released-late" and detail.get("still_allocated_bytes"):
-        late = int(detail["still_allocated_bytes"])
+    if found.verdict == "released-late" and found.still_allocated_bytes:
+        late = int(found.still_allocated_bytes)
         return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
                      f"backward inputs released late: {late} B of saved activations stayed allocated after the "
                      "backward dropped them", figures, [], late)

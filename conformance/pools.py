@@ -22,9 +22,9 @@ below the bytes a broken pool would add (a whole branch, or a whole tensor).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 MiB = 1 << 20
 #: One large-segment rounding (``kRoundLarge`` in CUDACachingAllocator.cpp).
@@ -43,6 +43,38 @@ class PoolContract:
 
     kind: ContractKind
     description: str = ""
+
+
+@runtime_checkable
+class PoolScenario(Protocol):
+    """What a pool case's model implements for a CUDA graph backend to run it as a scenario.
+
+    A model that is one (``isinstance(model, PoolScenario)``; the built-in ones derive from
+    ``cases/cuda_pools.py``'s ``PoolScenarioModule``) is not compiled whole: the backend
+    compiles each unit as its own graph (its own node of one graph tree), and the model runs
+    its paths, one CUDA-graph step each, calling its units through ``unit_calls``.
+
+    - ``compile_units``: the names of the model's attributes (submodules) compiled separately;
+    - ``unit_calls``: where the backend puts each unit's compiled callable, by name (a unit
+      missing there runs uncompiled);
+    - ``active_paths``: the paths ``__call__`` runs, in order; the backend sets a subset to
+      measure it alone in a fresh tree (e.g. ``("ab",)`` of a share case);
+    - ``pool_contract``: the promise checked beyond parity and the every-step checks, or None.
+      A ``reuse`` contract also needs ``freed_bytes``: the bytes the dropped output frees.
+    """
+
+    @property
+    def compile_units(self) -> Sequence[str]: ...
+
+    @property
+    def unit_calls(self) -> dict[str, Callable[..., Any]]: ...
+
+    active_paths: tuple[str, ...]
+
+    @property
+    def pool_contract(self) -> PoolContract | None: ...
+
+    def __call__(self, *inputs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)

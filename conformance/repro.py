@@ -100,7 +100,7 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
     from conformance.cases import generated
 
     original = original or run_case(case, backend)
-    program, choices = generated.program_of(case), generated.choices_of(case)
+    program, choices = case.program, generated.choices_of(case)
     if not fails(original) or program is None or choices is None:
         return Shrunk(case, original, original, 1, False)
     db_dir.mkdir(parents=True, exist_ok=True)
@@ -427,7 +427,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     from conformance.cases import gen_ops, generated
 
     spec = spec or backend_spec(backend)
-    program = generated.program_of(case)
+    program = case.program
     check = failing_check(result) if fails(result) else None
     status = str(result.raw_status or result.status)
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
@@ -525,7 +525,6 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
     0 when written; :data:`EXIT_NOTHING_TO_REPRODUCE` (nothing written) when the case does not
     fail on the backend.  Shrink progress goes to ``progress`` (stderr by default).
     """
-    from conformance.cases import generated
 
     case = resolve(case_id)
     if case is None:
@@ -537,7 +536,7 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
         print(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
               f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
         return EXIT_NOTHING_TO_REPRODUCE
-    program = generated.program_of(case)
+    program = case.program
     if no_shrink or program is None:
         shrunk = Shrunk(case, original, original, 1, False)
     else:
@@ -549,7 +548,7 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
     if program is None:
         print("not shrunk: the case is not generated")
     elif not no_shrink:
-        print(f"shrunk in {shrunk.runs} runs to {_n_ops(generated.program_of(shrunk.case))} ops: "
+        print(f"shrunk in {shrunk.runs} runs to {_n_ops(shrunk.case.program)} ops: "
               f"{shrunk.result.status}: {shrunk.result.reason}")
     print(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
           f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")

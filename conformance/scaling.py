@@ -34,7 +34,7 @@ def _loop_family(case_family: str) -> Callable[[int], Case]:
 
         return rnn
     base = generated.case_from_id(case_family)
-    program = generated.program_of(base) if base is not None else None
+    program = base.program if base is not None else None
     if base is not None and program is not None and program.family == "loop":
 
         def gen(trips: int) -> Case:

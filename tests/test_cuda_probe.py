@@ -36,6 +36,7 @@ from conformance.engine import run_case, user_level_model
 from conformance.lifetime import Observation
 from conformance.pools import (
     POOL_SLACK_BYTES,
+    PoolScenario,
     check_pool_reuse,
     check_pool_sharing,
     check_replay_stable,
@@ -376,6 +377,25 @@ def test_survive_scenario_records_b_with_p_dead_before_keeping_it() -> None:
         outs = model(torch.randn(ROWS, COLS))
     assert p_alive_at_b == [False, False, True]
     assert len(outs) == 4
+
+
+def test_shipped_pool_cases_implement_the_scenario_interface() -> None:
+    """The cudagraph backend runs a model as a pool scenario by ``conformance.pools.PoolScenario``
+    alone: every shipped pool case's model implements it, and a plain model does not."""
+    pool_cases = [c for c in all_cases() if c.id.startswith("cudagraph-pool-")]
+    assert sorted(c.id for c in pool_cases) == ["cudagraph-pool-reuse", "cudagraph-pool-share",
+                                                "cudagraph-pool-survive"]
+    for case in pool_cases:
+        model = case.build().model
+        assert isinstance(model, PoolScenario), case.id
+        assert model.pool_contract is not None and case.id == f"cudagraph-pool-{model.pool_contract.kind}"
+        assert model.compile_units and all(isinstance(getattr(model, u), torch.nn.Module)
+                                           for u in model.compile_units)
+        assert model.unit_calls == {} and model.active_paths
+        if model.pool_contract.kind == "reuse":
+            assert model.freed_bytes == TENSOR_BYTES
+    assert not isinstance(select_cases(["cudagraph-train-mlp"])[0].build().model, PoolScenario)
+    assert not isinstance(torch.nn.Linear(2, 2), PoolScenario)
 
 
 def test_share_scenario_runs_a_subset_of_paths() -> None:

@@ -14,7 +14,6 @@ from conformance.cases.generated import (
     early_cases,
     generated_cases,
     program_for_seed,
-    program_of,
     program_source,
     programs,
 )
@@ -48,9 +47,9 @@ def test_unregistered_id_resolves_through_the_hook() -> None:
 
 def test_same_id_same_program_in_another_process() -> None:
     """The id alone fixes the program: no global RNG, no Hypothesis state, no process state."""
-    here = program_source(program_of(case_from_id("gen-loop-77-train")))
-    code = ("from conformance.cases.generated import case_from_id, program_of, program_source;"
-            "print(program_source(program_of(case_from_id('gen-loop-77-train'))), end='')")
+    here = program_source(case_from_id("gen-loop-77-train").program)
+    code = ("from conformance.cases.generated import case_from_id, program_source;"
+            "print(program_source(case_from_id('gen-loop-77-train').program), end='')")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert here == there
 
@@ -80,5 +79,5 @@ def test_hypothesis_replays_the_seeded_choices(family: str, train: bool, seed: i
 
 
 def test_program_json_round_trip() -> None:
-    program = program_of(case_from_id("gen-loop-3"))
+    program = case_from_id("gen-loop-3").program
     assert Program.from_json(program.to_json()) == program

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 from functorch.compile import aot_function, make_boxed_func
 
-from conformance.donation import BackwardWatch, classify, saved_positions
+from conformance.donation import BackwardInputs, BackwardWatch, classify, saved_positions
 from conformance.lifetime import model_forward_backward
 from conformance.probe import MemoryTrace, combine_traces
 
@@ -86,9 +88,26 @@ def test_watch_tells_a_held_list_from_a_cleared_one() -> None:
     boxed_watch = BackwardWatch(boxed, positions)
     boxed_watch(_backward_args(bw))
     assert boxed_watch.calls[0].held_bytes == 0 and boxed_watch.calls[0].list_cleared
-    assert classify([held_watch], 0, None, None)["backward_inputs"] == "held-for-call"
-    assert classify([boxed_watch], 0, None, None)["backward_inputs"] == "released-at-last-use"
-    assert classify([], 0, None, None)["backward_inputs"] == "no-backward"
+    assert classify([held_watch], 0, None, None).verdict == "held-for-call"
+    assert classify([boxed_watch], 0, None, None).verdict == "released-at-last-use"
+    assert classify([], 0, None, None).verdict == "no-backward"
+    # result.memory holds exactly the dict classify returned before it returned BackwardInputs
+    held = held_watch.calls[0]
+    found = classify([held_watch], 100, None, None)
+    assert found.to_json() == {"backward_inputs": "held-for-call", "backward_inputs_detail": {
+        "measured_peak_bytes": 100, "model_peak_donated_bytes": None, "model_peak_held_bytes": None,
+        "calls": [{"saved_bytes": held.saved_bytes, "held_bytes": held.held_bytes, "list_cleared": False}],
+        "saved_bytes": held.saved_bytes, "held_bytes": held.held_bytes, "list_cleared": False,
+        "still_allocated_bytes": 0}}
+    assert list(found.to_json()["backward_inputs_detail"]) == [
+        "measured_peak_bytes", "model_peak_donated_bytes", "model_peak_held_bytes", "calls", "saved_bytes",
+        "held_bytes", "list_cleared", "still_allocated_bytes"]
+    assert classify([], 7, None, None).to_json() == {"backward_inputs": "no-backward", "backward_inputs_detail": {
+        "measured_peak_bytes": 7, "model_peak_donated_bytes": None, "model_peak_held_bytes": None, "calls": []}}
+    for watches in ([held_watch], [boxed_watch], []):
+        found = classify(watches, 100, None, None, still_allocated_bytes=3)
+        assert BackwardInputs.from_memory(json.loads(json.dumps(found.to_json()))) == found
+    assert BackwardInputs.from_memory({}) is None
 
     def reused(a: list) -> list:  # inductor reusing a saved activation in place for a gradient
         pending = list(reversed(a))

@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.cases.generated import program_of
-
 from conformance.case import resolve
 from conformance.engine import run_case
 from conformance.isolation import WorkerPool
@@ -39,19 +37,19 @@ def _script(path: Path, cwd: Path, fault_off: bool = False) -> subprocess.Comple
 
 def test_planted_leak_shrinks_to_a_standalone_repro(tmp_path: Path) -> None:
     case = resolve(CASE)
-    assert case is not None and len(program_of(case).ops) == 8
+    assert case is not None and len(case.program.ops) == 8
     backend = LeakyEagerBackend()
     lines: list[str] = []
     shrunk = shrink(case, backend, tmp_path / ".hypothesis", max_runs=60, progress=lines.append)
     assert shrunk.original.status in ("fail-peak", "fail-residual")
     assert shrunk.result.status == shrunk.original.status
     assert failing_check(shrunk.result) == failing_check(shrunk.original)
-    ops = program_of(shrunk.case).ops
+    ops = shrunk.case.program.ops
     assert shrunk.shrunk and len(ops) <= 3 and any(op.kind == "tanh" for op in ops), ops
     # progress: a line per smaller failing program, naming the case, the backend, the runs and the ops left
     assert any(line.endswith("(smaller program still fails)") for line in lines), lines
     assert all(line.startswith(f"shrinking {CASE} on eager-leaky: run ") and "/60, " in line for line in lines)
-    assert f"{len(program_of(shrunk.case).ops) + len(program_of(shrunk.case).body)} ops left" in lines[-1] or any(
+    assert f"{len(shrunk.case.program.ops) + len(shrunk.case.program.body)} ops left" in lines[-1] or any(
         "ops left (smaller" in line for line in lines)
 
     repro = write_repro(shrunk.case, backend, shrunk.result, tmp_path / "repro.py")
