@@ -221,24 +221,24 @@ class WorkerPool:
             if kind == "ok":
                 return (str(payload), None) if payload else (None, None)
             return None, f"repro not written: {payload}"
-        what = self._failed(worker, elapsed, timeout_s)
+        what, _ = self._failed(worker, elapsed, timeout_s)
         if what is None:
             return None, f"repro not written: no repro within {timeout_s:g} s (worker killed)"
         return None, f"repro not written: the worker crashed while making it ({what})"
 
-    def _failed(self, worker: _Worker, elapsed: float, timeout_s: float) -> str | None:
-        """After no reply: discard the worker; its exit described, or ``None`` when it hung (killed)."""
+    def _failed(self, worker: _Worker, elapsed: float, timeout_s: float, offset: int = 0) -> tuple[str | None, str]:
+        """After no reply: discard the worker.  Returns its exit described (``None`` when it hung and was
+        killed) and what it wrote on stderr since ``offset``."""
         if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
             try:
                 worker.process.wait(30)
             except subprocess.TimeoutExpired:
                 pass
-        if worker.alive():
-            self._discard()
-            return None
-        code = worker.process.wait()
+        hung = worker.alive()
+        code = None if hung else worker.process.wait()
+        tail = worker.stderr_tail(offset)
         self._discard()
-        return describe_exit(code)
+        return (None if code is None else describe_exit(code)), tail
 
     def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
         """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
@@ -254,19 +254,11 @@ class WorkerPool:
                 result.timing["isolated_wall_s"] = elapsed
                 return result
             return _placeholder(case_id, backend, Status.FAIL_RUN, f"worker error outside the engine: {payload}")
-        if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
-            try:
-                worker.process.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        if worker.alive():
-            self._discard()
+        what, tail = self._failed(worker, elapsed, timeout_s, offset)
+        if what is None:
             return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",
                                 elapsed=elapsed)
-        code = worker.process.wait()
-        tail = worker.stderr_tail(offset)
-        self._discard()
-        return _placeholder(case_id, backend, Status.CRASH, describe_exit(code), tail, elapsed)
+        return _placeholder(case_id, backend, Status.CRASH, what, tail, elapsed)
 
     def close(self, kill: bool = False) -> None:
         """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
