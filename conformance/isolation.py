@@ -205,6 +205,13 @@ class WorkerPool:
         worker.process.stdin.flush()
         return worker, offset
 
+    def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
+        """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited)."""
+        worker, offset = self._send(request)
+        t0 = time.perf_counter()
+        got = _wait(worker, timeout_s)
+        return worker, offset, got, time.perf_counter() - t0
+
     def repro(self, case_id: str, backend: str, result: Result, out: Path, timeout_s: float,
               max_runs: int = 20) -> tuple[str | None, str | None]:
         """Write the failing case's repro in the worker (see :func:`conformance.repro.auto_repro`).
@@ -212,10 +219,7 @@ class WorkerPool:
         Returns ``(path or None, note or None)``; a crash or hang while shrinking is a note, never raised."""
         request = {"kind": "repro", "case": case_id, "backend": backend, "result": result.to_json(),
                    "out": str(out), "max_runs": max_runs}
-        worker, _ = self._send(json.loads(json.dumps(request, default=str)))
-        t0 = time.perf_counter()
-        got = _wait(worker, timeout_s)
-        elapsed = time.perf_counter() - t0
+        worker, _, got, elapsed = self._ask(json.loads(json.dumps(request, default=str)), timeout_s)
         if got is not None:
             kind, payload = got
             if kind == "ok":
@@ -242,11 +246,8 @@ class WorkerPool:
 
     def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
         """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
-        worker, offset = self._send([case_id, backend, (options or RunOptions()).to_json()])
+        worker, offset, got, elapsed = self._ask([case_id, backend, (options or RunOptions()).to_json()], timeout_s)
         worker.cases_run += 1
-        t0 = time.perf_counter()
-        got = _wait(worker, timeout_s)
-        elapsed = time.perf_counter() - t0
         if got is not None:
             kind, payload = got
             if kind == "ok":
