@@ -283,9 +283,9 @@ class _Builder:
         call_refs: list[Any] = []  # staged copies and held originals: released when the call returns
         keys: dict[Any, Storage] = {}
         schedule = release_schedule(gm.graph)
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(inputs):
-            raise ModelError(f"{prefix}: {len(placeholders)} placeholders, {len(inputs)} inputs")
+        position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+        if len(position) != len(inputs):
+            raise ModelError(f"{prefix}: {len(position)} placeholders, {len(inputs)} inputs")
         outputs: list[Any] = []
         pending_results = self._result_nodes(gm) if results_at_start else []
         for node in gm.graph.nodes:
@@ -293,7 +293,7 @@ class _Builder:
                 call_refs.extend(self._allocate_results(pending_results, prefix, results_at_start))
                 pending_results = []
             if node.op == "placeholder":
-                value = inputs[placeholders.index(node)]
+                value = inputs[position[node]]
                 if staged:
                     value = self._stage(node, value, prefix, donated, call_refs)
                 elif not donated:
@@ -343,12 +343,11 @@ class _Builder:
     @staticmethod
     def _result_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
         out = next(n for n in gm.graph.nodes if n.op == "output")
-        seen: list[torch.fx.Node] = []
+        seen: dict[torch.fx.Node, None] = {}  # in order, each once
         for n in _flat_nodes(out.args):
-            is_tensor = isinstance(n.meta.get("val"), torch.Tensor)
-            if n.op not in ("placeholder", "get_attr") and is_tensor and n not in seen:
-                seen.append(n)
-        return seen
+            if n.op not in ("placeholder", "get_attr") and isinstance(n.meta.get("val"), torch.Tensor):
+                seen.setdefault(n)
+        return list(seen)
 
     def _allocate_results(self, nodes: list[torch.fx.Node], prefix: str, align: int) -> list[Storage]:
         made = []
