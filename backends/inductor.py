@@ -80,6 +80,13 @@ class InductorBackend(Backend):
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "inductor": torch.__version__}
 
+    def warm_up(self) -> None:
+        """Inductor's first compile in a process sets up its C++ toolchain probe, vector-ISA check and
+        compile workers (seconds); a tiny forward and backward compile pays that, then is forgotten."""
+        x = torch.ones(4, requires_grad=True)
+        torch.compile(lambda t: (t * 2).relu().sum(), backend="inductor", dynamic=False)(x).backward()
+        torch._dynamo.reset()
+
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         # AOTAutograd's cache is off while the step runs (conformance.aot.no_autograd_cache): a hit
         # would skip inductor's inner compile and the graphs we model. Inductor's FX graph cache

@@ -431,6 +431,12 @@ class IreeBackend(Backend):
     capabilities = Capabilities(memory_domains=("torch-cpu", "iree-hal"))
     compile_graph: ClassVar[CompileFn] = staticmethod(shipped_compile)
 
+    def warm_up(self) -> None:
+        """The compiler, the runtime and turbine's importer (a second or two of imports)."""
+        import iree.compiler.extras.fx_importer
+        import iree.runtime
+        import iree.turbine.dynamo.backends.base  # noqa: F401
+
     def unavailable_reason(self) -> str | None:
         try:
             import iree.compiler

@@ -125,6 +125,14 @@ class Backend(ABC):
         """A fresh probe of the memory domain this backend's steps allocate in (one per probed step)."""
         return CpuAllocatorProbe()
 
+    def warm_up(self) -> None:  # noqa: B027 (an optional hook: most backends have nothing to warm)
+        """Pay the process's one-time costs (imports, a compiler's first-use set-up) before any pair.
+
+        A run's isolation worker calls it while the run itself is still starting up, so the two
+        overlap instead of landing in the first pair's compile time.  It must leave no state a
+        verdict depends on: pairs are judged the same in a worker that warmed up and one that
+        did not (``tests/test_isolation.py`` holds inductor to that)."""
+
     @abstractmethod
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         """Compile the workload; errors raised here are ``fail-compile``."""

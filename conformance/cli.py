@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from conformance import phases
 from conformance.adapter import BackendError
 from conformance.case import CaseError
 from conformance.manifest import ManifestError
@@ -138,17 +140,27 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    started = phases.STARTED if phases.STARTED is not None else time.perf_counter()
     out = Path(args.out)
     _check_run_options(args)
     _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
     run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+    timing: dict[str, float] = {}
     try:
         with _signals_interrupt() as caught:
             finished = _RunFinished()
+            timing["before pytest"] = time.perf_counter() - started
             code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors(), finished]))
-            return _finish(args, run_dir, code, caught.signum, finished.stats)
+            return _finish(args, run_dir, code, caught.signum, finished.stats, timing)
     finally:
         run_dir.release()
+        _say_wall_time(time.perf_counter() - started, timing)
+
+
+def _say_wall_time(wall: float, timing: dict[str, float]) -> None:
+    """The last line of every run: how long the whole command took, and the parts outside pytest's session."""
+    parts = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in timing.items())
+    print(f"conformance: wall time {wall:.1f}s" + (f" ({parts})" if parts else ""), file=sys.stderr)
 
 
 def _claim(out: Path, mode: str) -> RunDir:
@@ -208,11 +220,13 @@ def _signals_interrupt() -> Iterator[_Caught]:
 
 
 def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None,
-            stats: RunStats | None) -> int:
+            stats: RunStats | None, timing: dict[str, float]) -> int:
     """Report what ran, and turn pytest's exit code into the CLI's."""
     interrupted = signum is not None or code == PYTEST_INTERRUPTED
     if stats is not None and stats.published and not args.no_report:
+        t0 = time.perf_counter()
         _build_run_report(args, run_dir.path, stats)
+        timing["report"] = time.perf_counter() - t0
     if interrupted:
         _say_interrupted(stats, run_dir, signum)
         return 128 + (signum or signal.SIGINT)

@@ -15,7 +15,6 @@ import gc
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,31 +31,14 @@ from conformance.judge import (
     judge_residual,
 )
 from conformance.lifetime import LifetimeModel, ModelError, Observation, model_graph
-from conformance.options import DEFAULT_STEPS  # probed calls per pair by default
+from conformance.options import RunOptions
 from conformance.parity import ParityReport, compare
+from conformance.phases import PhaseClock
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.result import Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
 from conformance.text import clip, clip_start
 from conformance.verdict import Check, CheckName, Status, combine, passed
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What a run asks of every pair (the same in every worker process)."""
-
-    steps: int = DEFAULT_STEPS
-
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
-        return cls(**(data or {}))
 
 
 def repro_command(case: Case, backend: str) -> str:
@@ -76,35 +58,44 @@ def run_case(case: Case, backend: Backend, options: RunOptions | None = None, sp
     missing = backend.capabilities.missing_for(case)
     if missing:
         return _verdict(result, Status.SKIP, f"backend lacks capability: {', '.join(missing)}")
+    clock = PhaseClock()
+    t0 = time.perf_counter()
     try:
-        return _run(case, backend, result, options)
+        return _run(case, backend, result, options, clock)
     finally:
-        torch._dynamo.reset()
-        gc.collect()
+        with clock.phase("cleanup"):
+            gc.unfreeze()  # what _run froze is collectable again (by Python's own collector, later)
+            torch._dynamo.reset()
+        result.timing.update(clock.timing())
+        result.timing["pair_s"] = time.perf_counter() - t0
 
 
 class _References:
     """The float64 reference and eager float32 of each call whose results are checked."""
 
-    def __init__(self, case: Case) -> None:
+    def __init__(self, case: Case, clock: PhaseClock) -> None:
         self.case = case
+        self.clock = clock
 
     def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
-        ref64 = reference_step(self.case, torch.float64, call).named()
-        eager32 = reference_step(self.case, torch.float32, call).named()
-        return compare(actual, ref64, eager32, self.case.tolerance)
+        with self.clock.phase("reference"):
+            ref64 = reference_step(self.case, torch.float64, call).named()
+            eager32 = reference_step(self.case, torch.float32, call).named()
+            return compare(actual, ref64, eager32, self.case.tolerance)
 
 
-def _run(case: Case, backend: Backend, result: Result, options: RunOptions) -> Result:
-    references = _References(case)
+def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
+    references = _References(case, clock)
     models = _Models(case)
-    workload = case.build()
+    with clock.phase("build"):
+        workload = case.build()
     t0 = time.perf_counter()
     stage = "compile"
     try:
-        compiled = backend.compile(case, workload)
-        stage = "first call"
-        first = compiled.run()
+        with clock.phase("compile"):
+            compiled = backend.compile(case, workload)
+            stage = "first call"
+            first = compiled.run()
     except Exception as exc:
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
@@ -118,16 +109,18 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions) -> R
     outputs: dict[str, torch.Tensor] = {}
     traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
-        workload.inputs = _inputs(case, 1, backend)
-        t1 = time.perf_counter()
-        out = compiled.run()
-        result.timing["run_s"] = time.perf_counter() - t1
-        del out
-        for call in range(2, last_call + 1):
-            workload.inputs = _inputs(case, call, backend)
-            domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
-            traces.append((call, domain_traces))
-            outputs = snap or outputs
+        with clock.phase("probe"):
+            workload.inputs = _inputs(case, 1, backend)
+            t1 = time.perf_counter()
+            out = compiled.run()
+            result.timing["run_s"] = time.perf_counter() - t1
+            del out
+            _freeze_survivors()
+            for call in range(2, last_call + 1):
+                workload.inputs = _inputs(case, call, backend)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+                traces.append((call, domain_traces))
+                outputs = snap or outputs
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
@@ -135,7 +128,28 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions) -> R
     parity[last_call] = references.compare(last_call, outputs)
     result.parity = _parity_figures(parity)
 
-    steps, source = _probed_steps(case, compiled, models, traces, result)
+    with clock.phase("model"):
+        steps, source = _probed_steps(case, compiled, models, traces, result)
+    with clock.phase("judge"):
+        return _judge(backend, compiled, result, steps, source, traces, parity)
+
+
+def _freeze_survivors() -> None:
+    """Move every object alive now out of the collector's sight (``gc.freeze``) for the probed calls.
+
+    A probed call starts with a collection, so no garbage of an earlier call is freed
+    inside its window.  A full collection costs a quarter of a second once torch and a
+    compiler are loaded; after the freeze, a collection sees only what the probed calls
+    made, which is all it needs to see: what was alive before them (garbage included)
+    allocated outside every window, so its frees could only be foreign ones.  The young
+    generations are collected first, so the freeze keeps little garbage; ``run_case``
+    unfreezes when the pair ends."""
+    gc.collect(1)
+    gc.freeze()
+
+
+def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
+           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
     result.notes.extend(compiled.notes())
     checks: list[Check] = [_parity_check(parity)]
     checks.append(judge_residual(steps))

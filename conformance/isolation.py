@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from conformance.engine import RunOptions
+from conformance.options import RunOptions
 from conformance.result import Result, Status
 from conformance.text import clip_start
 
@@ -70,7 +70,7 @@ def _exit_when_orphaned(parent_pid: int) -> None:
     os._exit(1)
 
 
-def worker_main(reply_fd: int, parent_pid: int) -> None:
+def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -> None:
     """Worker loop: one JSON request per stdin line, one JSON reply line each.
 
     A request is ``[case_id, backend_spec, options]`` (run the case) or
@@ -89,6 +89,11 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
     from conformance.engine import run_case
 
     registry = discover()
+    if warm is not None:
+        from conformance.case import all_cases
+
+        all_cases()  # the case registry (the zoo's model libraries, Hypothesis for generated ones)
+        _warm_up(registry, warm)
     send("ready", os.getpid())  # a case's clock starts after interpreter start-up
     for line in sys.stdin:
         request = json.loads(line)
@@ -105,6 +110,22 @@ def worker_main(reply_fd: int, parent_pid: int) -> None:
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
             send("error", f"{type(exc).__name__}: {exc}")
+
+
+def _warm_up(registry: Any, specs: list[str]) -> None:
+    """Each backend's one-time start-up costs (``Backend.warm_up``), every usable one without ``specs``.
+
+    A warm-up that fails is left for the pairs to meet: it decides nothing."""
+    try:
+        backends = [registry.get(s) for s in specs] if specs else registry.usable()
+    except Exception:
+        return
+    for backend in backends:
+        try:
+            if backend.unavailable_reason() is None:
+                backend.warm_up()
+        except Exception:
+            pass
 
 
 def _repro_in_worker(request: dict[str, Any], registry: Any) -> str | None:
@@ -137,6 +158,7 @@ class _Worker:
     replies: IO[bytes]
     stderr_path: Path
     cases_run: int = 0
+    ready: bool = False  # it said "ready": imports done, backends discovered
 
     def stderr_tail(self, offset: int = 0) -> str:
         try:
@@ -156,7 +178,10 @@ class WorkerPool:
     """One reusable worker subprocess, respawned after a crash or a timeout."""
 
     start_timeout_s: float = 300.0  # interpreter start-up (imports torch), not counted against a case
+    #: backends the next worker warms up before it says it is ready ([] every usable one, None none)
+    warm: list[str] | None = None
     spawn_count: int = 0
+    startup_wait_s: float = 0.0  # time the run waited for workers to start (beyond what overlapped)
     _worker: _Worker | None = field(default=None, repr=False)
 
     def __enter__(self) -> WorkerPool:
@@ -166,13 +191,32 @@ class WorkerPool:
         self.close()
 
     def start(self) -> None:
-        """Start the worker now (otherwise the first case starts it)."""
+        """Start the worker now and wait until it is ready (otherwise the first case starts it)."""
         self._ensure()
 
+    def spawn(self) -> None:
+        """Start the worker without waiting for it: its imports overlap whatever the run does first."""
+        if self._worker is None or not self._worker.alive():
+            self._discard()
+            self._worker = self._spawn()
+
     def _ensure(self) -> _Worker:
-        if self._worker is not None and self._worker.alive():
+        if self._worker is not None and self._worker.alive() and self._worker.ready:
             return self._worker
-        self._discard()
+        self.spawn()
+        worker = self._worker
+        assert worker is not None
+        t0 = time.perf_counter()
+        got = _wait(worker, self.start_timeout_s)
+        self.startup_wait_s += time.perf_counter() - t0
+        if got is None or got[0] != "ready":
+            tail = worker.stderr_tail()
+            self._discard()
+            raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
+        worker.ready = True
+        return worker
+
+    def _spawn(self) -> _Worker:
         rfd, wfd = os.pipe()
         fd, path = tempfile.mkstemp(prefix="conformance-worker-", suffix=".log")
         env = dict(os.environ)
@@ -181,7 +225,8 @@ class WorkerPool:
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "conformance.isolation", "--worker", str(wfd), str(os.getpid())],
+                [sys.executable, "-m", "conformance.isolation", "--worker", str(wfd), str(os.getpid()),
+                 *(["--warm", *self.warm] if self.warm is not None else [])],
                 stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(wfd,), env=env,
                 start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
             )
@@ -189,13 +234,8 @@ class WorkerPool:
             os.close(wfd)
             os.close(fd)
         self.spawn_count += 1
-        self._worker = _Worker(process, os.fdopen(rfd, "rb"), Path(path))
-        got = _wait(self._worker, self.start_timeout_s)
-        if got is None or got[0] != "ready":
-            tail = self._worker.stderr_tail()
-            self._discard()
-            raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
-        return self._worker
+        self.warm = None  # a respawn after a crash serves the next pair at once
+        return _Worker(process, os.fdopen(rfd, "rb"), Path(path))
 
     def _send(self, request: Any) -> tuple[_Worker, int]:
         worker = self._ensure()
@@ -356,6 +396,20 @@ def _placeholder(
 _DEFAULT_POOL: WorkerPool | None = None
 
 
+def prestart(warm: list[str]) -> None:
+    """Spawn the shared worker now, so its start-up overlaps the run's own: torch, the compilers, and
+    the ``warm`` backends' first-use costs (every usable backend when empty)."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool(warm=warm)
+    _DEFAULT_POOL.spawn()
+
+
+def startup_wait_s() -> float:
+    """Seconds this process waited for its shared worker to start."""
+    return _DEFAULT_POOL.startup_wait_s if _DEFAULT_POOL is not None else 0.0
+
+
 def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
                  options: RunOptions | None = None) -> Result:
     """Run one case in the module's shared worker pool (reused across calls)."""
@@ -383,7 +437,7 @@ def shutdown(kill: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        worker_main(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "--worker" and (len(sys.argv) == 4 or sys.argv[4] == "--warm"):
+        worker_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5:] if len(sys.argv) > 4 else None)
     else:
         sys.exit("usage: python -m conformance.isolation --worker REPLY_FD PARENT_PID (started by WorkerPool)")

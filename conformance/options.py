@@ -23,6 +23,24 @@ from typing import Any, Literal
 DEFAULT_OUT = "conformance-results"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_STEPS = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run asks of every pair (the same in every worker process)."""
+
+    steps: int = DEFAULT_STEPS
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
+        return cls(**(data or {}))
 #: what a run does with a results directory that already holds files
 EXISTING_MODES = ("refuse", "overwrite", "resume")
 
@@ -331,6 +349,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("report", "where the HTML report goes (default: DIR/report)", "--report", type=path_arg,
            metavar="SITE_DIR", check=_report),
     Option("no_report", "do not build the HTML report", "--no-report", kind="flag"),
+    Option("profile_harness", "after the summary, print where the run's time went (per phase: build, compile, "
+                              "reference, model, probe, judge, isolation, repro, report)",
+           "--profile-harness", "--conformance-profile-harness", "flag"),
     Option("history", "SQLite run history the report records this run in (default: DIR/history.sqlite)",
            "--history", type=path_arg, metavar="PATH", check=_history),
     Option("no_history", "do not record this run in the history", "--no-history", kind="flag"),

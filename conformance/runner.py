@@ -39,9 +39,10 @@ import pytest
 from conformance.adapter import Backend, BackendError, BackendRegistry, discover
 from conformance.baseline import Tolerance, apply_baseline
 from conformance.case import BROKEN_PLUGINS, Case, CaseError, all_cases, load_source, select_cases
-from conformance.engine import RunOptions
 from conformance.manifest import Manifest, ManifestError, apply, load_manifest
+from conformance.options import RunOptions
 from conformance.outdir import OutDirError, RunDir, claim, held
+from conformance.phases import pair_wall_s
 from conformance.plugin import RunStats
 from conformance.result import Result, append_result
 from conformance.text import clip, plural
@@ -278,7 +279,9 @@ def execute_pair(pair: Pair, item: pytest.Item) -> None:
     result = apply(_raw_verdict(pair, state), pair.manifest)
     result.repro = rerun_command(pair)
     if state.repro_dir is not None and not result.ok and result.status not in ("crash", "timeout"):
+        t0 = time.perf_counter()
         _write_repro(pair, result, state.repro_dir, state)
+        result.timing["repro_s"] = time.perf_counter() - t0
     item.stash[RESULT_KEY] = result  # pytest_runtest_makereport puts it on the report
     if result.status == "pass":
         return
@@ -317,6 +320,7 @@ class ResultWriter:
         self.recorded: set[str] = set()  # node ids that have their verdict
         self.failures: dict[str, str] = {}  # node id -> why pytest failed it (for pairs without a verdict)
         self.started = time.perf_counter()
+        self.first_pair_s: float | None = None  # when the first pair started, from self.started
         self.progress = bool(state.values["progress"])
         self.total = 0
         self.bar: Any = None  # a rich Progress, on a terminal only
@@ -348,6 +352,8 @@ class ResultWriter:
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.first_pair_s is None:
+            self.first_pair_s = time.perf_counter() - self.started
         if self.bar is None and self.progress and sys.stderr.isatty() and self.total:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -386,7 +392,7 @@ class ResultWriter:
             self._show(result)
 
     def _show(self, result: Result) -> None:
-        t = sum(result.timing.values())
+        t = pair_wall_s(result.timing)
         mark = "ok " if result.ok else "BAD"
         line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
                 f"{result.status} ({t:.1f}s){' - ' + clip(result.reason, 160) if result.reason else ''}")
@@ -430,9 +436,25 @@ class ResultWriter:
             return
         from conformance.summary import summary_table
 
-        summary_table(self.results, time.perf_counter() - self.started, self.path,
+        wall = time.perf_counter() - self.started
+        summary_table(self.results, wall, self.path,
                       warnings=self.state.selection.warnings if self.state.selection else [],
                       cut_short=self.stats().cut_short)
+        if self.state.values.get("profile_harness"):
+            self._profile(wall)
+
+    def _profile(self, wall: float) -> None:
+        """``--profile-harness``: where the session's time went (the CLI adds its start-up and the report)."""
+        from conformance.isolation import startup_wait_s
+        from conformance.phases import breakdown
+        from conformance.summary import profile_table
+
+        workers = self.config.getoption("numprocesses", None) or 0
+        run_phases = {"startup": self.first_pair_s or 0.0,
+                      "worker start": startup_wait_s(),
+                      "repro": sum(r.timing.get("repro_s", 0.0) for r in self.results)}
+        profile_table(breakdown([r.timing for r in self.results], wall, run_phases,
+                                workers=workers if isinstance(workers, int) else 2))
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -512,7 +534,9 @@ class ConformanceRun:
         if self.state.isolate:
             from conformance.isolation import shutdown
 
-            shutdown(kill=self.state.interrupted)
+            # every verdict is in: the worker has nothing left to finish, and its interpreter's own
+            # teardown (torch, the compilers) would cost the run a second or two for nothing
+            shutdown(kill=True)
 
 
 def _keep_hypothesis_in(directory: Path) -> None:

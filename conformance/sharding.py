@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.phases import pair_wall_s
 from conformance.result import read_results
 
 KIND_WEIGHT = {"inference": 1.0, "train_step": 2.0, "loop": 2.0}
@@ -69,4 +70,4 @@ def measured_durations(results_dir: Path | None) -> Mapping[str, float]:
     path = results_dir / "results.jsonl" if results_dir.is_dir() else results_dir
     if not path.exists():
         return {}
-    return {f"{r.case}@{r.backend}": sum(r.timing.values()) for r in read_results(path)}
+    return {f"{r.case}@{r.backend}": pair_wall_s(r.timing) for r in read_results(path)}

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from conformance.phases import Breakdown
 from conformance.result import STATUSES, Result, Status
 from conformance.text import plural
 
@@ -53,3 +54,19 @@ def _verdict_line(unexpected: int, cut_short: str) -> str:
     if cut_short:
         return f"{cut_short}; {unexpected} unexpected among them"
     return f"{unexpected} unexpected" if unexpected else "all as expected"
+
+
+def profile_table(profile: Breakdown) -> None:
+    """``--profile-harness``: seconds per phase, and each one's share of the wall time (or of pair-seconds)."""
+    console = Console(stderr=True, width=max(120, Console(stderr=True).width))
+    overlapped = profile.workers > 1
+    whole = profile.accounted_s if overlapped else profile.wall_s
+    title = (f"where the time went: {profile.wall_s:.1f}s wall"
+             + (f", {profile.accounted_s:.1f}s over {profile.workers} workers" if overlapped else ""))
+    table = Table(title=title)
+    for column, justify in (("phase", "left"), ("seconds", "right"), ("share", "right"), ("what", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for name, seconds, what in profile.rows:
+        share = f"{100 * seconds / whole:.0f}%" if whole > 0 else ""
+        table.add_row(escape(name), f"{seconds:.2f}", share, escape(what))
+    console.print(table)
