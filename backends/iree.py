@@ -68,6 +68,9 @@ from conformance.lifetime import LifetimeModel, Observation, model_forward_backw
 from conformance.probe import MemoryProbe, MemoryTrace
 from conformance.step import StepOutput, params_of, trace_step
 
+from . import iree_cache as cache
+from .iree_cache import cached_module, turbine_module_cache
+
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
 RESULT_ALIGNMENT = 64
@@ -158,6 +161,18 @@ def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
                        + (f" [{diag}]" if diag else "")) from failure
 
 
+def _module_bytes(output: Any) -> bytes:
+    """The bytes of the module ``exported.compile(save_to=None)`` returns (an ``Output`` to map)."""
+    return bytes(output.map_memory())
+
+
+def cache_note(hits: int, misses: int) -> str:
+    where = cache.cache_root()
+    if where is None:
+        return f"IREE module cache off (${cache.CACHE_ENV})"
+    return f"IREE module cache {where}: {hits} hit(s), {misses} compiled"
+
+
 # -- the torch.compile route -----------------------------------------------------------
 
 
@@ -165,10 +180,12 @@ CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
 
 
 def guarded(compile_graph: CompileFn, what: str) -> CompileFn:
-    """``compile_graph`` with IREE's compile failures turned into one-line compile errors."""
+    """``compile_graph`` with IREE's compile failures turned into one-line compile errors, and its
+    modules through the compiled-module cache (:mod:`conformance.backends.iree_cache`)."""
 
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
+        with turbine_module_cache():
+            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
 
     return compile_one
 
@@ -300,6 +317,7 @@ class IreeDynamoStep(DynamoStep):
         self.rt = runtime()
         self.recorder = AotRecorder()
         self.slack = slack
+        self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
         super().__init__(case, workload, self.recorder.backend(guarded(compile_graph, "forward graph"),
                                                                guarded(compile_graph, "backward graph")))
 
@@ -347,7 +365,8 @@ class IreeDynamoStep(DynamoStep):
         n_fw = sum(not g.is_backward for g in self.recorder.graphs)
         n_bw = sum(g.is_backward for g in self.recorder.graphs)
         return [f"route: torch.compile (iree-turbine aot_autograd), {n_fw} forward / {n_bw} backward graph(s) "
-                f"compiled by IREE on {DRIVER}"]
+                f"compiled by IREE on {DRIVER}",
+                cache_note(cache.STATS.hits - self.cache_before[0], cache.STATS.misses - self.cache_before[1])]
 
 
 # -- the AOT route ---------------------------------------------------------------------
@@ -367,14 +386,18 @@ class IreeAotStep(CompiledStep):
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
 
-        def build() -> Any:
+        def build() -> bytes:
             exported = aot.export(self.gm, *[a.detach() for a in args])
-            exported.session.set_flags(*self.rt.device.compile_target_flags[1:])  # host CPU features, as turbine
-            return exported.compile(save_to=None, target_backends="llvm-cpu")
+            flags = self.rt.device.compile_target_flags[1:]  # host CPU features, as turbine
+            exported.session.set_flags(*flags)
+            return cached_module(str(exported.mlir_module), ["llvm-cpu", *flags],
+                                 lambda: _module_bytes(exported.compile(save_to=None, target_backends="llvm-cpu")))
 
+        cache_before = (cache.STATS.hits, cache.STATS.misses)
         binary = _compile_guarded("exported step", build)
+        self.cache_use = (cache.STATS.hits - cache_before[0], cache.STATS.misses - cache_before[1])
         instance = self.rt.device.vm_instance
-        module = VmModule.copy_buffer(instance, binary.map_memory())
+        module = VmModule.copy_buffer(instance, binary)
         self.context = VmContext(instance, [create_hal_module(instance, self.rt.device.hal_device), module])
         self.function = module.lookup_function("main")
 
@@ -416,7 +439,7 @@ class IreeAotStep(CompiledStep):
         return {"iree_invocations": self.hal_probe.invocations}
 
     def notes(self) -> list[str]:
-        return [AOT_ROUTE_REASON]
+        return [AOT_ROUTE_REASON, cache_note(*self.cache_use)]
 
 
 # -- adapters --------------------------------------------------------------------------
