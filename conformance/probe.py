@@ -9,7 +9,6 @@ drive the count negative or hide a leak.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 from torch.profiler import ProfilerActivity, profile
 
 from conformance.interpreter import NODE_RANGE_PREFIX
+from conformance.observer import OPERATOR_NAME, ObserverWindow, RawEvent, use_observer
 
 
 @dataclass
@@ -101,32 +101,37 @@ class MemoryProbe(Protocol):
 
 
 class CpuAllocatorProbe:
-    """The torch CPU allocator, through the profiler's allocation events."""
+    """The torch CPU allocator's allocation events: through the native observer where it is built
+    (:mod:`conformance.observer`), else through the profiler; the same events either way."""
 
     domain = "torch-cpu"
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: str | None = None) -> None:
+        """``recorder``: ``"observer"`` or ``"profiler"``; by default the observer where available."""
         self.trace = MemoryTrace(self.domain)
+        self.recorder = recorder or ("observer" if use_observer() else "profiler")
         self._prof: profile | None = None
+        self._window: ObserverWindow | None = None
 
     def __enter__(self) -> CpuAllocatorProbe:
-        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._prof.__enter__()
+        if self.recorder == "observer":
+            self._window = ObserverWindow()
+        else:
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._window is not None:
+            raw = self._window.stop()
+            self._window = None
+            self.trace = build_trace(self.domain, raw)
+            return
         assert self._prof is not None
         self._prof.__exit__(None, None, None)
         self.trace = trace_from_profile(self._prof, self.domain, device_type="cpu")
         self._prof = None
 
-
-#: A dispatcher operator's profiler name (``aten::mm``, ``conformance_gen::accum``); user ranges such as
-#: inductor's ``## Call CompiledFxGraph ... ##`` or ``autograd::engine::evaluate_function: X`` are not.
-OPERATOR_NAME = re.compile(r"^[A-Za-z_][\w.]*::[\w.]+$")
-
-#: One allocator event: (time ns, ptr, signed size, node label, innermost op, outermost op call or None)
-RawEvent = tuple[int, int, int, "str | None", "str | None", "tuple[str, int] | None"]
 
 
 def trace_from_profile(prof: profile, domain: str, device_type: str) -> MemoryTrace:

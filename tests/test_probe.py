@@ -1,12 +1,19 @@
-"""The CPU allocator probe: window-only counting and its arithmetic."""
+"""The CPU allocator probe: window-only counting and its arithmetic, through either recorder."""
 
 from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 
-from conformance.probe import CpuAllocatorProbe, build_trace
+from conformance.adapter import discover
+from conformance.case import resolve
+from conformance.observer import MEMORY, OPEN_END, RANGE_END, RANGE_START, ObserverError, ObserverWindow, raw_events
+from conformance.probe import CpuAllocatorProbe, MemoryTrace, build_trace
+from conformance.step import clear_grads
+
+RECORDERS = ["observer", "profiler"]
 
 
 def test_build_trace_counts_only_allocations_inside_the_window() -> None:
@@ -30,12 +37,13 @@ def test_pointer_reuse_is_a_new_allocation() -> None:
     assert trace.peak_bytes == 16 and len(trace.allocations) == 2
 
 
-def test_real_probe_ignores_tensors_made_before_recording() -> None:
+@pytest.mark.parametrize("recorder", RECORDERS)
+def test_real_probe_ignores_tensors_made_before_recording(recorder: str) -> None:
     gc.collect()  # earlier tests' garbage must not be collected (and counted as a foreign free) in the window
     before = [torch.randn(1000)]
     gc.disable()
     try:
-        with CpuAllocatorProbe() as probe:
+        with CpuAllocatorProbe(recorder) as probe:
             kept = torch.empty(256)  # 1 KiB, alive at the end
             tmp = torch.empty(512)  # 2 KiB, freed inside
             del tmp
@@ -48,3 +56,83 @@ def test_real_probe_ignores_tensors_made_before_recording() -> None:
     # either way it is kept out of the count, which the two figures above show
     assert probe.trace.foreign_free_bytes == 0 or probe.trace.foreign_free_bytes >= 4000
     del kept
+
+
+def _signature(trace: MemoryTrace) -> tuple[object, ...]:
+    """Everything a verdict reads from a trace, but the clock."""
+    return ([(a.nbytes, a.label, a.op, a.transient_in, a.order_alloc, a.order_free) for a in trace.allocations],
+            [live for _, live in trace.timeline], trace.foreign_free_bytes)
+
+
+@pytest.mark.parametrize(("backend", "case_id"), [
+    ("eager", "mlp-s-train"),  # node ranges label every allocation
+    ("eager", "loop-rnn-t3"),
+    ("inductor", "customop-early-late-s"),  # extern kernels and a custom op: innermost and outermost operators
+])
+def test_observer_records_what_the_profiler_records(backend: str, case_id: str) -> None:
+    """The native observer and the profiler see the same allocations, labels, operators and op-internal transients."""
+    case = resolve(case_id)
+    assert case is not None
+    workload = case.build()
+    step = discover().get(backend).compile(case, workload)
+    for _ in range(2):
+        clear_grads(workload.model)
+        step.run()
+    traces: dict[str, MemoryTrace] = {}
+    for recorder in RECORDERS:
+        clear_grads(workload.model)
+        gc.collect()
+        with CpuAllocatorProbe(recorder) as probe:
+            out = step.run()
+            del out
+        traces[recorder] = probe.trace
+    torch._dynamo.reset()
+    observed = _signature(traces["observer"])
+    assert observed == _signature(traces["profiler"])
+    allocations = traces["observer"].allocations
+    assert any(a.op for a in allocations)  # operators were seen (not only bare allocations)
+    if backend == "eager":
+        assert any(a.label for a in allocations)  # and the reference executor's node ranges
+
+
+def test_observer_leaves_the_profiler_off_and_will_not_nest() -> None:
+    with CpuAllocatorProbe("observer") as probe:
+        assert not torch.autograd._profiler_enabled()  # the program runs as users run it
+        with pytest.raises(ObserverError, match="already recording"):
+            ObserverWindow()
+        kept = torch.empty(64)
+    assert probe.trace.residual_bytes == 256
+    with CpuAllocatorProbe("observer") as again:  # the refused window left nothing behind
+        del kept
+    assert again.trace.allocations == []
+
+
+def test_raw_events_attribute_as_the_profiler_tree_does() -> None:
+    """Pure: a node range resets the operator context; the outermost operator owns what is freed inside it."""
+    names = {0: b"node:mm_1", 1: b"aten::mm", 2: b"aten::empty", 3: b"## Call CompiledFxGraph x ##", 4: b"aten::add"}
+    T = 7  # thread
+    flat = [
+        RANGE_START, 10, 1, 0, 0, T,  # node:mm_1
+        RANGE_START, 11, 2, 0, 1, T,  # aten::mm
+        RANGE_START, 12, 3, 0, 2, T,  # aten::empty (inner)
+        MEMORY, 13, 0xA, 64, -1, T,  # output of mm, allocated in empty
+        RANGE_END, 14, 3, 0, -1, T,
+        MEMORY, 15, 0xB, 32, -1, T,  # workspace of mm
+        MEMORY, 16, 0xB, -32, -1, T,  # freed inside mm
+        RANGE_END, 17, 2, 0, -1, T,
+        RANGE_END, 18, 1, 0, -1, T,
+        MEMORY, 19, 0xC, 8, -1, 9,  # another thread, no range
+        RANGE_START, 20, 4, 0, 3, T,  # a user range: no operator
+        RANGE_START, 21, 5, 0, 4, T,  # aten::add, left open
+        MEMORY, 22, 0xD, 4, -1, T,
+    ]
+    raw = raw_events(flat, lambda i: names[i])
+    assert raw == [
+        (13, 0xA, 64, "mm_1", "aten::empty", ("aten::mm", 17)),
+        (15, 0xB, 32, "mm_1", "aten::mm", ("aten::mm", 17)),
+        (16, 0xB, -32, "mm_1", "aten::mm", ("aten::mm", 17)),
+        (19, 0xC, 8, None, None, None),
+        (22, 0xD, 4, None, "aten::add", ("aten::add", OPEN_END)),
+    ]
+    trace = build_trace("torch-cpu", raw)
+    assert [a.transient_in for a in trace.allocations] == [None, "aten::mm", None, None]
