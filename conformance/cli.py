@@ -146,19 +146,21 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
     run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
     timing: dict[str, float] = {}
+    finished = _RunFinished()
     try:
         with _signals_interrupt() as caught:
-            finished = _RunFinished()
             timing["before pytest"] = time.perf_counter() - started
             code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors(), finished]))
             return _finish(args, run_dir, code, caught.signum, finished.stats, timing)
     finally:
         run_dir.release()
-        _say_wall_time(time.perf_counter() - started, timing)
+        if finished.stats is not None and finished.stats.finished:
+            _say_wall_time(time.perf_counter() - started, timing)
 
 
 def _say_wall_time(wall: float, timing: dict[str, float]) -> None:
-    """The last line of every run: how long the whole command took, and the parts outside pytest's session."""
+    """The last line of every run that made verdicts: how long the whole command took, and the parts
+    outside pytest's session (a usage error stays one line)."""
     parts = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in timing.items())
     print(f"conformance: wall time {wall:.1f}s" + (f" ({parts})" if parts else ""), file=sys.stderr)
 

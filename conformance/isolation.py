@@ -237,18 +237,16 @@ class WorkerPool:
         self.warm = None  # a respawn after a crash serves the next pair at once
         return _Worker(process, os.fdopen(rfd, "rb"), Path(path))
 
-    def _send(self, request: Any) -> tuple[_Worker, int]:
+    def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
+        """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
+
+        The clock starts before the request is written: the worker may begin at once."""
         worker = self._ensure()
         offset = worker.stderr_path.stat().st_size
         assert worker.process.stdin is not None
+        t0 = time.perf_counter()
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
         worker.process.stdin.flush()
-        return worker, offset
-
-    def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
-        """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited)."""
-        worker, offset = self._send(request)
-        t0 = time.perf_counter()
         got = _wait(worker, timeout_s)
         return worker, offset, got, time.perf_counter() - t0
 
@@ -394,6 +392,14 @@ def _placeholder(
 
 
 _DEFAULT_POOL: WorkerPool | None = None
+
+
+def run_environment() -> None:
+    """Settings every process of a run shares, set before any worker is spawned (workers inherit them).
+
+    Inductor compiles in this process, one thread: a pool of compile subprocesses per isolation
+    worker would oversubscribe the cores that ``-n`` already shares out."""
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 def prestart(warm: list[str]) -> None:

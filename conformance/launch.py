@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     phases.STARTED = time.perf_counter()
     if prestarts(argv):
-        from conformance.isolation import prestart
+        from conformance.isolation import prestart, run_environment
 
+        run_environment()
         prestart(named_backends(argv))
     from conformance.cli import main as cli_main
 

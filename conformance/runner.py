@@ -150,7 +150,11 @@ def activate(config: pytest.Config, values: dict[str, Any]) -> None:
     config.stash[RUN_KEY] = state
     _keep_hypothesis_in(out / ".hypothesis")
     _quiet_torch()
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    from conformance.isolation import prestart, run_environment
+
+    run_environment()
+    if state.isolate and _is_worker(config) and not values["cases"]:
+        prestart(list(values["backend"] or []))  # an xdist worker's own worker starts while it collects
     config.pluginmanager.register(ConformanceRun(config, state), PLUGIN)
     if not _is_worker(config):
         config.pluginmanager.register(ResultWriter(config, state), WRITER)

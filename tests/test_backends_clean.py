@@ -7,7 +7,8 @@ from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor import InductorBackend
 
 from conformance.case import all_cases, select_cases
-from conformance.engine import DEFAULT_STEPS, run_case
+from conformance.engine import run_case
+from conformance.options import DEFAULT_STEPS
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ import pytest
 
 from conformance.adapter import discover, load_backend_class
 from conformance.case import select_cases
-from conformance.engine import DEFAULT_STEPS, run_case
+from conformance.engine import run_case
+from conformance.options import DEFAULT_STEPS
 
 pytestmark = pytest.mark.slow
 

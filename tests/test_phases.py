@@ -65,7 +65,8 @@ def test_profile_harness_prints_where_the_time_went(tmp_path: Path) -> None:
     for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines():
         timing = json.loads(line)["timing"]
         phases = sum(v for k, v in timing.items() if k.startswith("phase_"))
-        assert 0 < phases <= timing["pair_s"] <= timing["isolated_wall_s"], timing
+        assert timing["pair_s"] <= timing["isolated_wall_s"], timing
+        assert phases >= 0.8 * timing["pair_s"], timing  # the phases account for the pair's time
         assert timing[key("compile")] > 0 and timing[key("probe")] > 0
 
 
