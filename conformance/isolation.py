@@ -394,12 +394,14 @@ def _placeholder(
 _DEFAULT_POOL: WorkerPool | None = None
 
 
-def run_environment() -> None:
-    """Settings every process of a run shares, set before any worker is spawned (workers inherit them).
+def run_environment(parallel_pairs: bool) -> None:
+    """Settings a run's processes share, set before any worker is spawned (workers inherit them).
 
-    Inductor compiles in this process, one thread: a pool of compile subprocesses per isolation
-    worker would oversubscribe the cores that ``-n`` already shares out."""
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    Where pairs run in parallel (pytest-xdist's ``-n``), inductor compiles in its worker's own
+    thread: a pool of compile subprocesses per worker would oversubscribe the cores ``-n`` already
+    shares out.  A single worker keeps inductor's parallel compile, as a user's script would."""
+    if parallel_pairs:
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 def prestart(warm: list[str]) -> None:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if prestarts(argv):
         from conformance.isolation import prestart, run_environment
 
-        run_environment()
+        run_environment(parallel_pairs=False)
         prestart(named_backends(argv))
     from conformance.cli import main as cli_main
 

@@ -5,8 +5,9 @@ profiler slot.  The profiler puts a Kineto session there, and starting, stopping
 unpacking one costs about a millisecond per window plus its per-operator records: two to
 three times a small model's whole step.  :file:`native/alloc_observer.cpp` sits in the same
 slot and records the same reports, with operator and user-range boundaries from a
-thread-local ``RecordFunction`` callback, into one flat buffer: the events the probe turns
-into a trace are the same, at a few percent of a step.
+thread-local ``RecordFunction`` callback, each allocation attributed to its node range and
+operators as it happens, into one flat buffer: the events the probe turns into a trace are
+the same, at a few percent of a step.
 
 The observer is built once per torch installation with the C++ compiler inductor uses
 (``$CXX`` or ``g++``), against torch's own headers, into
@@ -26,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,7 @@ from conformance.interpreter import NODE_RANGE_PREFIX
 
 SOURCE = Path(__file__).resolve().with_name("native") / "alloc_observer.cpp"
 PROBE_ENV = "CONFORMANCE_PROBE"
-FIELDS = 6  # kind, time ns, ptr or range handle, signed size, name index, thread
-MEMORY, RANGE_START, RANGE_END = 0, 1, 2
+FIELDS = 6  # time ns, ptr, signed size, node label, innermost operator, outermost operator call
 
 #: A dispatcher operator's profiler name (``aten::mm``, ``conformance_gen::accum``); user ranges such as
 #: inductor's ``## Call CompiledFxGraph ... ##`` or ``autograd::engine::evaluate_function: X`` are not.
@@ -101,8 +101,11 @@ def library() -> Any:
     except OSError as exc:
         raise ObserverError(f"loading the allocator observer failed: {exc}") from exc
     lib.conformance_observer_start.restype = ctypes.c_int
+    lib.conformance_observer_start.argtypes = [ctypes.c_char_p]
     lib.conformance_observer_count.restype = ctypes.c_int64
     lib.conformance_observer_events.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    lib.conformance_observer_call_count.restype = ctypes.c_int64
+    lib.conformance_observer_calls.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     lib.conformance_observer_name.restype = ctypes.c_char_p
     lib.conformance_observer_name.argtypes = [ctypes.c_int64]
     return lib
@@ -135,63 +138,38 @@ class ObserverWindow:
 
     def __init__(self) -> None:
         self._lib = library()
-        if self._lib.conformance_observer_start() != 0:
+        if self._lib.conformance_observer_start(NODE_RANGE_PREFIX.encode()) != 0:
             raise ObserverError("a profiler is already recording on this thread")
 
     def stop(self) -> list[RawEvent]:
         lib = self._lib
         lib.conformance_observer_stop()
-        count = lib.conformance_observer_count()
-        buffer = (ctypes.c_int64 * (FIELDS * count))()
-        lib.conformance_observer_events(buffer)
-        return raw_events(buffer[:], lib.conformance_observer_name)
-
-
-def raw_events(flat: Sequence[int], name_of: Any) -> list[RawEvent]:
-    """Pure: the observer's flat records to the probe's raw events, attributed as the profiler's tree is.
-
-    Per thread, ranges nest; an allocation belongs to the innermost node range (the reference
-    executor's ``node:`` ranges reset the operator context), its innermost operator, and its
-    outermost operator call with that call's end time (what a free inside it is judged against)."""
-    names: dict[int, str] = {}
-    stacks: dict[int, list[tuple[int, tuple[str | None, str | None, list[Any] | None], list[Any] | None]]] = {}
-    events: list[tuple[int, int, int, str | None, str | None, list[Any] | None]] = []
-    for i in range(0, len(flat), FIELDS):
-        kind, t, ptr, size, name_index, thread = flat[i : i + FIELDS]
-        stack = stacks.setdefault(thread, [])
-        label, op, outer = stack[-1][1] if stack else (None, None, None)
-        if kind == MEMORY:
-            events.append((t, ptr, size, label, op, outer))
-        elif kind == RANGE_START:
-            name = names.get(name_index)
-            if name is None:
-                name = names[name_index] = name_of(name_index).decode("utf-8", "replace")
-            opened: list[Any] | None = None
-            context: tuple[str | None, str | None, list[Any] | None]
-            if name.startswith(NODE_RANGE_PREFIX):
-                context = (name[len(NODE_RANGE_PREFIX) :], None, None)
-            elif OPERATOR_NAME.match(name):
-                if outer is None:
-                    outer = opened = [name, None]
-                context = (label, name, outer)
-            else:
-                context = (label, op, outer)
-            stack.append((ptr, context, opened))
-        elif kind == RANGE_END:
-            while stack:
-                handle, _, opened = stack.pop()
-                if opened is not None:
-                    opened[1] = t
-                if handle == ptr:
-                    break
-    return [(t, ptr, size, label, op, _owner(outer)) for t, ptr, size, label, op, outer in events]
+        events = (ctypes.c_int64 * (FIELDS * lib.conformance_observer_count()))()
+        lib.conformance_observer_events(events)
+        calls = (ctypes.c_int64 * (2 * lib.conformance_observer_call_count()))()
+        lib.conformance_observer_calls(calls)
+        return decode(events[:], calls[:], lib.conformance_observer_name)
 
 
 #: The end time of an operator call still open when the window closed: it owns every later free.
 OPEN_END = 2**62
 
 
-def _owner(opened: list[Any] | None) -> tuple[str, int] | None:
-    if opened is None:
-        return None
-    return (opened[0], opened[1] if opened[1] is not None else OPEN_END)
+def decode(events: Sequence[int], calls: Sequence[int], name_of: Callable[[int], bytes]) -> list[RawEvent]:
+    """Pure: the observer's flat records to the probe's raw events.
+
+    ``events`` holds (time, ptr, signed size, label, op, outer call) per allocation or free,
+    names as indices; ``calls`` holds (name, end time or -1 while open) per outermost operator
+    call.  The native side attributed each event as the profiler's event tree does."""
+    names: dict[int, str | None] = {-1: None}
+
+    def name(index: int) -> str | None:
+        if index not in names:
+            names[index] = name_of(index).decode("utf-8", "replace")
+        return names[index]
+
+    owners = [(name(calls[i]) or "", calls[i + 1] if calls[i + 1] >= 0 else OPEN_END)
+              for i in range(0, len(calls), 2)]
+    return [(events[i], events[i + 1], events[i + 2], name(events[i + 3]), name(events[i + 4]),
+             owners[events[i + 5]] if events[i + 5] >= 0 else None)
+            for i in range(0, len(events), FIELDS)]

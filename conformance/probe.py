@@ -93,7 +93,11 @@ class MemoryProbe(Protocol):
     """A context manager measuring one memory domain; ``trace`` is filled on exit."""
 
     domain: str
-    trace: MemoryTrace
+
+    @property
+    def trace(self) -> MemoryTrace:
+        """What the window measured (read after it closes)."""
+        ...
 
     def __enter__(self) -> MemoryProbe: ...
 
@@ -102,18 +106,23 @@ class MemoryProbe(Protocol):
 
 class CpuAllocatorProbe:
     """The torch CPU allocator's allocation events: through the native observer where it is built
-    (:mod:`conformance.observer`), else through the profiler; the same events either way."""
+    (:mod:`conformance.observer`), else through the profiler; the same events either way.
+
+    Leaving the window only stops the recording; the trace is built when first read, so what
+    the step itself pays for being probed is the recording alone."""
 
     domain = "torch-cpu"
 
     def __init__(self, recorder: str | None = None) -> None:
         """``recorder``: ``"observer"`` or ``"profiler"``; by default the observer where available."""
-        self.trace = MemoryTrace(self.domain)
         self.recorder = recorder or ("observer" if use_observer() else "profiler")
+        self._trace: MemoryTrace | None = MemoryTrace(self.domain)
         self._prof: profile | None = None
         self._window: ObserverWindow | None = None
+        self._raw: list[RawEvent] | None = None
 
     def __enter__(self) -> CpuAllocatorProbe:
+        self._trace = None
         if self.recorder == "observer":
             self._window = ObserverWindow()
         else:
@@ -123,15 +132,23 @@ class CpuAllocatorProbe:
 
     def __exit__(self, *exc: object) -> None:
         if self._window is not None:
-            raw = self._window.stop()
+            self._raw = self._window.stop()
             self._window = None
-            self.trace = build_trace(self.domain, raw)
-            return
-        assert self._prof is not None
-        self._prof.__exit__(None, None, None)
-        self.trace = trace_from_profile(self._prof, self.domain, device_type="cpu")
-        self._prof = None
+        else:
+            assert self._prof is not None
+            self._prof.__exit__(None, None, None)
 
+    @property
+    def trace(self) -> MemoryTrace:
+        if self._trace is None:
+            if self._raw is not None:
+                self._trace = build_trace(self.domain, self._raw)
+            elif self._prof is not None:
+                self._trace = trace_from_profile(self._prof, self.domain, device_type="cpu")
+            else:
+                raise RuntimeError("the probe's window is still open")
+            self._raw, self._prof = None, None
+        return self._trace
 
 
 def trace_from_profile(prof: profile, domain: str, device_type: str) -> MemoryTrace:

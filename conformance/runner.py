@@ -152,7 +152,7 @@ def activate(config: pytest.Config, values: dict[str, Any]) -> None:
     _quiet_torch()
     from conformance.isolation import prestart, run_environment
 
-    run_environment()
+    run_environment(parallel_pairs=_is_worker(config))
     if state.isolate and _is_worker(config) and not values["cases"]:
         prestart(list(values["backend"] or []))  # an xdist worker's own worker starts while it collects
     config.pluginmanager.register(ConformanceRun(config, state), PLUGIN)

@@ -6,10 +6,11 @@ import gc
 
 import pytest
 import torch
+from torch.profiler import record_function
 
 from conformance.adapter import discover
 from conformance.case import resolve
-from conformance.observer import MEMORY, OPEN_END, RANGE_END, RANGE_START, ObserverError, ObserverWindow, raw_events
+from conformance.observer import OPEN_END, ObserverError, ObserverWindow, decode
 from conformance.probe import CpuAllocatorProbe, MemoryTrace, build_trace
 from conformance.step import clear_grads
 
@@ -107,32 +108,41 @@ def test_observer_leaves_the_profiler_off_and_will_not_nest() -> None:
     assert again.trace.allocations == []
 
 
-def test_raw_events_attribute_as_the_profiler_tree_does() -> None:
-    """Pure: a node range resets the operator context; the outermost operator owns what is freed inside it."""
-    names = {0: b"node:mm_1", 1: b"aten::mm", 2: b"aten::empty", 3: b"## Call CompiledFxGraph x ##", 4: b"aten::add"}
-    T = 7  # thread
-    flat = [
-        RANGE_START, 10, 1, 0, 0, T,  # node:mm_1
-        RANGE_START, 11, 2, 0, 1, T,  # aten::mm
-        RANGE_START, 12, 3, 0, 2, T,  # aten::empty (inner)
-        MEMORY, 13, 0xA, 64, -1, T,  # output of mm, allocated in empty
-        RANGE_END, 14, 3, 0, -1, T,
-        MEMORY, 15, 0xB, 32, -1, T,  # workspace of mm
-        MEMORY, 16, 0xB, -32, -1, T,  # freed inside mm
-        RANGE_END, 17, 2, 0, -1, T,
-        RANGE_END, 18, 1, 0, -1, T,
-        MEMORY, 19, 0xC, 8, -1, 9,  # another thread, no range
-        RANGE_START, 20, 4, 0, 3, T,  # a user range: no operator
-        RANGE_START, 21, 5, 0, 4, T,  # aten::add, left open
-        MEMORY, 22, 0xD, 4, -1, T,
+def test_observer_attributes_nested_ranges_as_the_profiler_does() -> None:
+    """A node range resets the operator context, user ranges change nothing, the outermost operator owns
+    what is freed inside it: both recorders, on the same real calls."""
+    def work() -> list[torch.Tensor]:
+        with record_function("node:outer_node"):
+            a = torch.ones(64)
+            with record_function("a user range"), record_function("node:inner_node"):
+                b = torch.mm(torch.ones(8, 8), torch.ones(8, 8))  # inputs freed inside the window
+            c = torch.nn.functional.layer_norm(a.view(8, 8), (8,))  # an op with internal workspace
+            del a
+        return [b, c]
+
+    work()
+    traces = {}
+    for recorder in RECORDERS:
+        gc.collect()
+        with CpuAllocatorProbe(recorder) as probe:
+            kept = work()
+        traces[recorder] = probe.trace
+        del kept
+    assert _signature(traces["observer"]) == _signature(traces["profiler"])
+    labels = {a.label for a in traces["observer"].allocations}
+    assert {"outer_node", "inner_node"} <= labels
+
+
+def test_decode_maps_names_and_outer_calls() -> None:
+    names = {0: b"mm_1", 1: b"aten::mm", 2: b"aten::empty"}
+    events = [10, 0xA, 64, 0, 2, 0,   # allocated in aten::empty inside aten::mm, node mm_1
+              11, 0xA, -64, 0, 1, 0,
+              12, 0xB, 8, -1, -1, -1,  # no range at all
+              13, 0xC, 4, -1, 1, 1]    # inside a call still open at the window's end
+    calls = [1, 15, 1, -1]
+    assert decode(events, calls, lambda i: names[i]) == [
+        (10, 0xA, 64, "mm_1", "aten::empty", ("aten::mm", 15)),
+        (11, 0xA, -64, "mm_1", "aten::mm", ("aten::mm", 15)),
+        (12, 0xB, 8, None, None, None),
+        (13, 0xC, 4, None, "aten::mm", ("aten::mm", OPEN_END)),
     ]
-    raw = raw_events(flat, lambda i: names[i])
-    assert raw == [
-        (13, 0xA, 64, "mm_1", "aten::empty", ("aten::mm", 17)),
-        (15, 0xB, 32, "mm_1", "aten::mm", ("aten::mm", 17)),
-        (16, 0xB, -32, "mm_1", "aten::mm", ("aten::mm", 17)),
-        (19, 0xC, 8, None, None, None),
-        (22, 0xD, 4, None, "aten::add", ("aten::add", OPEN_END)),
-    ]
-    trace = build_trace("torch-cpu", raw)
-    assert [a.transient_in for a in trace.allocations] == [None, "aten::mm", None, None]
