@@ -31,6 +31,7 @@ from conformance.judge import (
     judge_residual,
 )
 from conformance.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.observer import fallback_reason
 from conformance.options import RunOptions
 from conformance.parity import ParityReport, compare
 from conformance.phases import PhaseClock
@@ -151,6 +152,8 @@ def _freeze_survivors() -> None:
 def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
            source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
     result.notes.extend(compiled.notes())
+    if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
+        result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
     checks: list[Check] = [_parity_check(parity)]
     checks.append(judge_residual(steps))
     exact_domain = all(all(t.exact for t in ts) for _, ts in traces)

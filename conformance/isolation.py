@@ -159,6 +159,7 @@ class _Worker:
     stderr_path: Path
     cases_run: int = 0
     ready: bool = False  # it said "ready": imports done, backends discovered
+    warming: bool = False  # it warms backends up before saying so
 
     def stderr_tail(self, offset: int = 0) -> str:
         try:
@@ -212,6 +213,8 @@ class WorkerPool:
         if got is None or got[0] != "ready":
             tail = worker.stderr_tail()
             self._discard()
+            if worker.warming:  # a warm-up decides nothing: start one without it
+                return self._ensure()
             raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
         worker.ready = True
         return worker
@@ -234,8 +237,8 @@ class WorkerPool:
             os.close(wfd)
             os.close(fd)
         self.spawn_count += 1
-        self.warm = None  # a respawn after a crash serves the next pair at once
-        return _Worker(process, os.fdopen(rfd, "rb"), Path(path))
+        warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
+        return _Worker(process, os.fdopen(rfd, "rb"), Path(path), warming=warming)
 
     def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).

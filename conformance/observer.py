@@ -125,7 +125,10 @@ def use_observer() -> bool:
     return True
 
 
-def unavailable_reason() -> str | None:
+def fallback_reason() -> str | None:
+    """Why CPU probes record through the profiler here (``None``: the observer records them)."""
+    if os.environ.get(PROBE_ENV, "").strip().lower() == "profiler":
+        return f"{PROBE_ENV}=profiler"
     try:
         library()
     except ObserverError as exc:

@@ -60,3 +60,12 @@ class HangBackend(_Planted):
 
     name = "planted-hang"
     fault = "hang"
+
+
+class WarmUpSegfaultBackend(EagerBackend):
+    """Eager, except that its warm-up (``Backend.warm_up``, in a run's first worker) reads address 0."""
+
+    name = "planted-warm-up-segfault"
+
+    def warm_up(self) -> None:
+        ctypes.string_at(0)

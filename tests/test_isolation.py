@@ -48,6 +48,15 @@ def test_clean_backend_reuses_one_worker(pool: WorkerPool) -> None:
     assert pool.spawn_count == 1
 
 
+def test_a_warm_up_that_crashes_decides_nothing() -> None:
+    """The run's first worker warms its backends up; one that dies doing so is replaced by a worker that
+    does not, and the pair is judged as usual."""
+    spec = "tests.planted_crash_backends:WarmUpSegfaultBackend"
+    with WorkerPool(warm=[spec]) as pool:
+        assert pool.run("mlp-s-infer", spec, timeout_s=120).status == "pass"
+        assert pool.spawn_count == 2
+
+
 def test_describe_exit() -> None:
     assert describe_exit(-11) == "worker killed by signal SIGSEGV (11)"
     assert "status 3" in describe_exit(3)

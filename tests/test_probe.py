@@ -146,3 +146,20 @@ def test_decode_maps_names_and_outer_calls() -> None:
         (12, 0xB, 8, None, None, None),
         (13, 0xC, 4, None, "aten::mm", ("aten::mm", OPEN_END)),
     ]
+
+
+def test_a_run_through_the_profiler_says_so_and_judges_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.engine import run_case
+
+    case = resolve("mlp-s-train")
+    assert case is not None
+    eager = discover().get("eager")
+    observed = run_case(case, eager)
+    monkeypatch.setenv("CONFORMANCE_PROBE", "profiler")
+    profiled = run_case(case, eager)
+    assert not any("recorded by the profiler" in n for n in observed.notes)
+    assert any("recorded by the profiler" in n and "CONFORMANCE_PROBE=profiler" in n for n in profiled.notes)
+    assert (profiled.status, profiled.reason, profiled.excess_bytes) == (observed.status, observed.reason,
+                                                                         observed.excess_bytes)
+    for key in ("measured_peak_bytes", "measured_residual_bytes", "residual_per_step", "peak_per_step"):
+        assert profiled.memory[key] == observed.memory[key], key
