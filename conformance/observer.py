@@ -82,9 +82,25 @@ def _build(target: Path) -> None:
         Path(partial).unlink(missing_ok=True)
 
 
-@cache
 def library() -> Any:
-    """The loaded observer, built first if this torch installation has none yet; raises ObserverError."""
+    """The loaded observer, built first if this torch installation has none yet; raises ObserverError.
+
+    Once per process, failure included: a build that failed is not tried again at every window."""
+    found = _load()
+    if isinstance(found, ObserverError):
+        raise found
+    return found
+
+
+@cache
+def _load() -> Any:
+    try:
+        return _build_and_load()
+    except ObserverError as exc:
+        return exc
+
+
+def _build_and_load() -> Any:
     if not sys.platform.startswith("linux"):
         raise ObserverError(f"the allocator observer is built on Linux only (this is {sys.platform})")
     torch_dir = Path(torch.__file__).resolve().parent

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +20,7 @@ from conformance.probe import CpuAllocatorProbe, MemoryTrace, build_trace
 from conformance.step import clear_grads
 
 RECORDERS = ["observer", "profiler"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_build_trace_counts_only_allocations_inside_the_window() -> None:
@@ -163,3 +169,16 @@ def test_a_run_through_the_profiler_says_so_and_judges_the_same(monkeypatch: pyt
                                                                          observed.excess_bytes)
     for key in ("measured_peak_bytes", "measured_residual_bytes", "residual_per_step", "peak_per_step"):
         assert profiled.memory[key] == observed.memory[key], key
+
+
+def test_without_a_compiler_the_profiler_records_and_the_result_says_why(tmp_path: Path) -> None:
+    """No C++ compiler (and no observer built before): the run falls back to the profiler, same verdict."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "conformance", "run", "--backend", "eager", "--case", "mlp-s-train",
+                           "--out", "out", "--no-report", "--no-history"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "out" / "results.jsonl").read_text())
+    assert result["status"] == "pass"
+    assert any("recorded by the profiler" in n and "no C++ compiler" in n for n in result["notes"]), result["notes"]
