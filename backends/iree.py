@@ -97,14 +97,13 @@ def runtime() -> _Runtime:
     """Install a ``local-sync`` turbine device for ``torch.device("cpu")`` (once per process).
 
     Turbine would create a ``local-task`` one; the compile flags are the same
-    (``llvm-cpu``, host CPU features), only the driver differs.  The invocation hook
-    that lets the HAL probe see inside each call is installed alongside.
+    (``llvm-cpu``, host CPU features), only the driver differs.  The HAL probe sees inside
+    each call through :class:`TurbineHalProbe`, for its window only.
     """
     global _RUNTIME
     if _RUNTIME is not None:
         return _RUNTIME
     from iree.turbine.runtime import device as tdev
-    from iree.turbine.runtime import launch
 
     cpu = torch.device("cpu")
     state = tdev.DeviceState(driver=DRIVER, torch_device=cpu, dlpack_device_type_code=1,
@@ -114,17 +113,33 @@ def runtime() -> _Runtime:
     if mapping is None:
         mapping = tdev._CURRENT_THREAD.device_by_torch_device = {}
     mapping[(cpu, None)] = device
-    original = launch.invoke_vm_function
-
-    def probed_invoke(*args: Any, **kwargs: Any) -> Any:
-        probe = active_probe()
-        if probe is None:
-            return original(*args, **kwargs)
-        return probe.around_invoke(lambda: original(*args, **kwargs))
-
-    launch.invoke_vm_function = probed_invoke
     _RUNTIME = _Runtime(device, device.hal_device.allocator)
     return _RUNTIME
+
+
+class TurbineHalProbe(HalAllocatorProbe):
+    """The HAL probe, with turbine's VM invocations run inside it (``around_invoke``) for its window only.
+
+    Turbine's ``launch.invoke_vm_function`` is replaced when the window opens and put back when
+    it closes: outside a probed call turbine is as shipped."""
+
+    def __enter__(self) -> TurbineHalProbe:
+        from iree.turbine.runtime import launch
+
+        super().__enter__()
+        shipped = self._shipped = launch.invoke_vm_function
+
+        def probed_invoke(*args: Any, **kwargs: Any) -> Any:
+            return self.around_invoke(lambda: shipped(*args, **kwargs))
+
+        launch.invoke_vm_function = probed_invoke
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from iree.turbine.runtime import launch
+
+        launch.invoke_vm_function = self._shipped
+        super().__exit__(*exc)
 
 
 @contextlib.contextmanager
@@ -343,7 +358,7 @@ class IreeDynamoStep(DynamoStep):
         return models[0] if models else None
 
     def extra_probes(self) -> list[MemoryProbe]:
-        self.hal_probe = HalAllocatorProbe(self.rt.allocator)
+        self.hal_probe = TurbineHalProbe(self.rt.allocator)
         return [self.hal_probe]
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
@@ -432,7 +447,7 @@ class IreeAotStep(CompiledStep):
                            kernel_transients=False)
 
     def extra_probes(self) -> list[MemoryProbe]:
-        self.hal_probe = HalAllocatorProbe(self.rt.allocator)
+        self.hal_probe = TurbineHalProbe(self.rt.allocator)
         return [self.hal_probe]
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
