@@ -6,7 +6,7 @@ lowers are still modelled.  Graph trees run each graph in phases: *warm-up*
 (first call, eager in the tree's pool), *record* (second call, captured into the
 pool), then *replay*.  The engine's probed steps are the later runs; each run's
 phase is measured (graphs recorded / functions warmed up during it, read from
-the tree manager) and reported as ``result.memory["phase"]`` / ``["phases"]``.
+the tree manager) and reported as ``result.memory.findings["phase"]`` / ``["phases"]``.
 
 A replay allocates nothing through the caching allocator: the graphs' memory is
 the tree's private pool, visible only in snapshots.  The probe of a replay
@@ -15,7 +15,7 @@ pool-resident outputs of the tree that someone still holds when the window ends
 (gradients the backward graph wrote into the pool and ``.grad`` now holds), so
 the residual is the caller's view.  The first two runs (warm-up, record) are
 probed by the step itself, and the pool's peak while recording is reported as
-``result.memory["record_pool_peak_bytes"]`` (phase ``record``; reported, not
+``result.memory.findings["record_pool_peak_bytes"]`` (phase ``record``; reported, not
 judged: the pool also holds copies of non-parameter inputs the model does not
 count).  Beyond peak and residual the backend checks, per case:
 
@@ -46,6 +46,7 @@ from conformance.case import Case, Workload
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.pools import (
     PoolCheck,
+    PoolContract,
     PoolScenario,
     check_pool_reuse,
     check_pool_sharing,
@@ -64,6 +65,7 @@ from conformance.probe_cuda import (
     pool_reserved,
 )
 from conformance.step import StepOutput, run_module_step
+from conformance.verdict import Check, CheckName, Status, passed
 
 from .inductor import RecordingCompiler
 from .inductor_cuda import cuda_versions, move_workload
@@ -281,7 +283,6 @@ class CudaGraphStep(CompiledStep):
             "private_pool_reserved_bytes": last.pool_reserved_bytes if last else 0,
             "private_pools": [list(p) for p in last.pools] if last else [],
             "unit_recordings": dict(self.unit_recordings),
-            "pool_checks": {k: c.to_json() for k, c in self.checks.items()},
         }
 
     def notes(self) -> list[str]:
@@ -289,7 +290,7 @@ class CudaGraphStep(CompiledStep):
             return ["no CUDA graph was recorded: graph trees fell back to eager (see inductor's cudagraph skip log)"]
         return []
 
-    def contract_check(self) -> tuple[str, str] | None:
+    def contract_check(self) -> Check | None:
         if len(self.runs) < 2:
             return None
         prev, last = self.runs[-2], self.runs[-1]
@@ -297,7 +298,7 @@ class CudaGraphStep(CompiledStep):
         # call, which the engine checks against float64 with that call's own fresh inputs.
         if last.phase == "eager":
             if self.scenario:
-                return "fail-run", "no CUDA graph was recorded for a CUDA-graph pool case"
+                return Check(CheckName.POOL, Status.FAIL_RUN, "no CUDA graph was recorded for a CUDA-graph pool case")
             return None
         self.checks["single_pool"] = check_single_pool(last.pools)
         self.checks["replay_stable"] = check_replay_stable(prev.pool_reserved_bytes, last.pool_reserved_bytes,
@@ -305,28 +306,30 @@ class CudaGraphStep(CompiledStep):
         model = self.workload.model
         contract = model.pool_contract if isinstance(model, PoolScenario) else None
         if contract is not None:
-            self.checks[contract.kind] = self._pool_check(contract.kind)
-        status = {"single_pool": "fail-peak", "replay_stable": "fail-residual", "share": "fail-peak",
-                  "reuse": "fail-peak", "survive": "fail-run"}
+            self.checks[contract.kind] = self._pool_check(contract)
+        figures = {name: check.to_json() for name, check in self.checks.items()}
         for name, check in self.checks.items():
             if not check.ok:
-                return status[name], f"cudagraph contract {name}: {check.reason}"
-        return None
+                return Check(CheckName.POOL, POOL_FAILURE[name], f"cudagraph contract {name}: {check.reason}", figures)
+        return passed(CheckName.POOL, **figures)
 
-    def _pool_check(self, kind: str) -> PoolCheck:
-        model: Any = self.workload.model
-        if kind == "survive":
-            return check_rerecorded(self.unit_recordings, "b")
-        if kind == "share":
+    def _pool_check(self, contract: PoolContract) -> PoolCheck:
+        if contract.kind == "survive":
+            return check_rerecorded(self.unit_recordings, contract.rerecorded_unit)
+        if contract.kind == "share":
             ab = scenario_pool_bytes(self.case, ("ab",), self.device)
             ab_prime = scenario_pool_bytes(self.case, ("ab_prime",), self.device)
             both = scenario_pool_bytes(self.case, ("ab", "ab_prime"), self.device)
             return check_pool_sharing(both, ab, ab_prime)
-        if kind == "reuse":
-            dropped = scenario_pool_bytes(self.case, ("drop",), self.device)
-            kept = scenario_pool_bytes(self.case, ("keep",), self.device)
-            return check_pool_reuse(dropped, kept, model.freed_bytes)
-        raise ValueError(f"unknown pool contract {kind!r}")
+        dropped = scenario_pool_bytes(self.case, ("drop",), self.device)
+        kept = scenario_pool_bytes(self.case, ("keep",), self.device)
+        return check_pool_reuse(dropped, kept, contract.freed_bytes)
+
+
+#: the verdict each pool check fails with: more pool than promised is a peak, growth a residual,
+#: an output overwritten (a unit not recorded again) a wrong run
+POOL_FAILURE = {"single_pool": Status.FAIL_PEAK, "replay_stable": Status.FAIL_RESIDUAL, "share": Status.FAIL_PEAK,
+                "reuse": Status.FAIL_PEAK, "survive": Status.FAIL_RUN}
 
 
 class CudaGraphBackend(Backend):

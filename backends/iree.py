@@ -32,7 +32,7 @@ starts, 64-byte aligned, as IREE does; each result remains its own storage that 
 with its last user.  These are modelled, not allowed as slack, so a tensor the backend
 keeps past its modelled death still shows: in the peak and residual (a leaked result
 fails ``fail-residual``, tests/planted_iree_backends.py), and for backward inputs in
-``result.memory["backward_inputs"]`` (:mod:`conformance.donation`), which fails the
+``result.memory.findings["backward_inputs"]`` (:mod:`conformance.donation`), which fails the
 peak contract by itself when saved activations are measured alive past their release
 (as shipped: held for the whole call; iree-boxed: released, but their bytes stay
 allocated because IREE packs a call's results into one buffer shared with the loss).

@@ -41,7 +41,7 @@ def program_memory(result: Result) -> list[int]:
     changes the code, not the memory."""
     at_allocations: list[int] = []
     before = 0
-    for _, live in result.memory.get("program_timeline") or []:
+    for _, live in (result.memory.program_timeline if result.memory else None) or []:
         if int(live) > before:
             at_allocations.append(int(live))
         before = int(live)

@@ -13,21 +13,22 @@ from pathlib import Path
 from conformance.case import select_cases
 from conformance.isolation import WorkerPool
 from conformance.manifest import apply, load_manifest
-from conformance.result import append_result
+from conformance.result import MemoryFigures, Result, append_result
 
 
-def row(r) -> str:
-    m = r.memory
-    dom = m.get("domains", {})
-    torch_pk = dom.get("torch-cpu", {}).get("peak_bytes", m.get("measured_peak_bytes", ""))
-    hal_pk = dom.get("iree-hal", {}).get("peak_bytes", "")
+def row(r: Result) -> str:
+    m = r.memory or MemoryFigures()
+    dom = m.domains or {}
+    torch_pk = dom["torch-cpu"].peak_bytes if "torch-cpu" in dom else m.measured_peak_bytes
+    hal_pk = dom["iree-hal"].peak_bytes if "iree-hal" in dom else ""
+    verdict = m.backward_inputs
     par = r.parity.get("max_abs_err", "")
     par = f"{par:.2e}" if isinstance(par, float) else par
     t = r.timing
     status = f"{r.status} ({r.raw_status})" if r.raw_status and r.raw_status != r.status else r.status
-    return (f"| {r.case} | {r.backend} | {status} | {m.get('model_peak_bytes', '')} | {torch_pk} | {hal_pk} | "
-            f"{m.get('measured_peak_bytes', '')} | {m.get('model_residual_bytes', '')} | "
-            f"{m.get('measured_residual_bytes', '')} | {par} | {m.get('backward_inputs', '')} | "
+    return (f"| {r.case} | {r.backend} | {status} | {m.model_peak_bytes} | {torch_pk} | {hal_pk} | "
+            f"{m.measured_peak_bytes} | {m.model_residual_bytes} | "
+            f"{m.measured_residual_bytes} | {par} | {verdict.verdict if verdict else ''} | "
             f"{t.get('compile_s', 0):.2f} | {t.get('run_s', 0) * 1000:.2f} | {r.reason[:160]} |")
 
 

@@ -110,7 +110,6 @@ class KeepOrDrop(PoolScenarioModule):
     """A returns ``p, q``; B reads only ``q``.  ``drop`` lets ``p`` die before B, ``keep`` holds it."""
 
     compile_units = ("a", "b")
-    freed_bytes = TENSOR_BYTES  # p
 
     def __init__(self) -> None:
         super().__init__()
@@ -131,7 +130,8 @@ class KeepOrDrop(PoolScenarioModule):
 
 class Reuse(KeepOrDrop):
     paths = ("drop",)
-    pool_contract: ClassVar[PoolContract] = PoolContract("reuse", "an output of A dropped before B is memory B reuses")
+    pool_contract: ClassVar[PoolContract] = PoolContract(
+        "reuse", "an output of A dropped before B is memory B reuses", freed_bytes=TENSOR_BYTES)  # p
 
 
 class Survive(KeepOrDrop):
@@ -140,7 +140,7 @@ class Survive(KeepOrDrop):
     # with p alive.  (Recorded with p alive first, B could safely replay with p dead.)
     paths = ("drop", "drop", "keep")
     pool_contract: ClassVar[PoolContract] = PoolContract(
-        "survive", "an output of A kept while B runs survives B (B re-recorded)")
+        "survive", "an output of A kept while B runs survives B (B re-recorded)", rerecorded_unit="b")
 
 
 class TrainMLP(nn.Module):

@@ -91,7 +91,7 @@ class CompiledStep(ABC):
         return []
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
-        """Extra entries for ``result.memory``, from the probed steps' traces (all domains combined)."""
+        """The backend's own figures (``result.memory.findings``), from the probed steps' traces (all domains)."""
         return {}
 
     def contract_check(self) -> Check | tuple[str, str] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.result import Result, read_results
+from conformance.result import MemoryFigures, Result, read_results
 from conformance.verdict import Check, CheckName, Status, combine, passed
 
 
@@ -59,8 +59,12 @@ def load_baseline(path: Path) -> dict[tuple[str, str], Result]:
 
 
 def _figures(result: Result) -> tuple[int | None, int | None]:
-    m = result.memory or {}
-    return m.get("measured_peak_bytes"), m.get("measured_residual_bytes")
+    m = result.memory or MemoryFigures()
+    return m.measured_peak_bytes, m.measured_residual_bytes
+
+
+def _domain(result: Result) -> str | None:
+    return result.memory.domain if result.memory is not None else None
 
 
 def baseline_check(result: Result, before: Result | None, tolerance: Tolerance, source: str) -> Check | None:
@@ -69,7 +73,7 @@ def baseline_check(result: Result, before: Result | None, tolerance: Tolerance, 
         return None
     peak, residual = _figures(result)
     old_peak, old_residual = _figures(before)
-    if None in (peak, old_peak) or (before.memory or {}).get("domain") != (result.memory or {}).get("domain"):
+    if None in (peak, old_peak) or _domain(before) != _domain(result):
         return None
     assert peak is not None and old_peak is not None
     figures: dict[str, Any] = {"baseline": source, "tolerance": tolerance.describe(),
@@ -134,7 +138,7 @@ def diff(before: Iterable[Result], after: Iterable[Result]) -> list[PairChange]:
                 return str(r.raw_status or r.status)
             if f in ("compile_s", "run_s"):
                 return r.timing.get(f)
-            return (r.memory or {}).get(f)
+            return getattr(r.memory, f) if r.memory is not None else None
 
         changes.append(PairChange(key[0], key[1], (pick(x, "status"), pick(y, "status")),
                                   (pick(x, "measured_peak_bytes"), pick(y, "measured_peak_bytes")),

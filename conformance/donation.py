@@ -15,7 +15,7 @@ Two pieces of evidence, both measured, for any ``aot_autograd`` backend:
 * :func:`classify` compares the step's measured peak with the lifetime model of the
   received graphs in both conventions, ``saved_inputs="donated"`` and ``"held"``.
 
-The verdict (``result.memory["backward_inputs"]``): ``held-for-call`` when saved
+The verdict (``result.memory.findings["backward_inputs"]``): ``held-for-call`` when saved
 storages outlive the call; ``released-at-last-use`` when none does and the measured
 peak stays within the donated model; ``released-late`` when none outlives the call but
 the peak exceeds the donated model, or the adapter measured that released inputs stayed
@@ -110,7 +110,7 @@ def _weak_storages(tensors: list[Any]) -> dict[int, tuple[StorageWeakRef, int]]:
 
 BackwardVerdict = Literal["no-backward", "held-for-call", "released-late", "released-at-last-use"]
 
-#: the keys of ``result.memory`` a :class:`BackwardInputs` is stored under
+#: the keys of ``result.memory.findings`` a :class:`BackwardInputs` is stored under
 VERDICT_KEY, DETAIL_KEY = "backward_inputs", "backward_inputs_detail"
 
 
@@ -118,7 +118,7 @@ VERDICT_KEY, DETAIL_KEY = "backward_inputs", "backward_inputs_detail"
 class BackwardInputs:
     """:func:`classify`'s verdict and the numbers behind it (see the module docstring).
 
-    Stored in ``result.memory`` as :meth:`to_json` (``backward_inputs`` and
+    Stored in ``result.memory.findings`` as :meth:`to_json` (``backward_inputs`` and
     ``backward_inputs_detail``) and read back by the judge with :meth:`from_memory`.
     """
 
@@ -153,7 +153,7 @@ class BackwardInputs:
 
     @classmethod
     def from_memory(cls, memory: Mapping[str, Any]) -> BackwardInputs | None:
-        """The watch's findings in ``result.memory``, or None when the backend reported none.
+        """The watch's findings in ``result.memory.findings``, or None when the backend reported none.
 
         Lenient: an adapter reporting the verdict with only some figures (by hand, not through
         :func:`classify`) reads back with the others None."""

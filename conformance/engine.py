@@ -36,7 +36,7 @@ from conformance.options import RunOptions
 from conformance.parity import ParityReport, compare
 from conformance.phases import PhaseClock
 from conformance.probe import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
-from conformance.result import Result
+from conformance.result import DomainFigures, MemoryFigures, Result
 from conformance.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
 from conformance.text import clip, clip_start
 from conformance.verdict import Check, CheckName, Status, combine, passed
@@ -161,15 +161,15 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     if program_check is not None:
         checks.append(program_check)
     checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source))
-    _fill_memory(result, backend, steps, source, traces)
+    memory = result.memory = _memory_figures(backend, steps, source, traces)
     try:
-        findings = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
-        result.memory.update(findings)
+        memory.findings = dict(compiled.memory_findings(steps[-1].observation or Observation(),
+                                                        [s.trace for s in steps]))
         extra = compiled.contract_check()
     except Exception as exc:
         result.notes.append(clip_start(traceback.format_exc(), 4000))
         extra = Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
-    for check in (judge_backward_inputs(result.memory), adapter_check(extra)):
+    for check in (judge_backward_inputs(memory), adapter_check(extra)):
         if check is not None:
             checks.append(check)
     return _decide(result, checks)
@@ -289,54 +289,45 @@ def _parity_check(reports: dict[int, ParityReport]) -> Check:
     return passed(CheckName.PARITY, **figures)
 
 
-def _fill_memory(result: Result, backend: Backend, steps: list[ProbedStep], source: str,
-                 traces: list[tuple[int, list[MemoryTrace]]]) -> None:
+def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,
+                    traces: list[tuple[int, list[MemoryTrace]]]) -> MemoryFigures:
     """The figures the report and history show: the worst step's timeline against its model."""
     worst = max(steps, key=lambda s: (s.trace.peak_bytes - s.model.peak_bytes, s.call))
     trace, model = worst.trace, worst.model
     exact = backend.capabilities.exact_memory
-    memory: dict[str, Any] = {
-        "domain": trace.domain,
-        "model_source": source,
-        "model_peak_bytes": model.peak_bytes,
-        "measured_peak_bytes": trace.peak_bytes,
-        "model_residual_bytes": steps[-1].model.residual_bytes,
-        "measured_residual_bytes": steps[-1].trace.residual_bytes,
-        "residual_per_step": [s.trace.residual_bytes for s in steps],
-        "peak_per_step": [s.trace.peak_bytes for s in steps],
-        "user_model_peak_bytes": worst.user_model.peak_bytes,
-        "peak_contract": "equal" if exact else f"<= model + {backend.peak_slack_bytes}",
-        "peak_event": model.events[model.peak_event] if model.events else None,
-        "foreign_free_bytes": trace.foreign_free_bytes,
-        "timeline": trace.relative_timeline(),
-        "model_timeline": list(zip(model.events, model.live_bytes))[:2000],
-        "blamed": [],
-    }
-    if worst.program is not None:
-        memory["program_peak_bytes"] = worst.program.peak_bytes
-        memory["program_timeline"] = list(zip(worst.program.events, worst.program.live_bytes))[:2000]
-    if backend.peak_slack_bytes:
-        memory["peak_slack_reason"] = backend.peak_slack_reason
-    if any(len(ts) > 1 for _, ts in traces):
-        memory["domains"] = domain_summary([ts for _, ts in traces], [s.trace for s in steps])
-    result.memory = memory
+    return MemoryFigures(
+        domain=trace.domain,
+        model_source=source,
+        model_peak_bytes=model.peak_bytes,
+        measured_peak_bytes=trace.peak_bytes,
+        model_residual_bytes=steps[-1].model.residual_bytes,
+        measured_residual_bytes=steps[-1].trace.residual_bytes,
+        residual_per_step=[s.trace.residual_bytes for s in steps],
+        peak_per_step=[s.trace.peak_bytes for s in steps],
+        user_model_peak_bytes=worst.user_model.peak_bytes,
+        peak_contract="equal" if exact else f"<= model + {backend.peak_slack_bytes}",
+        peak_event=model.events[model.peak_event] if model.events else None,
+        foreign_free_bytes=trace.foreign_free_bytes,
+        timeline=trace.relative_timeline(),
+        model_timeline=list(zip(model.events, model.live_bytes))[:2000],
+        program_peak_bytes=worst.program.peak_bytes if worst.program is not None else None,
+        program_timeline=(list(zip(worst.program.events, worst.program.live_bytes))[:2000]
+                          if worst.program is not None else None),
+        peak_slack_reason=backend.peak_slack_reason if backend.peak_slack_bytes else None,
+        domains=(domain_summary([ts for _, ts in traces], [s.trace for s in steps])
+                 if any(len(ts) > 1 for _, ts in traces) else None),
+    )
 
 
-def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, Any]:
+def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, DomainFigures]:
     """Peak and residual per domain (worst probed step) and of their sum."""
-    summary: dict[str, Any] = {}
+    summary: dict[str, DomainFigures] = {}
     for i, first in enumerate(domain_traces[0]):
         per_step = [d[i] for d in domain_traces]
-        summary[first.domain] = {
-            "peak_bytes": max(t.peak_bytes for t in per_step),
-            "residual_bytes": per_step[-1].residual_bytes,
-            "residual_per_step": [t.residual_bytes for t in per_step],
-        }
-    summary["combined"] = {
-        "peak_bytes": max(t.peak_bytes for t in combined),
-        "residual_bytes": combined[-1].residual_bytes,
-        "residual_per_step": [t.residual_bytes for t in combined],
-    }
+        summary[first.domain] = DomainFigures(max(t.peak_bytes for t in per_step), per_step[-1].residual_bytes,
+                                              [t.residual_bytes for t in per_step])
+    summary["combined"] = DomainFigures(max(t.peak_bytes for t in combined), combined[-1].residual_bytes,
+                                        [t.residual_bytes for t in combined])
     return summary
 
 
@@ -344,7 +335,8 @@ def _decide(result: Result, checks: list[Check]) -> Result:
     result.checks = checks
     deciding = combine(checks)
     if deciding is not None:
-        result.memory["blamed"] = deciding.blamed
+        if result.memory is not None:
+            result.memory.blamed = deciding.blamed
         result.excess_bytes = deciding.excess_bytes
         return _verdict(result, deciding.status, deciding.reason)
     return _verdict(result, Status.PASS, "")

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
-from conformance.result import Result, Status
+from conformance.result import MemoryFigures, Result, Status
 from conformance.verdict import rates
 
 T = TypeVar("T")
@@ -196,11 +196,10 @@ def record_run(
 
 
 def _row(run_id: int, r: Result) -> tuple[object, ...]:
-    m = r.memory or {}
+    m = r.memory or MemoryFigures()
     return (
         run_id, r.backend, r.case, r.family, r.status, r.reason,
-        m.get("model_peak_bytes"), m.get("measured_peak_bytes"),
-        m.get("model_residual_bytes"), m.get("measured_residual_bytes"),
+        m.model_peak_bytes, m.measured_peak_bytes, m.model_residual_bytes, m.measured_residual_bytes,
     )
 
 

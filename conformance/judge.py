@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.blame import blame_peak, blame_residual
-from conformance.donation import DETAIL_KEY, BackwardInputs
+from conformance.donation import DETAIL_KEY
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.probe import MemoryTrace
 from conformance.program import LateReference, late_references, late_releases
+from conformance.result import MemoryFigures
 from conformance.timeline import compare as compare_timeline
 from conformance.verdict import Check, CheckName, Status, passed
 
@@ -137,14 +138,14 @@ def _held_late(late: Sequence[Any], program: LifetimeModel) -> int:
     return total
 
 
-def judge_backward_inputs(memory: dict[str, Any]) -> Check | None:
+def judge_backward_inputs(memory: MemoryFigures) -> Check | None:
     """Saved activations measured alive past their last use fail the peak contract even when the
     backend's other savings keep the peak under the model (see :mod:`conformance.donation`)."""
-    found = BackwardInputs.from_memory(memory)
+    found = memory.backward_inputs
     if found is None:
         return None
-    # the figures as the backend reported them (``memory["backward_inputs_detail"]``), less the calls
-    detail = memory.get(DETAIL_KEY) or {}
+    # the figures as the backend reported them (``backward_inputs_detail``), less the calls
+    detail = memory.findings.get(DETAIL_KEY) or {}
     figures = {"verdict": found.verdict, **{k: v for k, v in detail.items() if k != "calls"}}
     if found.verdict == "held-for-call":
         held = int(found.held_bytes or 0)

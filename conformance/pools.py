@@ -38,11 +38,24 @@ class PoolContract:
     """What a pool case asks of a CUDA graph backend beyond parity and memory.
 
     The case's module says how (``cases/cuda_pools.py``: units compiled as separate
-    graphs, paths run one CUDA-graph step each); ``kind`` names the promise.
+    graphs, paths run one CUDA-graph step each); ``kind`` names the promise, and the
+    promise's own figure comes with it: ``freed_bytes`` of a ``reuse`` contract (what the
+    output dropped before B frees), ``rerecorded_unit`` of a ``survive`` one (the unit that
+    must be recorded again once the kept output is alive around it).
     """
 
     kind: ContractKind
     description: str = ""
+    freed_bytes: int = 0
+    rerecorded_unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("share", "reuse", "survive"):
+            raise ValueError(f"unknown pool contract {self.kind!r}: share, reuse or survive")
+        if self.kind == "reuse" and self.freed_bytes <= 0:
+            raise ValueError("a reuse contract needs freed_bytes: the bytes the dropped output frees")
+        if self.kind == "survive" and not self.rerecorded_unit:
+            raise ValueError("a survive contract needs rerecorded_unit: the unit recorded again")
 
 
 @runtime_checkable
@@ -60,7 +73,6 @@ class PoolScenario(Protocol):
     - ``active_paths``: the paths ``__call__`` runs, in order; the backend sets a subset to
       measure it alone in a fresh tree (e.g. ``("ab",)`` of a share case);
     - ``pool_contract``: the promise checked beyond parity and the every-step checks, or None.
-      A ``reuse`` contract also needs ``freed_bytes``: the bytes the dropped output frees.
     """
 
     @property

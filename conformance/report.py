@@ -34,7 +34,7 @@ from conformance import history as hist
 from conformance.options import path_arg
 from conformance.outdir import OutDirError, check_target
 from conformance.records import RecordsError, read_usable
-from conformance.result import STATUSES, Result
+from conformance.result import STATUSES, MemoryFigures, Result
 from conformance.text import clip
 from conformance.verdict import Rates, Status, rates
 from conformance.version_matrix import VersionMatrix, version_matrix
@@ -225,18 +225,19 @@ class TimelineChart:
     labels: list[tuple[float, str, str, str]]  # (y, class, colour, text), spread apart
 
 
-def timeline_chart(memory: dict[str, Any]) -> TimelineChart | None:
+def timeline_chart(memory: MemoryFigures | None) -> TimelineChart | None:
     """Model and measured live bytes over the step on one chart, peaks and residuals marked; None if unmeasured."""
+    if memory is None:
+        return None
     series = [
-        Series("model", f"model ({memory.get('model_source', 'lifetime model')})", MODEL_COLOUR,
-               model_points(memory.get("model_timeline") or [], _int_or_none(memory.get("model_residual_bytes"))),
-               _int_or_none(memory.get("model_peak_bytes")), _int_or_none(memory.get("model_residual_bytes"))),
+        Series("model", f"model ({memory.model_source or 'lifetime model'})", MODEL_COLOUR,
+               model_points(memory.model_timeline, memory.model_residual_bytes),
+               memory.model_peak_bytes, memory.model_residual_bytes),
         Series("program", "generated program", PROGRAM_COLOUR,
-               model_points(memory.get("program_timeline") or [], _int_or_none(memory.get("measured_residual_bytes"))),
-               _int_or_none(memory.get("program_peak_bytes")), None),
-        Series("measured", f"measured ({memory.get('domain', 'probe')})", MEASURED_COLOUR,
-               measured_points(memory.get("timeline") or []),
-               _int_or_none(memory.get("measured_peak_bytes")), _int_or_none(memory.get("measured_residual_bytes"))),
+               model_points(memory.program_timeline or [], memory.measured_residual_bytes),
+               memory.program_peak_bytes, None),
+        Series("measured", f"measured ({memory.domain or 'probe'})", MEASURED_COLOUR,
+               measured_points(memory.timeline), memory.measured_peak_bytes, memory.measured_residual_bytes),
     ]
     series = [s for s in series if s.points]
     if not series:
@@ -267,10 +268,6 @@ def _series_marks(s: Series, chart: Chart, top: float) -> SeriesMarks:
         s.key, s.label, s.colour, step_path(s.points, chart, top), len(s.points), peak, residual,
         chart.y(peak, top), chart.x(px) if px is not None else None, chart.y(residual, top),
     )
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -317,9 +314,8 @@ class Cell:
     @property
     def repro_file(self) -> str:
         """A generated case's standalone repro script, where the run wrote one."""
-        direct = getattr(self.result, "repro_file", "") or self.result.memory.get("repro_file", "")
-        if direct:
-            return str(direct)
+        if self.result.repro_file:
+            return self.result.repro_file
         for note in self.result.notes:
             m = re.match(r"repro (?:file|script): (.+)", note)
             if m:

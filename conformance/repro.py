@@ -46,7 +46,7 @@ from hypothesis.errors import NoSuchExample
 from conformance.adapter import Backend, discover
 from conformance.case import Case, CaseError, resolve
 from conformance.engine import run_case
-from conformance.result import Result
+from conformance.result import MemoryFigures, Result
 from conformance.verdict import Status, combine
 
 DEFAULT_DB = Path("results") / ".hypothesis"
@@ -433,7 +433,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
     standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
                   and status not in ("crash", "timeout"))
-    memory = result.memory or {}
+    memory = result.memory or MemoryFigures()
     rerun = rerun_command(original_id or case.id, spec)
     if standalone:
         how = "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
@@ -483,10 +483,10 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     assert program is not None
     consts += [
         f"RTOL, ATOL = {case.tolerance.rtol!r}, {case.tolerance.atol!r}",
-        f"MODEL_PEAK_BYTES = {memory.get('model_peak_bytes')!r}  # lifetime model ({memory.get('model_source')})",
-        f"MODEL_RESIDUAL_BYTES = {memory.get('model_residual_bytes')!r}",
-        f"HARNESS_MEASURED = {{'peak': {memory.get('measured_peak_bytes')!r}, "
-        f"'residual_per_step': {memory.get('residual_per_step')!r}}}",
+        f"MODEL_PEAK_BYTES = {memory.model_peak_bytes!r}  # lifetime model ({memory.model_source})",
+        f"MODEL_RESIDUAL_BYTES = {memory.model_residual_bytes!r}",
+        f"HARNESS_MEASURED = {{'peak': {memory.measured_peak_bytes!r}, "
+        f"'residual_per_step': {memory.residual_per_step!r}}}",
         f"EXACT = {backend.capabilities.exact_memory!r}  # exact backends must match the model byte for byte",
         f"PEAK_SLACK_BYTES = {backend.peak_slack_bytes!r}",
         "",

@@ -16,6 +16,7 @@ from typing import Any
 from conformance.adapter import Backend
 from conformance.case import Case, CaseError
 from conformance.engine import run_case
+from conformance.result import MemoryFigures
 
 
 def _loop_family(case_family: str) -> Callable[[int], Case]:
@@ -55,18 +56,18 @@ def loop_scaling(case_family: str, backend: Backend, trips: tuple[int, int] = (2
     make = _loop_family(case_family)
     a, b = trips
     results = [run_case(make(t), backend) for t in (a, b)]
-    mem = [r.memory or {} for r in results]
+    mem = [r.memory or MemoryFigures() for r in results]
     out: dict[str, Any] = {
         "family": case_family,
         "backend": backend.name,
         "trips": [a, b],
         "statuses": [r.status for r in results],
-        "model_peak_bytes": [m.get("model_peak_bytes") for m in mem],
-        "measured_peak_bytes": [m.get("measured_peak_bytes") for m in mem],
-        "model_residual_bytes": [m.get("model_residual_bytes") for m in mem],
-        "measured_residual_bytes": [m.get("measured_residual_bytes") for m in mem],
+        "model_peak_bytes": [m.model_peak_bytes for m in mem],
+        "measured_peak_bytes": [m.measured_peak_bytes for m in mem],
+        "model_residual_bytes": [m.model_residual_bytes for m in mem],
+        "measured_residual_bytes": [m.measured_residual_bytes for m in mem],
     }
-    if any(m.get("measured_peak_bytes") is None for m in mem):
+    if any(m.measured_peak_bytes is None for m in mem):
         out.update(ok=False, reason="no memory measurement: " + "; ".join(r.reason for r in results if r.reason))
         return out
     mp, xp = out["model_peak_bytes"], out["measured_peak_bytes"]

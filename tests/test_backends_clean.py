@@ -18,8 +18,9 @@ def test_eager_is_memory_exact(case) -> None:
     result = run_case(case, EagerBackend())
     assert result.status == "pass", result.reason
     mem = result.memory
-    assert mem["measured_peak_bytes"] == mem["model_peak_bytes"]
-    assert mem["residual_per_step"] == [mem["model_residual_bytes"]] * DEFAULT_STEPS
+    assert mem is not None
+    assert mem.measured_peak_bytes == mem.model_peak_bytes
+    assert mem.residual_per_step == [mem.model_residual_bytes] * DEFAULT_STEPS
     assert result.parity["ok"] and set(result.parity["calls"]) == {"0", str(1 + DEFAULT_STEPS)}
     assert all(not c.failed for c in result.checks)
 
@@ -31,9 +32,9 @@ def test_inductor_clean_cases_follow_their_generated_program_exactly(case_id: st
     (case,) = select_cases([case_id])
     result = run_case(case, InductorBackend())
     assert result.status == "pass", result.reason
-    assert result.memory["model_source"] == "received-graphs"
-    assert result.memory["measured_peak_bytes"] <= result.memory["model_peak_bytes"]
-    assert result.memory["measured_residual_bytes"] == result.memory["model_residual_bytes"]
+    assert result.memory.model_source == "received-graphs"
+    assert result.memory.measured_peak_bytes <= result.memory.model_peak_bytes
+    assert result.memory.measured_residual_bytes == result.memory.model_residual_bytes
     program = result.check("program")
     assert program is not None and not program.failed
     assert program.figures["timeline"] == "exact"

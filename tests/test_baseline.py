@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from conformance.baseline import BaselineError, Tolerance, apply_baseline, diff, format_diff
-from conformance.result import Result, read_results
+from conformance.result import MemoryFigures, Result, read_results
 from conformance.verdict import Status
 
 
 def _result(peak: int, residual: int = 0, status: str = "pass") -> Result:
-    return Result("mlp-s-infer", "eager", Status(status), memory={
-        "domain": "torch-cpu", "measured_peak_bytes": peak, "measured_residual_bytes": residual})
+    return Result("mlp-s-infer", "eager", Status(status), memory=MemoryFigures(
+        domain="torch-cpu", measured_peak_bytes=peak, measured_residual_bytes=residual))
 
 
 @pytest.mark.parametrize("text, before, after, ok", [

@@ -36,6 +36,7 @@ from conformance.engine import run_case, user_level_model
 from conformance.lifetime import Observation
 from conformance.pools import (
     POOL_SLACK_BYTES,
+    PoolContract,
     PoolScenario,
     check_pool_reuse,
     check_pool_sharing,
@@ -59,6 +60,7 @@ from conformance.probe_cuda import (
     trace_from_stats,
 )
 from conformance.step import reference_step
+from conformance.verdict import CheckName, Status
 
 MiB = 1 << 20
 NO_CUDA = cuda_unavailable_reason()
@@ -393,9 +395,19 @@ def test_shipped_pool_cases_implement_the_scenario_interface() -> None:
                                            for u in model.compile_units)
         assert model.unit_calls == {} and model.active_paths
         if model.pool_contract.kind == "reuse":
-            assert model.freed_bytes == TENSOR_BYTES
+            assert model.pool_contract.freed_bytes == TENSOR_BYTES
+        if model.pool_contract.kind == "survive":
+            assert model.pool_contract.rerecorded_unit in model.compile_units
     assert not isinstance(select_cases(["cudagraph-train-mlp"])[0].build().model, PoolScenario)
     assert not isinstance(torch.nn.Linear(2, 2), PoolScenario)
+
+
+@pytest.mark.parametrize(("kind", "figures", "needs"), [
+    ("reuse", {}, "freed_bytes"), ("survive", {}, "rerecorded_unit"), ("spill", {}, "unknown pool contract"),
+])
+def test_a_pool_contract_without_its_figure_is_refused(kind: str, figures: dict[str, Any], needs: str) -> None:
+    with pytest.raises(ValueError, match=needs):
+        PoolContract(kind, **figures)  # type: ignore[arg-type]
 
 
 def test_share_scenario_runs_a_subset_of_paths() -> None:
@@ -431,22 +443,29 @@ def test_contract_verdicts() -> None:
     warm, rec = RunInfo("warmup", 0, 2, 0, {}), RunInfo("record", 2, 0, 4 * T, pool)
     replay = RunInfo("replay", 0, 0, 4 * T, pool)
     plain = torch.nn.Linear(2, 2)
-    assert _step_with_runs([warm, rec, replay, replay], plain).contract_check() is None
-    status, reason = _step_with_runs([warm, rec, replay, rec], plain).contract_check()
-    assert status == "fail-residual" and "replay_stable" in reason
+    def verdict(step: CudaGraphStep) -> tuple[Status, str]:
+        check = step.contract_check()
+        assert check is not None and check.name == CheckName.POOL
+        return check.status, check.reason
+
+    clean = _step_with_runs([warm, rec, replay, replay], plain).contract_check()
+    assert clean is not None and not clean.failed
+    assert clean.figures["single_pool"]["ok"] and clean.figures["replay_stable"]["measured_bytes"] == 4 * T
+    status, reason = verdict(_step_with_runs([warm, rec, replay, rec], plain))
+    assert status == Status.FAIL_RESIDUAL and "replay_stable" in reason
     grown = RunInfo("replay", 0, 0, 5 * T, {(0, 3): 5 * T})
-    assert _step_with_runs([warm, rec, replay, grown], plain).contract_check()[0] == "fail-residual"
+    assert verdict(_step_with_runs([warm, rec, replay, grown], plain))[0] == Status.FAIL_RESIDUAL
     two = RunInfo("replay", 0, 0, 4 * T, {(0, 3): 2 * T, (0, 4): 2 * T})
-    status, reason = _step_with_runs([warm, rec, two, two], plain).contract_check()
-    assert status == "fail-peak" and "2 private pools" in reason
+    status, reason = verdict(_step_with_runs([warm, rec, two, two], plain))
+    assert status == Status.FAIL_PEAK and "2 private pools" in reason
     eager = RunInfo("eager", 0, 0, 0, {})
     assert _step_with_runs([eager, eager], plain).contract_check() is None  # not a pool case: a note only
     survive = _step_with_runs([warm, rec, replay, replay], Survive())
     survive.unit_recordings = {"a": 1, "b": 1}
-    status, reason = survive.contract_check()
-    assert status == "fail-run" and "survive" in reason
+    status, reason = verdict(survive)
+    assert status == Status.FAIL_RUN and "survive" in reason
     survive.unit_recordings = {"a": 1, "b": 2}
-    assert survive.contract_check() is None
+    assert verdict(survive) == (Status.PASS, "")
     info = survive.memory_findings(Observation(), [])
     assert info["phase"] == "replay" and info["phases"] == ["warmup", "record", "replay", "replay"]
 
@@ -475,10 +494,10 @@ def test_real_probe_counts_requested_bytes() -> None:
                                      "cudagraph-train-mlp", "mlp-s-train"])
 def test_cudagraph_pool_cases_pass(case_id: str) -> None:
     result = run_case(select_cases([case_id])[0], CudaGraphBackend())
-    assert result.status == "pass", (result.reason, result.memory.get("pool_checks"))
-    assert result.memory["phase"] == "replay"
-    assert result.memory["domain"] == DOMAIN
-    assert len(result.memory["private_pools"]) == 1
+    assert result.status == "pass", (result.reason, result.check("pool"))
+    assert result.memory.findings["phase"] == "replay"
+    assert result.memory.domain == DOMAIN
+    assert len(result.memory.findings["private_pools"]) == 1
 
 
 @pytest.mark.cuda
@@ -505,4 +524,4 @@ def test_inductor_cuda_passes_small_cases() -> None:
     for case_id in ("mlp-s-infer", "mlp-s-train", "customop-early-late-s"):
         result = run_case(select_cases([case_id])[0], InductorCudaBackend())
         assert result.status == "pass", (case_id, result.reason)
-        assert result.memory["domain"] == DOMAIN
+        assert result.memory.domain == DOMAIN

@@ -18,6 +18,7 @@ from conformance.case import Case, Workload, select_cases
 from conformance.engine import run_case
 from conformance.lifetime import LifetimeModel, Observation
 from conformance.probe import MemoryProbe, MemoryTrace
+from conformance.result import DomainFigures, MemoryFigures
 from conformance.step import StepOutput
 from conformance.verdict import PRECEDENCE, Check, Status, combine
 
@@ -110,7 +111,10 @@ def case() -> Case:
 def test_a_clean_extra_domain_passes_and_is_measured(case: Case) -> None:
     result = run_case(case, toy_backend("clean"))
     assert result.status == Status.PASS, result.reason
-    assert "toy-device" in result.memory["domains"], result.memory.get("domains")
+    assert result.memory is not None and result.memory.domains is not None
+    toy = result.memory.domains["toy-device"]
+    assert isinstance(toy, DomainFigures) and toy.residual_per_step == [0] * len(result.memory.peak_per_step)
+    assert MemoryFigures.from_json(result.memory.to_json()) == result.memory  # typed both ways
 
 
 @pytest.mark.parametrize(("behaviour", "status"), [("scratch", Status.FAIL_PEAK), ("leak", Status.FAIL_RESIDUAL)])

@@ -48,7 +48,7 @@ def test_generic_fault_is_caught(backend: str, fault: str) -> None:
     if EXPECTED[fault] == Status.FAIL_PARITY:
         assert "rel" in result.reason and ("grad[" in result.reason or "output[" in result.reason), result.reason
     else:
-        assert result.memory["blamed"], f"a memory failure must name what explains it: {result.reason}"
+        assert result.memory.blamed, f"a memory failure must name what explains it: {result.reason}"
 
 
 @pytest.mark.slow
@@ -60,7 +60,7 @@ def test_leak_after_the_default_steps_needs_more_steps(backend: str) -> None:
     assert quiet.status == Status.PASS, quiet.reason
     caught = _run(backend, fault, "mlp-s-infer", steps=STEPS_FOR_LEAK)
     assert caught.status == Status.FAIL_RESIDUAL, caught.reason
-    residuals = caught.memory["residual_per_step"]
+    residuals = caught.memory.residual_per_step
     assert residuals[:-1] == [0] * (STEPS_FOR_LEAK - 1) and residuals[-1] > 0, residuals
     assert "grows" in caught.reason
 
@@ -90,7 +90,7 @@ def test_tuple_fault_names_the_tuple_and_raises_the_peak_by_the_early_item() -> 
     result = _run("inductor", "inductor-pre-163227-alias", "reg-customop-tuple-free")
     item = 128 * 128 * 4
     assert clean.status == Status.PASS, clean.reason
-    assert result.memory["measured_peak_bytes"] >= clean.memory["measured_peak_bytes"] + item
+    assert result.memory.measured_peak_bytes >= clean.memory.measured_peak_bytes + item
     program = result.check("program")
     assert program is not None
     late = [b for b in program.blamed if b.get("finding") == "late"]

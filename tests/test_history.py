@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from conformance import history
-from conformance.result import Result
+from conformance.result import MemoryFigures, Result
 
 
 def res(case: str, backend: str, status: str, peak: int | None = 1000, family: str = "mlp") -> Result:
-    memory = {} if peak is None else {
-        "model_peak_bytes": 1000, "measured_peak_bytes": peak,
-        "model_residual_bytes": 0, "measured_residual_bytes": 0,
-    }
+    memory = None if peak is None else MemoryFigures(
+        model_peak_bytes=1000, measured_peak_bytes=peak, model_residual_bytes=0, measured_residual_bytes=0)
     return Result(case, backend, status, family=family, memory=memory)
 
 
@@ -79,9 +77,11 @@ def test_recording_the_same_results_twice_is_one_run(db: Path) -> None:
 
 
 def test_exception_mid_insert_leaves_database_intact(db: Path) -> None:
-    class Boom(dict):
-        def get(self, *a: object) -> object:
-            raise RuntimeError("interrupted mid-insert")
+    class Boom(MemoryFigures):
+        def __getattribute__(self, name: str) -> object:
+            if name == "measured_peak_bytes":
+                raise RuntimeError("interrupted mid-insert")
+            return super().__getattribute__(name)
 
     before = (history.runs(db), history.backend_trends(db), history.case_trends(db))
     bad = Result("z", "ind", "pass", memory=Boom(measured_peak_bytes=5))
@@ -98,14 +98,16 @@ def test_process_killed_mid_insert_leaves_database_intact(db: Path) -> None:
         import os
         from pathlib import Path
         from conformance import history
-        from conformance.result import Result
+        from conformance.result import MemoryFigures, Result
 
-        class Die(dict):
-            def get(self, *a):
-                os._exit(9)  # the process dies with the transaction open
+        class Die(MemoryFigures):
+            def __getattribute__(self, name):
+                if name == "measured_peak_bytes":
+                    os._exit(9)  # the process dies with the transaction open
+                return super().__getattribute__(name)
 
-        rows = [Result(f"k{{i}}", "eager", "fail-peak", memory={{"measured_peak_bytes": i}}) for i in range(5)]
-        rows.append(Result("k9", "eager", "pass", memory=Die(x=1)))
+        rows = [Result(f"k{{i}}", "eager", "fail-peak", memory=MemoryFigures(measured_peak_bytes=i)) for i in range(5)]
+        rows.append(Result("k9", "eager", "pass", memory=Die()))
         history.record_run(Path({str(db)!r}), rows)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conformance.adapter import discover, load_backend_class
 from conformance.case import select_cases
 from conformance.engine import run_case
 from conformance.options import DEFAULT_STEPS
+from conformance.result import Result
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +27,11 @@ def _run(case: str, backend: str):
 def test_iree_inference_is_byte_exact_in_both_domains() -> None:
     r = _run("mlp-s-infer", "iree")
     assert r.status == "pass", r.reason
-    domains = r.memory["domains"]
+    domains = r.memory.domains
     assert set(domains) == {"torch-cpu", "iree-hal", "combined"}
     # staged inputs (7968 B) + the result allocated up front (256 B) + IREE's transients (2048 B)
-    assert domains["iree-hal"]["peak_bytes"] == r.memory["model_peak_bytes"] == 10272
-    assert domains["combined"]["residual_per_step"] == [0] * DEFAULT_STEPS
+    assert domains["iree-hal"].peak_bytes == r.memory.model_peak_bytes == 10272
+    assert domains["combined"].residual_per_step == [0] * DEFAULT_STEPS
     assert r.parity["max_abs_err"] < 1e-5
     assert r.versions["iree-driver"] == "local-sync"
 
@@ -42,18 +45,24 @@ def test_iree_as_shipped_cannot_compile_a_training_step() -> None:
 def test_backward_inputs_held_with_the_shipped_convention_released_with_boxed() -> None:
     shipped = _run("mlp-s-train", "conformance.backends.iree:IreeNoneFixBackend")
     boxed = _run("mlp-s-train", "iree-boxed")
-    s, b = shipped.memory["backward_inputs_detail"], boxed.memory["backward_inputs_detail"]
-    assert shipped.memory["backward_inputs"] == "held-for-call"
+    s, b = shipped.memory.findings["backward_inputs_detail"], boxed.memory.findings["backward_inputs_detail"]
+    assert shipped.memory.findings["backward_inputs"] == "held-for-call"
     assert s["held_bytes"] == s["saved_bytes"] > 0
     assert b["held_bytes"] == 0 and b["saved_bytes"] == s["saved_bytes"]
     # Released by the wrapper, but IREE packs the forward's results into one buffer the loss keeps alive.
-    assert boxed.memory["backward_inputs"] == "released-late"
-    assert boxed.memory["backward_inputs_staging"]["still_allocated_bytes"] > 0
-    assert boxed.memory["measured_peak_bytes"] < shipped.memory["measured_peak_bytes"]
+    assert boxed.memory.findings["backward_inputs"] == "released-late"
+    assert boxed.memory.findings["backward_inputs_staging"]["still_allocated_bytes"] > 0
+    assert boxed.memory.measured_peak_bytes < shipped.memory.measured_peak_bytes
     assert boxed.parity["max_abs_err"] < 1e-5
+    # the watch reads back typed, and the record (findings after the engine's figures) round-trips as written
+    found = boxed.memory.backward_inputs
+    assert found is not None and found.verdict == "released-late" and found.still_allocated_bytes
+    for r in (shipped, boxed):
+        line = json.dumps(r.to_json())
+        assert json.dumps(Result.from_json(json.loads(line)).to_json()) == line
 
 
 def test_a_leak_of_iree_results_is_caught() -> None:
     r = _run("mlp-s-infer", "tests.planted_iree_backends:LeakyResultsBackend")
     assert r.status == "fail-residual", r.reason
-    assert r.memory["domains"]["iree-hal"]["residual_per_step"] == [256] * DEFAULT_STEPS  # the 8x8 fp32 result
+    assert r.memory.domains["iree-hal"].residual_per_step == [256] * DEFAULT_STEPS  # the 8x8 fp32 result

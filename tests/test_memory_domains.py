@@ -91,7 +91,7 @@ def test_watch_tells_a_held_list_from_a_cleared_one() -> None:
     assert classify([held_watch], 0, None, None).verdict == "held-for-call"
     assert classify([boxed_watch], 0, None, None).verdict == "released-at-last-use"
     assert classify([], 0, None, None).verdict == "no-backward"
-    # result.memory holds exactly the dict classify returned before it returned BackwardInputs
+    # result.memory.findings holds exactly the dict classify returned before it returned BackwardInputs
     held = held_watch.calls[0]
     found = classify([held_watch], 100, None, None)
     assert found.to_json() == {"backward_inputs": "held-for-call", "backward_inputs_detail": {

@@ -101,7 +101,7 @@ def test_regression_case_fails_on_its_planted_bug(case_id: str) -> None:
     finally:
         KEPT.clear()
     assert result.status == expected, result.reason
-    assert result.memory["blamed"], result.reason
+    assert result.memory.blamed, result.reason
 
 
 def test_loop_scaling_flat_on_eager() -> None:

@@ -27,7 +27,7 @@ from conformance.adapter import Capabilities
 from conformance.case import select_cases
 from conformance.engine import run_case
 from conformance.report import build_report, measured_points, model_points, spread
-from conformance.result import Result, append_result, read_results
+from conformance.result import MemoryFigures, Result, append_result, read_results
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -72,6 +72,16 @@ def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def results(results_dir: Path) -> dict[tuple[str, str], Result]:
     return {(r.case, r.backend): r for r in read_results(results_dir / "results.jsonl")}
+
+
+def test_records_round_trip_byte_for_byte_through_the_typed_result(results_dir: Path) -> None:
+    """What ``results.jsonl`` holds reads back typed (memory figures included) and writes back unchanged."""
+    lines = (results_dir / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        result = Result.from_json(json.loads(line))
+        assert result.status == "skip" or isinstance(result.memory, MemoryFigures), line[:200]
+        assert json.dumps(result.to_json()) == line
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +132,7 @@ def test_the_planted_leak_is_what_the_report_shows(results: dict[tuple[str, str]
     assert results[("customop-early-late-s", "eager")].status == "pass"
     leaky = results[("mlp-s-infer", "leaky-eager")]
     assert leaky.status == "fail-residual", leaky.reason
-    assert leaky.memory["measured_residual_bytes"] > leaky.memory["model_residual_bytes"]
+    assert leaky.memory.measured_residual_bytes > leaky.memory.model_residual_bytes
     assert results[("customop-early-late-s", "leaky-eager")].status == "skip"
 
 
@@ -138,6 +148,7 @@ def test_failing_cell_opens_its_details(
 
     leaky = results[("mlp-s-infer", "leaky-eager")]
     mem = leaky.memory
+    assert mem is not None
     cell = page.locator('td[data-case="mlp-s-infer"][data-backend="leaky-eager"]')
     assert cell.get_attribute("data-status") == "fail-residual"
     cell.click()
@@ -149,11 +160,11 @@ def test_failing_cell_opens_its_details(
     # the chart: both series drawn, their marks carry the verdict's numbers
     measured = page.locator('#detail svg path[data-series="measured"]')
     model = page.locator('#detail svg path[data-series="model"]')
-    assert int(measured.get_attribute("data-peak")) == mem["measured_peak_bytes"]
-    assert int(measured.get_attribute("data-residual")) == mem["measured_residual_bytes"]
-    assert int(model.get_attribute("data-peak")) == mem["model_peak_bytes"]
-    assert int(model.get_attribute("data-residual")) == mem["model_residual_bytes"]
-    assert int(measured.get_attribute("data-points")) == len(mem["timeline"])
+    assert int(measured.get_attribute("data-peak")) == mem.measured_peak_bytes
+    assert int(measured.get_attribute("data-residual")) == mem.measured_residual_bytes
+    assert int(model.get_attribute("data-peak")) == mem.model_peak_bytes
+    assert int(model.get_attribute("data-residual")) == mem.model_residual_bytes
+    assert int(measured.get_attribute("data-points")) == len(mem.timeline)
     for series in (measured, model):
         box = series.bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 20, box
@@ -176,14 +187,14 @@ def test_failing_cell_opens_its_details(
     assert geo["measuredEnd"] < geo["modelEnd"]  # svg y grows downwards: measured residual is higher
 
     for field in ("model_peak_bytes", "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes"):
-        assert int(page.get_attribute(f'#detail [data-field="{field}"]', "data-value")) == mem[field]
+        assert int(page.get_attribute(f'#detail [data-field="{field}"]', "data-value")) == getattr(mem, field)
     assert float(page.get_attribute('#detail [data-field="max_abs_err"]', "data-value")) == pytest.approx(
         leaky.parity["max_abs_err"], rel=1e-12)
 
     blamed = page.locator("#detail #blamed tr[data-producer]")
-    assert blamed.count() == len(mem["blamed"]) >= 1
-    assert blamed.first.get_attribute("data-producer") == mem["blamed"][0]["producer"] == "addmm_2"
-    assert int(blamed.first.get_attribute("data-bytes")) == mem["measured_residual_bytes"]
+    assert blamed.count() == len(mem.blamed) >= 1
+    assert blamed.first.get_attribute("data-producer") == mem.blamed[0]["producer"] == "addmm_2"
+    assert int(blamed.first.get_attribute("data-bytes")) == mem.measured_residual_bytes
     assert page.inner_text("#detail #repro") == leaky.repro
     assert leaky.repro == "conformance run --case mlp-s-infer --backend leaky-eager"
     assert torch.__version__ in page.inner_text("#detail #versions")
@@ -237,10 +248,10 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
     tonight = read_results(results_dir / "results.jsonl")
     earlier = []
     for r in tonight:
-        r = dataclasses.replace(r, memory=dict(r.memory))
+        r = dataclasses.replace(r, memory=dataclasses.replace(r.memory) if r.memory else None)
         if (r.case, r.backend) == ("mlp-s-infer", "leaky-eager"):
             r.status, r.reason = "pass", ""
-            r.memory["measured_peak_bytes"] = int(r.memory["measured_peak_bytes"] / 1.5)
+            r.memory.measured_peak_bytes = int(r.memory.measured_peak_bytes / 1.5)
         earlier.append(r)
     history.record_run(db, earlier, started_at="2026-01-01T00:00:00+00:00")
 
@@ -258,7 +269,8 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
     page.locator('#detail[data-backend="leaky-eager"]').wait_for()
     peaks = json.loads(page.get_attribute("#detail svg.peak-trend", "data-values"))
     mem = {(r.case, r.backend): r.memory for r in tonight}[("mlp-s-infer", "leaky-eager")]
-    assert peaks == [int(mem["measured_peak_bytes"] / 1.5), mem["measured_peak_bytes"]]
+    assert mem is not None and mem.measured_peak_bytes is not None
+    assert peaks == [int(mem.measured_peak_bytes / 1.5), mem.measured_peak_bytes]
     assert page.errors == []
 
 
@@ -314,7 +326,7 @@ def wide_results_dir(tmp_path_factory: pytest.TempPathFactory, results: dict[tup
 
     out = tmp_path_factory.mktemp("wide")
     leaky = results[("mlp-s-infer", "leaky-eager")]
-    blamed = [*leaky.memory["blamed"], *({
+    blamed = [*leaky.memory.blamed, *({
         "producer": f"buf{i}_aten::_scaled_dot_product_flash_attention_backward.default",
         "op": "aten::_scaled_dot_product_flash_attention_backward", "shape": [8, 16, 2048, 128],
         "dtype": "torch.bfloat16", "bytes": 67108864,
@@ -324,7 +336,7 @@ def wide_results_dir(tmp_path_factory: pytest.TempPathFactory, results: dict[tup
     statuses = itertools.cycle(STATUSES)
     for case in sorted(all_cases(), key=lambda c: (c.family, c.id)):
         for backend in WIDE_BACKENDS:
-            memory = {**leaky.memory, "blamed": blamed}
+            memory = dataclasses.replace(leaky.memory, blamed=blamed)
             append_result(out / "results.jsonl", dataclasses.replace(
                 leaky, case=case.id, family=case.family, backend=backend, status=next(statuses), memory=memory))
     return out
