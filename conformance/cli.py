@@ -95,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="Hypothesis example database (default: conformance-results/.hypothesis)")
     repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
     repro.add_argument("--no-shrink", action="store_true")
+    for name in ("isolate", "timeout"):  # every run (the case's, each shrink candidate's) isolated, as in a run
+        BY_NAME[name].add_to_argparse(repro)
     _add_cases_argument(repro)
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
@@ -335,7 +337,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
         set_hypothesis_home_dir(db)
     try:
-        return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink)
+        timeout = BY_NAME["timeout"].checked(args.timeout, Values.of_mapping("cli", vars(args)))
+    except OptionError as exc:
+        raise UsageFailure(str(exc)) from None
+    try:
+        return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink,
+                          timeout_s=timeout if args.isolate else None)
     except (BackendError, CaseError, ManifestError) as exc:
         raise UsageFailure(str(exc)) from None
 

@@ -12,12 +12,12 @@ and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; th
 
 Either way the next case gets a fresh worker.
 
-A failing case's repro is made in the worker too (a ``{"kind": "repro", ...}`` request:
-:func:`conformance.repro.auto_repro`, which shrinks a generated case with more engine runs),
-so a backend that crashes or hangs on a shrunk candidate costs only the repro: the result
-gets a note saying why no repro was written, and the run goes on with a fresh worker.  Workers are reused across cases
-otherwise, so the cost of isolation is one pipe round trip per case plus one
-interpreter start (``import torch``) per worker, not per case.
+A request may carry a generated program instead of naming a registered case
+(:func:`run_case_isolated`): that is how a shrink (:func:`conformance.repro.shrink`) runs
+its candidates, so a backend that crashes or hangs on a shrunk candidate gives that
+candidate a ``crash``/``timeout`` verdict and the shrink goes on with a fresh worker.
+Workers are reused across cases otherwise, so the cost of isolation is one pipe round
+trip per case plus one interpreter start (``import torch``) per worker, not per case.
 
 A worker runs in its own session and process group, so a terminal's Ctrl-C reaches only
 the run, which then ends the worker's whole group itself (with whatever the backend
@@ -73,8 +73,9 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -> None:
     """Worker loop: one JSON request per stdin line, one JSON reply line each.
 
-    A request is ``[case_id, backend_spec, options]`` (run the case) or
-    ``{"kind": "repro", "case", "backend", "result", "out", "max_runs"}`` (write its repro)."""
+    A request is ``[case_id, backend_spec, options]`` (run the registered case) or
+    ``[case_id, backend_spec, options, {"program": ..., "seed": ...}]`` (run a generated program
+    under that id: a shrink's candidate)."""
     import faulthandler
 
     die_with_parent(parent_pid)
@@ -96,16 +97,9 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
         _warm_up(registry, warm)
     send("ready", os.getpid())  # a case's clock starts after interpreter start-up
     for line in sys.stdin:
-        request = json.loads(line)
-        if isinstance(request, dict) and request.get("kind") == "repro":
-            try:
-                send("ok", _repro_in_worker(request, registry))
-            except Exception as exc:  # a repro that cannot be made: a note, not a verdict
-                send("error", f"{type(exc).__name__}: {exc}")
-            continue
-        case_id, spec, *rest = request
+        case_id, spec, *rest = json.loads(line)
         try:
-            case = _case(case_id)
+            case = _program_case(case_id, rest[1]) if len(rest) > 1 else _case(case_id)
             result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
             send("ok", result.to_json())
         except Exception as exc:  # an error outside the engine's own handling
@@ -128,18 +122,12 @@ def _warm_up(registry: Any, specs: list[str]) -> None:
             pass
 
 
-def _repro_in_worker(request: dict[str, Any], registry: Any) -> str | None:
-    from conformance.repro import auto_repro
+def _program_case(case_id: str, program: dict[str, Any]) -> Case:
+    """A generated program sent with the request (a shrink's candidate), as a case under ``case_id``."""
+    from conformance.cases import generated
 
-    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's files under the results, as in the run
-        from hypothesis.configuration import set_hypothesis_home_dir
-
-        set_hypothesis_home_dir(Path(request["out"]) / ".hypothesis")
-    case = _case(request["case"])
-    spec = request["backend"]
-    path = auto_repro(case, registry.get(spec), Result.from_json(request["result"]), Path(request["out"]),
-                      int(request["max_runs"]), spec=spec)
-    return str(path) if path is not None else None
+    return generated.case_from_program(generated.Program.from_json(program["program"]), case_id,
+                                       int(program["seed"]))
 
 
 def _case(case_id: str) -> Case:
@@ -253,24 +241,6 @@ class WorkerPool:
         got = _wait(worker, timeout_s)
         return worker, offset, got, time.perf_counter() - t0
 
-    def repro(self, case_id: str, backend: str, result: Result, out: Path, timeout_s: float,
-              max_runs: int = 20) -> tuple[str | None, str | None]:
-        """Write the failing case's repro in the worker (see :func:`conformance.repro.auto_repro`).
-
-        Returns ``(path or None, note or None)``; a crash or hang while shrinking is a note, never raised."""
-        request = {"kind": "repro", "case": case_id, "backend": backend, "result": result.to_json(),
-                   "out": str(out), "max_runs": max_runs}
-        worker, _, got, elapsed = self._ask(json.loads(json.dumps(request, default=str)), timeout_s)
-        if got is not None:
-            kind, payload = got
-            if kind == "ok":
-                return (str(payload), None) if payload else (None, None)
-            return None, f"repro not written: {payload}"
-        what, _ = self._failed(worker, elapsed, timeout_s)
-        if what is None:
-            return None, f"repro not written: no repro within {timeout_s:g} s (worker killed)"
-        return None, f"repro not written: the worker crashed while making it ({what})"
-
     def _failed(self, worker: _Worker, elapsed: float, timeout_s: float, offset: int = 0) -> tuple[str | None, str]:
         """After no reply: discard the worker.  Returns its exit described (``None`` when it hung and was
         killed) and what it wrote on stderr since ``offset``."""
@@ -285,9 +255,16 @@ class WorkerPool:
         self._discard()
         return (None if code is None else describe_exit(code)), tail
 
-    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None) -> Result:
-        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults."""
-        worker, offset, got, elapsed = self._ask([case_id, backend, (options or RunOptions()).to_json()], timeout_s)
+    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None,
+            program: dict[str, Any] | None = None) -> Result:
+        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults.
+
+        ``program`` (``{"program": Program.to_json(), "seed": int}``): run that generated program
+        under ``case_id`` instead of the registered case of that id."""
+        request: list[Any] = [case_id, backend, (options or RunOptions()).to_json()]
+        if program is not None:
+            request.append(program)
+        worker, offset, got, elapsed = self._ask(request, timeout_s)
         worker.cases_run += 1
         if got is not None:
             kind, payload = got
@@ -430,13 +407,17 @@ def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
     return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s, options)
 
 
-def repro_isolated(case_id: str, backend_name_or_spec: str, result: Result, out: Path,
-                   timeout_s: float, max_runs: int = 20) -> tuple[str | None, str | None]:
-    """Write a failing case's repro in the shared worker; each shrink run gets ``timeout_s``."""
+def run_case_isolated(case: Case, backend_name_or_spec: str, timeout_s: float,
+                      options: RunOptions | None = None) -> Result:
+    """Run ``case`` in the shared worker; a generated case travels as its program (a shrunk candidate
+    has no id the worker could resolve)."""
+    program = {"program": case.program.to_json(), "seed": case.seed} if case.program is not None else None
     global _DEFAULT_POOL
     if _DEFAULT_POOL is None:
         _DEFAULT_POOL = WorkerPool()
-    return _DEFAULT_POOL.repro(case_id, backend_name_or_spec, result, out, timeout_s * (max_runs + 1), max_runs)
+    result = _DEFAULT_POOL.run(case.id, backend_name_or_spec, timeout_s, options, program)
+    result.kind, result.family, result.seed = case.kind, case.family, case.seed  # also for crash and timeout
+    return result
 
 
 def shutdown(kill: bool = False) -> None:

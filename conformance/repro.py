@@ -46,7 +46,9 @@ from hypothesis.errors import NoSuchExample
 from conformance.adapter import Backend, discover
 from conformance.case import Case, CaseError, resolve
 from conformance.engine import run_case
+from conformance.options import DEFAULT_TIMEOUT_S
 from conformance.result import MemoryFigures, Result
+from conformance.text import plural
 from conformance.verdict import Status, combine
 
 DEFAULT_DB = Path("results") / ".hypothesis"
@@ -58,6 +60,12 @@ EXIT_NOTHING_TO_REPRODUCE = 3
 STANDALONE_CHECKS = frozenset({"parity", "peak", "residual"})
 #: A progress line every this many shrink runs (and one per improvement).
 PROGRESS_EVERY = 5
+#: Shrunk candidates that may crash or hang (when the original did not) before a shrink stops:
+#: each costs a fresh worker, and a backend that crashes on smaller programs is a finding of its own.
+MAX_CANDIDATE_CRASHES = 3
+
+#: How a shrink gets a candidate's verdict: in this process, or in the isolation worker.
+RunCase = Callable[[Case], Result]
 
 
 @dataclass
@@ -69,6 +77,16 @@ class Shrunk:
     original: Result
     runs: int
     shrunk: bool
+    #: candidates that crashed or hung (when the original did not), with the first one's reason
+    crashed: int = 0
+    crash_reason: str = ""
+
+    def note(self) -> str | None:
+        """What a result should say about the shrink beyond its repro (crashing candidates)."""
+        if not self.crashed:
+            return None
+        return (f"shrink: {plural(self.crashed, 'smaller candidate')} crashed or hung the backend ({self.crash_reason})"
+                + ("; the repro is of the unshrunk case" if not self.shrunk else ""))
 
 
 def _ok(result: Result) -> bool:
@@ -91,15 +109,21 @@ def _n_ops(program: Any) -> int:
 
 
 def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: int = DEFAULT_MAX_RUNS,
-           original: Result | None = None, progress: Callable[[str], None] | None = None) -> Shrunk:
+           original: Result | None = None, progress: Callable[[str], None] | None = None,
+           run: RunCase | None = None) -> Shrunk:
     """Shrink a failing generated case to a minimal program with the same verdict and failing check.
 
     A case that passes, or that is not generated, comes back unchanged.  ``progress`` gets
     a line per smaller failing program found and one every :data:`PROGRESS_EVERY` runs.
+    ``run`` gives each candidate's verdict (default: :func:`run_case` in this process;
+    :func:`isolated` runs them in the isolation worker, where a crash is a ``crash`` verdict).
+    A crash shrinks like any other verdict; when the original did not crash, the shrink stops
+    after :data:`MAX_CANDIDATE_CRASHES` candidates that did.
     """
     from conformance.cases import generated
 
-    original = original or run_case(case, backend)
+    run = run or (lambda c: run_case(c, backend))
+    original = original or run(case)
     program, choices = case.program, generated.choices_of(case)
     if not fails(original) or program is None or choices is None:
         return Shrunk(case, original, original, 1, False)
@@ -109,15 +133,19 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
     # The secondary corpus: replayed, and shrunk (a primary entry counts as already shrunk).
     db.save(key + b".secondary", choices_to_bytes(tuple(choices)))
     runs = 0
+    crashes: list[str] = []
     last: dict[str, Any] = {}
 
-    verdicts: dict[str, bool] = {}  # memoised: Hypothesis replays the minimal example at the end
+    # memoised: Hypothesis replays the saved example first and the minimal one at the end; the
+    # saved one is the original, whose verdict is known
+    verdicts: dict[str, bool] = {repr(program): True}
+    last[repr(program)] = (case, original)
     want = (original.raw_status or original.status, failing_check(original))
     best = _n_ops(program)
 
     def report(improved: bool) -> None:
         if progress is not None and (improved or runs % PROGRESS_EVERY == 0):
-            progress(f"shrinking {case.id} on {backend.name}: run {runs}/{max_runs}, {best} ops left"
+            progress(f"shrinking {case.id} on {backend.name}: run {runs}/{max_runs}, {plural(best, 'op')} left"
                      + (" (smaller program still fails)" if improved else ""))
 
     def still_fails(candidate: generated.Program) -> bool:
@@ -125,17 +153,20 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
         key_ = repr(candidate)
         if key_ in verdicts:
             return verdicts[key_]
-        if runs >= max_runs:  # out of budget: nothing new counts any more
+        if runs >= max_runs or len(crashes) >= MAX_CANDIDATE_CRASHES:  # out of budget: nothing new counts
             return False
         runs += 1
         shrunk_case = generated.case_from_program(candidate, f"{case.id}-shrunk", case.seed)
         try:
-            result = run_case(shrunk_case, backend)
+            result = run(shrunk_case)
         except Exception:  # a candidate the reference itself cannot run is not our failure
             verdicts[key_] = False
             report(False)
             return False
-        verdicts[key_] = (result.status, failing_check(result)) == want
+        status = result.raw_status or result.status
+        if status in (Status.CRASH, Status.TIMEOUT) and status != want[0]:
+            crashes.append(result.reason)
+        verdicts[key_] = (status, failing_check(result)) == want
         improved = verdicts[key_] and _n_ops(candidate) < best
         if verdicts[key_]:
             last[key_] = (shrunk_case, result)
@@ -149,12 +180,21 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
         minimal = find(generated.programs(program.family, program.train), still_fails, settings=settings,
                        database_key=key)
     except NoSuchExample:  # the saved choices did not replay (should not happen): keep the original
-        return Shrunk(case, original, original, runs, False)
+        return Shrunk(case, original, original, runs, False, len(crashes), crashes[0] if crashes else "")
     shrunk_case, result = last.get(repr(minimal)) or (case, original)
     if shrunk_case is not case:
         shrunk_case = generated.case_from_program(minimal, f"{case.id}-shrunk", case.seed,
                                                   f"shrunk from {case.id}: " + shrunk_case.description)
-    return Shrunk(shrunk_case, result, original, runs, minimal != program)
+    return Shrunk(shrunk_case, result, original, runs, minimal != program, len(crashes),
+                  crashes[0] if crashes else "")
+
+
+def isolated(spec: str, timeout_s: float) -> RunCase:
+    """Verdicts from the shared isolation worker (``spec`` names the backend there): a crash or hang of
+    the backend is that case's ``crash``/``timeout`` verdict, never this process's end."""
+    from conformance.isolation import run_case_isolated
+
+    return lambda case: run_case_isolated(case, spec, timeout_s)
 
 
 # -- the standalone script -----------------------------------------------------------------
@@ -320,13 +360,25 @@ def load_case():
     return generated.case_from_program(generated.Program.from_json(PROGRAM), CASE_ID, SEED)
 
 
+def verdict(case, backend):
+    if FAILED_STATUS in ("crash", "timeout"):  # shown by the harness's isolation worker dying, not this script
+        from conformance.isolation import run_case_isolated, shutdown
+
+        try:
+            return run_case_isolated(case, BACKEND_SPEC, TIMEOUT_S)
+        finally:
+            shutdown(kill=True)
+    from conformance.engine import run_case
+
+    return run_case(case, backend)
+
+
 def main():
     from conformance.adapter import discover
-    from conformance.engine import run_case
 
     case = load_case()
     backend = discover().get(BACKEND_SPEC)
-    result = run_case(case, backend)
+    result = verdict(case, backend)
     status = str(result.raw_status or result.status)
     print(f"{{case.id}} on {{backend.name}}: {{status}}" + (f": {{result.reason}}" if result.reason else ""))
     if FAILED_CHECK is None:
@@ -418,11 +470,12 @@ def rerun_command(case_id: str, spec: str) -> str:
 
 
 def repro_source(case: Case, backend: Backend, result: Result, spec: str | None = None,
-                 original_id: str | None = None) -> str:
+                 original_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     """The script for ``case`` failing on ``backend`` with ``result``: exits 1 while the failing check fails.
 
     ``spec`` names the backend as the run did (default: :func:`backend_spec`); ``original_id``
-    is the case the run failed on, when ``case`` was shrunk from it (for the rerun command).
+    is the case the run failed on, when ``case`` was shrunk from it (for the rerun command);
+    ``timeout_s`` the limit of a harness-based script's isolated run (a crash or a timeout).
     """
     from conformance.cases import gen_ops, generated
 
@@ -477,6 +530,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
             f"SEARCH_PATH = {roots!r}",
             f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
             f"PROGRAM = {f'json.loads({program_json!r})' if program_json else None}",
+            f"TIMEOUT_S = {timeout_s!r}  # a crash or timeout is run in the harness's isolation worker",
             "",
         ]
         return "\n".join([header, "\n".join(consts), _HARNESS_RUNNER.format()])
@@ -502,14 +556,15 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
 
 
 def write_repro(case: Case, backend_name: str | Backend, result: Result, path: Path | str,
-                spec: str | None = None, original_id: str | None = None) -> Path:
+                spec: str | None = None, original_id: str | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
     """Write the repro script for ``case``'s ``result`` on the backend to ``path``."""
     backend = discover().get(backend_name) if isinstance(backend_name, str) else backend_name
     if spec is None and isinstance(backend_name, str):
         spec = backend_name
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(repro_source(case, backend, result, spec, original_id), encoding="utf-8")
+    path.write_text(repro_source(case, backend, result, spec, original_id, timeout_s), encoding="utf-8")
     return path
 
 
@@ -519,11 +574,14 @@ def _stderr(line: str) -> None:
 
 def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Path | str = DEFAULT_DB,
                max_runs: int = DEFAULT_MAX_RUNS, no_shrink: bool = False,
-               progress: Callable[[str], None] | None = _stderr) -> int:
+               progress: Callable[[str], None] | None = _stderr, timeout_s: float | None = None) -> int:
     """``conformance repro CASE --backend B -o repro.py``: run, shrink (generated cases), write.
 
     0 when written; :data:`EXIT_NOTHING_TO_REPRODUCE` (nothing written) when the case does not
-    fail on the backend.  Shrink progress goes to ``progress`` (stderr by default).
+    fail on the backend.  Shrink progress goes to ``progress`` (stderr by default).  With
+    ``timeout_s`` every run (the case's and each candidate's) is made in the isolation worker with
+    that limit, so a backend that crashes or hangs gives a verdict (which shrinks like any other)
+    instead of ending the command; a backend object (not a name or spec) runs in this process.
     """
 
     case = resolve(case_id)
@@ -531,7 +589,9 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
         raise CaseError(f"unknown case {case_id!r}")
     spec = backend if isinstance(backend, str) else None
     backend_obj = discover().get(backend) if isinstance(backend, str) else backend
-    original = run_case(case, backend_obj, spec=spec)
+    run: RunCase = (isolated(spec, timeout_s) if spec is not None and timeout_s is not None
+                    else lambda c: run_case(c, backend_obj, spec=spec))
+    original = run(case)
     if not fails(original):
         print(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
               f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
@@ -540,16 +600,18 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
     if no_shrink or program is None:
         shrunk = Shrunk(case, original, original, 1, False)
     else:
-        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress)
-    path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id)
+        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress, run)
+    path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id, timeout_s or DEFAULT_TIMEOUT_S)
     check = failing_check(original)
     print(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
           f"{original.reason}")
     if program is None:
         print("not shrunk: the case is not generated")
     elif not no_shrink:
-        print(f"shrunk in {shrunk.runs} runs to {_n_ops(shrunk.case.program)} ops: "
+        print(f"shrunk in {plural(shrunk.runs, 'run')} to {plural(_n_ops(shrunk.case.program), 'op')}: "
               f"{shrunk.result.status}: {shrunk.result.reason}")
+    if (note := shrunk.note()) is not None:
+        print(note)
     print(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
           f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")
     return 0
@@ -557,33 +619,34 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
 
 def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path | str,
                max_runs: int = 20, spec: str | None = None,
-               progress: Callable[[str], None] | None = None) -> Path | None:
+               progress: Callable[[str], None] | None = None,
+               run: RunCase | None = None) -> tuple[Path | None, str | None]:
     """For the run's plugin: write a failing case's repro next to the results, shrunk if generated.
 
     Writes ``<results_dir>/repros/<case>@<backend>.py`` (Hypothesis database in
-    ``<results_dir>/.hypothesis``) and returns the path; ``None`` when the backend's verdict
-    is no failure.  A generated case's shrink costs up to ``max_runs`` extra engine runs.
+    ``<results_dir>/.hypothesis``).  Returns the path (``None`` when the backend's verdict is no
+    failure) and a note about the shrink, if any.  A generated case's shrink costs up to ``max_runs``
+    extra engine runs, made by ``run`` (see :func:`shrink`).
     """
     if not fails(result):
-        return None
+        return None, None
     results_dir = Path(results_dir)
-    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result, progress)
-    return write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py",
+    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result, progress, run)
+    path = write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py",
                        spec, case.id)
+    return path, shrunk.note()
 
 
 def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_dir: Path | str,
               isolate: bool, timeout_s: float) -> tuple[str | None, str | None]:
-    """:func:`auto_repro` for a run: in the isolation worker when the run isolates, so a backend that
-    crashes on a shrunk candidate costs the repro, not the run.  Returns ``(path, note)``."""
+    """:func:`auto_repro` for a run: when the run isolates, every shrink candidate runs in the isolation
+    worker, so a backend that crashes or hangs on one costs that candidate, not the run.
+    Returns ``(path, note)``."""
     if not fails(result):  # an unexpected pass (xpass): nothing to reproduce
         return None, None
-    if isolate:
-        from conformance.isolation import repro_isolated
-
-        return repro_isolated(case.id, spec, result, Path(results_dir), timeout_s)
     try:
-        path = auto_repro(case, backend, result, results_dir, spec=spec)
+        path, note = auto_repro(case, backend, result, results_dir, spec=spec,
+                                run=isolated(spec, timeout_s) if isolate else None)
     except Exception as exc:  # a repro that cannot be made must not cost the verdict
         return None, f"repro not written: {type(exc).__name__}: {exc}"
-    return (str(path), None) if path is not None else (None, None)
+    return (str(path) if path is not None else None), note

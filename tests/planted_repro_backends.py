@@ -60,11 +60,24 @@ class ToggleLeakBackend(EagerBackend):
 
 class CrashOnShrinkBackend(LeakyEagerBackend):
     """Leaks like ``eager-leaky``, and aborts the process on any shrunk candidate (a compiler that crashes
-    on a smaller graph): the shrink dies, the run must not."""
+    on a smaller graph): the candidates crash, the shrink and the run must not."""
 
     name = "planted-crash-on-shrink"
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         if case.id.endswith("-shrunk"):
+            os.abort()
+        return super().compile(case, workload)
+
+
+class CrashOnTanhBackend(EagerBackend):
+    """Aborts the process on any generated program with a ``tanh`` while the fault is on (a compiler
+    crashing on one op): the crash itself is what a repro shrinks and shows."""
+
+    name = "planted-crash-on-tanh"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        program = case.program
+        if fault_on() and program is not None and any(op.kind == "tanh" for op in (*program.ops, *program.body)):
             os.abort()
         return super().compile(case, workload)

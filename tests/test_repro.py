@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from conformance.adapter import discover
 from conformance.case import resolve
 from conformance.engine import run_case
-from conformance.isolation import WorkerPool
-from conformance.repro import EXIT_NOTHING_TO_REPRODUCE, failing_check, main_repro, shrink, write_repro
+from conformance.isolation import shutdown as isolation_shutdown
+from conformance.repro import (
+    EXIT_NOTHING_TO_REPRODUCE,
+    MAX_CANDIDATE_CRASHES,
+    auto_repro,
+    failing_check,
+    isolated,
+    main_repro,
+    shrink,
+    write_repro,
+)
+from conformance.text import plural
 from tests.planted import LeakyEagerBackend
 from tests.planted_repro_backends import FAULT_OFF, HeldBackwardInputsBackend, ToggleLeakBackend
 
@@ -49,8 +61,8 @@ def test_planted_leak_shrinks_to_a_standalone_repro(tmp_path: Path) -> None:
     # progress: a line per smaller failing program, naming the case, the backend, the runs and the ops left
     assert any(line.endswith("(smaller program still fails)") for line in lines), lines
     assert all(line.startswith(f"shrinking {CASE} on eager-leaky: run ") and "/60, " in line for line in lines)
-    assert f"{len(shrunk.case.program.ops) + len(shrunk.case.program.body)} ops left" in lines[-1] or any(
-        "ops left (smaller" in line for line in lines)
+    assert plural(len(shrunk.case.program.ops) + len(shrunk.case.program.body), "op") + " left" in lines[-1] or any(
+        re.search(r"ops? left \(smaller", line) for line in lines)
 
     repro = write_repro(shrunk.case, backend, shrunk.result, tmp_path / "repro.py")
     text = repro.read_text()
@@ -146,21 +158,27 @@ def test_main_repro_writes_a_registered_case_unshrunk(tmp_path: Path, capsys) ->
     assert not (tmp_path / "db").exists()  # nothing to shrink, no Hypothesis database
 
 
-def test_a_crash_while_shrinking_costs_the_repro_not_the_worker_pool(tmp_path: Path) -> None:
-    """The shrink runs in the isolation worker: a backend aborting on shrunk candidates kills the worker,
-    the repro request answers with a note, and the pool goes on with a fresh worker."""
+def test_candidates_that_crash_cost_the_candidates_not_the_shrink(tmp_path: Path) -> None:
+    """Each candidate runs in the isolation worker: a backend aborting on shrunk candidates gives them
+    ``crash`` verdicts, the shrink stops after a few, and the repro of the unshrunk case is written."""
     spec = "tests.planted_repro_backends:CrashOnShrinkBackend"
-    with WorkerPool() as pool:
-        result = pool.run(CASE, spec, 300)
-        assert result.status in ("fail-residual", "fail-peak"), result.reason
-        path, note = pool.repro(CASE, spec, result, tmp_path / "out", 600, max_runs=10)
-        assert path is None and note is not None
-        assert "repro not written: the worker crashed while making it (worker killed by signal SIGABRT" in note
-        assert not (tmp_path / "out" / "repros").exists()
-        # the next case gets its verdict from a fresh worker
-        again = pool.run("mlp-s-train", spec, 300)
+    case = resolve(CASE)
+    assert case is not None
+    try:
+        run = isolated(spec, 300)
+        original = run(case)
+        assert original.status in ("fail-residual", "fail-peak"), original.reason
+        path, note = auto_repro(case, discover().get(spec), original, tmp_path / "out", spec=spec, run=run)
+        assert path == tmp_path / "out" / "repros" / f"{CASE}@planted-crash-on-shrink.py" and path.exists()
+        assert note is not None and note.startswith(f"shrink: {MAX_CANDIDATE_CRASHES} smaller candidates "
+                                                     "crashed or hung the backend (worker killed by signal SIGABRT")
+        assert note.endswith("the repro is of the unshrunk case"), note
+        assert f"CASE_ID = {CASE!r}" in path.read_text() or f"{CASE} on backend" in path.read_text()
+        # the pool goes on: the next case gets its verdict from a fresh worker
+        again = run(resolve("mlp-s-train"))  # type: ignore[arg-type]
         assert again.status == "fail-residual", again.reason  # leaks its tanh results, like the generated case
-        assert pool.spawn_count == 2
+    finally:
+        isolation_shutdown(kill=True)
 
 
 def test_a_run_survives_a_crash_while_shrinking(tmp_path: Path) -> None:
@@ -175,14 +193,37 @@ def test_a_run_survives_a_crash_while_shrinking(tmp_path: Path) -> None:
     records = {r["case"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert set(records) == {CASE, "mlp-s-infer"}
     failed = records[CASE]
-    assert failed["status"] in ("fail-residual", "fail-peak") and not failed["repro_file"]
-    assert any(n.startswith("repro not written: the worker crashed while making it") for n in failed["notes"])
+    assert failed["status"] in ("fail-residual", "fail-peak")
+    assert Path(failed["repro_file"]) == out / "repros" / f"{CASE}@planted-crash-on-shrink.py"
+    assert any(n.startswith("shrink: ") and "crashed or hung the backend" in n for n in failed["notes"])
     # the run went on: the next pair got its verdict (it leaks too), and its repro (not generated: not
     # shrunk, nothing to crash on) was written
     other = records["mlp-s-infer"]
     assert other["status"] == "fail-residual", other["reason"]
     assert Path(other["repro_file"]) == out / "repros" / "mlp-s-infer@planted-crash-on-shrink.py"
     assert "FAILED_CHECK = 'residual'" in Path(other["repro_file"]).read_text()
+
+
+def test_cli_repro_shrinks_a_crash_and_its_script_exits_1_while_it_crashes(tmp_path: Path) -> None:
+    """A backend that aborts: ``conformance repro`` runs every candidate isolated, shrinks the crash to
+    fewer ops (the tanh kept), and writes a harness-based script that runs the program isolated too."""
+    case = "gen-dag-25"  # five ops, the first a tanh
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "repro", case, "--backend",
+                           "tests.planted_repro_backends:CrashOnTanhBackend", "-o", str(tmp_path / "r.py"),
+                           "--max-runs", "30", "--hypothesis-db", str(tmp_path / "db")],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{case} on planted-crash-on-tanh: crash: worker killed by signal SIGABRT" in proc.stdout
+    shrunk = re.search(r"shrunk in \d+ runs to (\d+) ops?: crash", proc.stdout)
+    assert shrunk is not None and int(shrunk.group(1)) < 5, proc.stdout + proc.stderr
+    text = (tmp_path / "r.py").read_text()
+    assert "FAILED_STATUS = 'crash'" in text and "FAILED_CHECK = None" in text and "Harness-based" in text
+    program = json.loads(re.search(r"^Program: (.+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    assert any(op["kind"] == "tanh" for op in program["ops"]) and len(program["ops"]) < 5, program
+    with_fault, without = _script(tmp_path / "r.py", tmp_path), _script(tmp_path / "r.py", tmp_path, fault_off=True)
+    assert with_fault.returncode == 1 and "FAULT: verdict crash still fails" in with_fault.stdout, (
+        with_fault.stdout + with_fault.stderr)
+    assert without.returncode == 0, without.stdout + without.stderr
 
 
 def test_cli_repro_shows_shrink_progress_and_exits_3_when_nothing_fails(tmp_path: Path) -> None:
@@ -196,7 +237,7 @@ def test_cli_repro_shows_shrink_progress_and_exits_3_when_nothing_fails(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     progress = [line for line in proc.stderr.splitlines() if line.startswith("shrinking ")]
     assert f"shrinking {CASE} on planted-toggle-leak: run 5/10, " in proc.stderr, proc.stderr
-    assert progress and all(" ops left" in line for line in progress)
+    assert progress and all(re.search(r" \d+ ops? left", line) for line in progress)
     assert f"wrote {tmp_path / 'r.py'} (exit 1 while residual fails)" in proc.stdout
     assert _script(tmp_path / "r.py", tmp_path).returncode == 1
 
