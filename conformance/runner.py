@@ -14,9 +14,10 @@ interrupted run keeps every finished verdict and never truncates an earlier one.
 session ends the controller calls the ``pytest_conformance_finished`` hook with the run's
 :class:`~conformance.plugin.RunStats` (the CLI implements it).
 
-Selection happens once per process.  xdist workers resolve it again from the same options: the
-selection holds live objects (backend instances, case builders) that ``workerinput`` cannot carry,
-and xdist needs every worker to collect the same items, which the same options guarantee.
+Selection happens once, in the controller: an xdist worker gets the selected case ids and backend
+specs in ``workerinput`` (``pytest_configure_node``) and only resolves those ids to live objects
+(backend instances, case builders), which ``workerinput`` cannot carry.  Every worker so collects
+the same items in the same order, as xdist needs, whatever the globs would match in its process.
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ class RunState:
 
 
 RUN_KEY = pytest.StashKey[RunState]()
+#: ``workerinput`` key of the controller's selection: ``{"cases": [ids], "backends": [specs]}``
+SELECTION_KEY = "conformance_selection"
 RESULT_KEY = pytest.StashKey[Result]()
 
 
@@ -164,11 +167,18 @@ def _selection(config: pytest.Config) -> Selection:
     state = config.stash[RUN_KEY]
     if state.selection is None:
         values = state.values
+        handed: dict[str, list[str]] | None = (
+            config.workerinput.get(SELECTION_KEY) if _is_worker(config) else None)  # type: ignore[attr-defined]
         try:
             for source in values["cases"]:
                 load_source(source)
-            state.selection = select(values["backend"], values["case"], values["generated"],
-                                     _int_seed(config.getoption("hypothesis_seed", None)))
+            if handed is not None:  # the controller's selection: resolve its ids, select nothing again
+                state.selection = select(handed["backends"], handed["cases"])
+                by_id = {c.id: c for c in state.selection.cases}
+                state.selection.cases = [by_id[i] for i in handed["cases"]]  # the controller's order
+            else:
+                state.selection = select(values["backend"], values["case"], values["generated"],
+                                         _int_seed(config.getoption("hypothesis_seed", None)))
         except (BackendError, CaseError, ManifestError) as exc:
             raise pytest.UsageError(str(exc)) from None
     return state.selection
@@ -353,6 +363,9 @@ class ResultWriter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["conformance_done"] = sorted(self.run_dir.done())
+        sel = _selection(self.config)
+        node.workerinput[SELECTION_KEY] = {"cases": [c.id for c in sel.cases],
+                                           "backends": [sel.specs.get(b.name, b.name) for b in sel.backends]}
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:

@@ -53,6 +53,32 @@ def test_junit_testcases_name_backend_and_family(tmp_path: Path) -> None:
                    for case, family in families.items()}
 
 
+ORDER_BY_PROCESS = """
+import os
+from conformance.backends.eager import EagerBackend  # noqa: F401  (the same builders as the built-in MLPs)
+from conformance.case import Case, register, resolve
+
+base = resolve("mlp-s-infer")
+ids = ["order-a", "order-b", "order-c"]
+if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+    ids.reverse()  # this worker's registry lists them the other way round
+for i in ids:
+    register(Case(i, base.kind, "order", base.seed, base.builder))
+"""
+
+
+def test_xdist_workers_run_the_controllers_selection(tmp_path: Path) -> None:
+    """Workers whose registries differ in order still collect the same items: the controller selects once
+    and hands the ids over; selecting again in each worker would make xdist refuse the run."""
+    (tmp_path / "order_cases.py").write_text(ORDER_BY_PROCESS)
+    proc = _run("run", "--cases", "order_cases.py", "--backend", "eager", "--case", "order-*", "--no-isolate",
+                "-n", "2", "--out", "out", "--no-report", "--no-history", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["case"] for r in records) == ["order-a", "order-b", "order-c"]
+    assert all(r["status"] == "pass" for r in records), records
+
+
 def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) -> None:
     """Run from the repository (so ``tests.planted_backends`` imports), writing only under tmp_path."""
     out_dir = tmp_path / "out"
