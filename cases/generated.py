@@ -12,6 +12,13 @@ program), and a case id drives it through ``random.Random(seed)``, so
 ``gen-dag-1234`` is the same program in every process and every Hypothesis
 version.  The seeded draw records its choices; replayed into Hypothesis's
 database they let Hypothesis shrink exactly that program (:mod:`conformance.repro`).
+
+The op vocabulary is one table, :data:`OPS`: each :class:`OpKind` says how the
+generator draws the kind (operands, attributes, result shapes) and the torch
+source it becomes, side by side.  A new op kind is one entry there; its place in
+the table is its place in the vocabularies (Hypothesis shrinks towards the
+first), and ``in_loops`` says whether loop bodies draw it too.  Any change to
+the drawn kinds changes the program each seeded id names.
 """
 
 from __future__ import annotations
@@ -41,20 +48,8 @@ TOLERANCES = {
     "float16": Tolerance(rtol=4e-3, atol=4e-3),
 }
 SCALARS = (2.0, 0.5, -1.5)
-#: Op vocabulary, simplest first (Hypothesis shrinks choices towards 0).
+#: Unary kinds, simplest first (an ``early`` program draws from them too).
 UNARY = ("relu", "tanh", "sigmoid", "neg")
-DAG_VOCAB = (
-    *UNARY, "scale", "add", "mul", "sub", "matmul", "sum", "mean", "amax", "sum_all",
-    "transpose", "reshape", "slice", "expand", "cat", "split", "chunk",
-    "add_inplace", "relu_inplace", "slice_inplace", "twin", "accum",
-)
-LOOP_VOCAB = (
-    *UNARY, "scale", "add", "mul", "sub", "matmul", "sum", "mean", "amax", "sum_all",
-    "transpose", "reshape", "slice", "expand", "cat", "split", "chunk",
-)
-CUSTOM_OPS = ("twin", "accum")
-#: Values each op produces (default 1).
-ARITY = {"split": 2, "chunk": 2, "twin": 2, "accum": 3}
 
 Shape = tuple[int, ...]
 
@@ -95,7 +90,7 @@ class Program:
 
     @property
     def uses_custom_ops(self) -> bool:
-        return any(op.kind in CUSTOM_OPS for op in (*self.ops, *self.body))
+        return any(op_kind(op.kind).custom for op in (*self.ops, *self.body))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +155,7 @@ class _Choose:
         return self.between(0, one_in - 1) == one_in - 1
 
 
-# -- generation ---------------------------------------------------------------------------
+# -- the op table: how each kind is drawn and how it is written -----------------------------
 
 def _bcast(a: Shape, b: Shape) -> Shape | None:
     try:
@@ -168,6 +163,228 @@ def _bcast(a: Shape, b: Shape) -> Shape | None:
     except RuntimeError:
         return None
 
+
+class _NoOperand(Exception):
+    """No value has a shape the drawn op can take."""
+
+
+@dataclass(frozen=True)
+class _Operands:
+    """What a generator draws from: the choices, the shapes of the values so far, ``(batch, width)``."""
+
+    ch: _Choose
+    shapes: Sequence[Shape]
+    dims: tuple[int, int]
+
+    def arg(self, fits: Callable[[Shape], bool] = lambda s: True) -> int:
+        """An earlier value whose shape ``fits``; raises :class:`_NoOperand` when there is none."""
+        cands = [i for i, s in enumerate(self.shapes) if fits(s)]
+        if not cands:
+            raise _NoOperand
+        # Choice 0 is the most recent value; larger choices reach far back (fan-out).
+        return cands[len(cands) - 1 - self.ch.between(0, len(cands) - 1)]
+
+
+#: A drawn op and the shapes of the values it produces.
+_Drawn = tuple[Op, tuple[Shape, ...]]
+#: Draws one op of a kind (raising :class:`_NoOperand` when no value fits it).
+_Generator = Callable[[_Operands, "OpKind"], _Drawn]
+#: Plain torch lines for one op: ``(op, argument names, result names, train)``.
+_Emitter = Callable[[Op, Sequence[str], Sequence[str], bool], list[str]]
+
+
+def _two_d(s: Shape) -> bool:
+    return len(s) == 2
+
+
+def _gen_same_shape(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg()
+    return Op(kind.name, (a,)), (o.shapes[a],)
+
+
+def _gen_scale(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg()
+    return Op(kind.name, (a,), (o.ch.between(0, len(SCALARS) - 1),)), (o.shapes[a],)
+
+
+def _broadcast_pair(o: _Operands) -> tuple[int, int, Shape]:
+    a = o.arg()
+    b = o.arg(lambda s: _bcast(o.shapes[a], s) is not None)  # a itself always fits
+    joined = _bcast(o.shapes[a], o.shapes[b])
+    assert joined is not None
+    return a, b, joined
+
+
+def _gen_broadcast(o: _Operands, kind: OpKind) -> _Drawn:
+    a, b, joined = _broadcast_pair(o)
+    return Op(kind.name, (a, b)), (joined,)
+
+
+def _gen_slice_inplace(o: _Operands, kind: OpKind) -> _Drawn:
+    a, b, joined = _broadcast_pair(o)
+    if len(joined) != 2:  # no columns to slice: the in-place add instead
+        return Op("add_inplace", (a, b)), (joined,)
+    return Op(kind.name, (a, b), (o.ch.between(1, joined[1]),)), (joined,)
+
+
+def _gen_matmul(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(lambda s: _two_d(s) and any(len(t) == 2 and t[0] == s[1] for t in o.shapes))
+    b = o.arg(lambda s: _two_d(s) and s[0] == o.shapes[a][1])
+    return Op(kind.name, (a, b)), ((o.shapes[a][0], o.shapes[b][1]),)
+
+
+def _gen_reduce(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(lambda s: len(s) >= 1)
+    dim = o.ch.between(0, len(o.shapes[a]) - 1)
+    out = list(o.shapes[a])
+    out[dim] = 1
+    return Op(kind.name, (a,), (dim,)), (tuple(out),)
+
+
+def _gen_reduce_all(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(lambda s: len(s) >= 1)
+    return Op(kind.name, (a,)), ((),)
+
+
+def _gen_swap(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(_two_d)
+    return Op(kind.name, (a,)), ((o.shapes[a][1], o.shapes[a][0]),)
+
+
+def _gen_slice(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(lambda s: _two_d(s) and max(s) >= 2)
+    s = o.shapes[a]
+    dim = o.ch.pick([d for d in (0, 1) if s[d] >= 2])
+    start = o.ch.between(0, s[dim] - 1)
+    length = o.ch.between(1, s[dim] - start)
+    out = list(s)
+    out[dim] = length
+    return Op(kind.name, (a,), (dim, start, length)), (tuple(out),)
+
+
+def _gen_expand(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(lambda s: len(s) == 0 or (_two_d(s) and 1 in s))
+    s = o.shapes[a]
+    grown = tuple(o.dims) if not s else tuple(o.dims[d] if s[d] == 1 else s[d] for d in (0, 1))
+    return Op(kind.name, (a,), grown), (grown,)
+
+
+def _gen_cat(o: _Operands, kind: OpKind) -> _Drawn:
+    a = o.arg(_two_d)
+    dim = o.ch.between(0, 1)
+    b = o.arg(lambda s: _two_d(s) and s[1 - dim] == o.shapes[a][1 - dim])
+    out = list(o.shapes[a])
+    out[dim] += o.shapes[b][dim]
+    return Op(kind.name, (a, b), (dim,)), (tuple(out),)
+
+
+def _two_pieces(o: _Operands, kind: OpKind, first_size: Callable[[int], int]) -> _Drawn:
+    """Cut a 2-D value in two along a dim of size >= 2; ``first_size(size)`` is the first piece's."""
+    a = o.arg(lambda s: _two_d(s) and max(s) >= 2)
+    s = o.shapes[a]
+    dim = o.ch.pick([d for d in (0, 1) if s[d] >= 2])
+    first = first_size(s[dim])
+    o1, o2 = list(s), list(s)
+    o1[dim], o2[dim] = first, s[dim] - first
+    return Op(kind.name, (a,), (dim, first)), (tuple(o1), tuple(o2))
+
+
+def _gen_split(o: _Operands, kind: OpKind) -> _Drawn:
+    return _two_pieces(o, kind, lambda size: o.ch.between(1, size - 1))
+
+
+def _gen_chunk(o: _Operands, kind: OpKind) -> _Drawn:
+    return _two_pieces(o, kind, lambda size: (size + 1) // 2)
+
+
+def _gen_copies(o: _Operands, kind: OpKind) -> _Drawn:
+    """One operand, ``kind.arity`` results of its shape (the custom ops)."""
+    a = o.arg()
+    return Op(kind.name, (a,)), (o.shapes[a],) * kind.arity
+
+
+def _lines(*templates: str) -> _Emitter:
+    """An emitter filling ``str.format`` templates: ``o`` (the first result), ``outs``, ``a``
+    (the argument names), ``attrs`` and ``kind``."""
+
+    def emit(op: Op, a: Sequence[str], outs: Sequence[str], train: bool) -> list[str]:
+        return [t.format(o=outs[0], outs=outs, a=a, attrs=op.attrs, kind=op.kind) for t in templates]
+
+    return emit
+
+
+def _emit_scale(op: Op, a: Sequence[str], outs: Sequence[str], train: bool) -> list[str]:
+    return [f"{outs[0]} = {a[0]} * {SCALARS[op.attrs[0]]}"]
+
+
+def _emit_accum(op: Op, a: Sequence[str], outs: Sequence[str], train: bool) -> list[str]:
+    x = f"{a[0]}.detach()" if train else a[0]  # a mutating custom op has no autograd formula
+    return [f"{outs[2]} = torch.zeros_like({a[0]})",
+            f"{outs[0]}, {outs[1]} = torch.ops.conformance_gen.accum({x}, {outs[2]})"]
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """One op kind: how the generator draws it and the plain torch it becomes, side by side,
+    so the shapes the generator records are the shapes the emitted source makes."""
+
+    name: str
+    #: ``None``: never drawn from a vocabulary, only placed by a family's own generator.
+    generate: _Generator | None
+    emit: _Emitter
+    #: How many values the op produces.
+    arity: int = 1
+    #: Drawn in ``while_loop`` bodies too (the loop vocabulary leaves out in-place and custom ops).
+    in_loops: bool = True
+    #: Calls a ``conformance_gen`` custom op: the case requires ``custom_ops``.
+    custom: bool = False
+
+
+_INPLACE_ADD = "{o} = {a[0]} + {a[1]}"
+#: Every op kind, in vocabulary order: Hypothesis shrinks a drawn kind towards the first.
+OPS: dict[str, OpKind] = {kind.name: kind for kind in (
+    *(OpKind(name, _gen_same_shape, _lines("{o} = torch.{kind}({a[0]})")) for name in UNARY),
+    OpKind("scale", _gen_scale, _emit_scale),
+    OpKind("add", _gen_broadcast, _lines("{o} = {a[0]} + {a[1]}")),
+    OpKind("mul", _gen_broadcast, _lines("{o} = {a[0]} * {a[1]}")),
+    OpKind("sub", _gen_broadcast, _lines("{o} = {a[0]} - {a[1]}")),
+    OpKind("matmul", _gen_matmul, _lines("{o} = {a[0]} @ {a[1]}")),
+    *(OpKind(name, _gen_reduce, _lines("{o} = {a[0]}.{kind}({attrs[0]}, keepdim=True)"))
+      for name in ("sum", "mean", "amax")),
+    OpKind("sum_all", _gen_reduce_all, _lines("{o} = {a[0]}.sum()")),
+    OpKind("transpose", _gen_swap, _lines("{o} = {a[0]}.t()")),
+    OpKind("reshape", _gen_swap, _lines("{o} = {a[0]}.reshape({a[0]}.shape[1], {a[0]}.shape[0])")),
+    OpKind("slice", _gen_slice, _lines("{o} = {a[0]}.narrow({attrs[0]}, {attrs[1]}, {attrs[2]})")),
+    OpKind("expand", _gen_expand, _lines("{o} = {a[0]}.expand({attrs[0]}, {attrs[1]})")),
+    OpKind("cat", _gen_cat, _lines("{o} = torch.cat([{a[0]}, {a[1]}], {attrs[0]})")),
+    OpKind("split", _gen_split, _lines(
+        "{outs[0]}, {outs[1]} = torch.split({a[0]}, [{attrs[1]}, {a[0]}.shape[{attrs[0]}] - {attrs[1]}], {attrs[0]})"
+    ), arity=2),
+    OpKind("chunk", _gen_chunk, _lines("{outs[0]}, {outs[1]} = torch.chunk({a[0]}, 2, {attrs[0]})"), arity=2),
+    OpKind("add_inplace", _gen_broadcast, _lines(_INPLACE_ADD, "{o}.mul_(0.5)"), in_loops=False),
+    OpKind("relu_inplace", _gen_broadcast, _lines(_INPLACE_ADD, "{o}.relu_()"), in_loops=False),
+    OpKind("slice_inplace", _gen_slice_inplace, _lines(_INPLACE_ADD, "{o}[:, :{attrs[0]}].mul_(2.0)"),
+           in_loops=False),
+    OpKind("twin", _gen_copies, _lines("{outs[0]}, {outs[1]} = torch.ops.conformance_gen.twin({a[0]})"),
+           arity=2, in_loops=False, custom=True),
+    OpKind("accum", _gen_copies, _emit_accum, arity=3, in_loops=False, custom=True),
+    # the loop family's carry update: new carry j = tanh(carry j + a value that broadcasts to it)
+    OpKind("blend", None, _lines("{o} = torch.tanh({a[0]} + {a[1]})")),
+)}
+#: Kinds a ``dag`` program draws from, and a ``loop`` body: table order.
+DAG_VOCAB = tuple(name for name, kind in OPS.items() if kind.generate is not None)
+LOOP_VOCAB = tuple(name for name in DAG_VOCAB if OPS[name].in_loops)
+
+
+def op_kind(name: str) -> OpKind:
+    """The table entry of a recorded op (a program read from JSON may name any kind)."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"unknown op kind {name!r}") from None
+
+
+# -- generation ---------------------------------------------------------------------------
 
 @dataclass
 class _Values:
@@ -179,123 +396,16 @@ class _Values:
         self.shapes.extend(shapes)
 
 
-class _NoOperand(Exception):
-    """No value has a shape the drawn op can take."""
-
-
 def _gen_op(ch: _Choose, vals: _Values, vocab: Sequence[str], dims: tuple[int, int]) -> None:
     """Append one op of a kind from ``vocab``; falls back to ``relu`` when no operand fits."""
+    kind = OPS[ch.pick(vocab)]
+    assert kind.generate is not None  # a vocabulary holds only drawn kinds
+    operands = _Operands(ch, vals.shapes, dims)
     try:
-        _gen_kind(ch, vals, ch.pick(vocab), dims)
+        op, shapes = kind.generate(operands, kind)
     except _NoOperand:
-        a = len(vals.shapes) - 1 - ch.between(0, len(vals.shapes) - 1)
-        vals.add(Op("relu", (a,)), vals.shapes[a])
-
-
-def _gen_kind(ch: _Choose, vals: _Values, kind: str, dims: tuple[int, int]) -> None:
-    shapes = vals.shapes
-
-    def arg(pred: Callable[[Shape], bool] = lambda s: True) -> int:
-        cands = [i for i, s in enumerate(shapes) if pred(s)]
-        if not cands:
-            raise _NoOperand
-        # Index 0 is the most recent value; larger indices reach far back (fan-out).
-        return cands[len(cands) - 1 - ch.between(0, len(cands) - 1)]
-
-    two_d = lambda s: len(s) == 2  # noqa: E731
-    if kind in UNARY:
-        a = arg()
-        vals.add(Op(kind, (a,)), shapes[a])
-        return
-    if kind == "scale":
-        a = arg()
-        vals.add(Op(kind, (a,), (ch.between(0, len(SCALARS) - 1),)), shapes[a])
-        return
-    if kind in ("add", "mul", "sub", "add_inplace", "relu_inplace", "slice_inplace"):
-        a = arg()
-        assert a is not None
-        b = arg(lambda s: _bcast(shapes[a], s) is not None)
-        assert b is not None  # a itself always fits
-        joined = _bcast(shapes[a], shapes[b])
-        assert joined is not None
-        if kind == "slice_inplace":
-            if len(joined) != 2:
-                kind = "add_inplace"
-            else:
-                vals.add(Op(kind, (a, b), (ch.between(1, joined[1]),)), joined)
-                return
-        vals.add(Op(kind, (a, b)), joined)
-        return
-    if kind == "matmul":
-        a = arg(lambda s: two_d(s) and any(len(t) == 2 and t[0] == s[1] for t in shapes))
-        if a is not None:
-            b = arg(lambda s: two_d(s) and s[0] == shapes[a][1])
-            assert b is not None
-            vals.add(Op(kind, (a, b)), (shapes[a][0], shapes[b][1]))
-            return
-    elif kind in ("sum", "mean", "amax"):
-        a = arg(lambda s: len(s) >= 1)
-        if a is not None:
-            dim = ch.between(0, len(shapes[a]) - 1)
-            out = list(shapes[a])
-            out[dim] = 1
-            vals.add(Op(kind, (a,), (dim,)), tuple(out))
-            return
-    elif kind == "sum_all":
-        a = arg(lambda s: len(s) >= 1)
-        if a is not None:
-            vals.add(Op(kind, (a,)), ())
-            return
-    elif kind in ("transpose", "reshape"):
-        a = arg(two_d)
-        if a is not None:
-            vals.add(Op(kind, (a,)), (shapes[a][1], shapes[a][0]))
-            return
-    elif kind == "slice":
-        a = arg(lambda s: two_d(s) and max(s) >= 2)
-        if a is not None:
-            s = shapes[a]
-            dim = ch.pick([d for d in (0, 1) if s[d] >= 2])
-            start = ch.between(0, s[dim] - 1)
-            length = ch.between(1, s[dim] - start)
-            out = list(s)
-            out[dim] = length
-            vals.add(Op(kind, (a,), (dim, start, length)), tuple(out))
-            return
-    elif kind == "expand":
-        a = arg(lambda s: len(s) == 0 or (two_d(s) and 1 in s))
-        if a is not None:
-            s = shapes[a]
-            grown = tuple(dims) if not s else tuple(dims[d] if s[d] == 1 else s[d] for d in (0, 1))
-            vals.add(Op(kind, (a,), grown), grown)
-            return
-    elif kind == "cat":
-        a = arg(two_d)
-        if a is not None:
-            dim = ch.between(0, 1)
-            b = arg(lambda s: two_d(s) and s[1 - dim] == shapes[a][1 - dim])
-            assert b is not None
-            out = list(shapes[a])
-            out[dim] += shapes[b][dim]
-            vals.add(Op(kind, (a, b), (dim,)), tuple(out))
-            return
-    elif kind in ("split", "chunk"):
-        a = arg(lambda s: two_d(s) and max(s) >= 2)
-        if a is not None:
-            s = shapes[a]
-            dim = ch.pick([d for d in (0, 1) if s[d] >= 2])
-            first = ch.between(1, s[dim] - 1) if kind == "split" else (s[dim] + 1) // 2
-            o1, o2 = list(s), list(s)
-            o1[dim], o2[dim] = first, s[dim] - first
-            vals.add(Op(kind, (a,), (dim, first)), tuple(o1), tuple(o2))
-            return
-    elif kind in ("twin", "accum"):
-        a = arg()
-        assert a is not None
-        s = shapes[a]
-        vals.add(Op(kind, (a,)), *([s] * ARITY[kind]))
-        return
-    raise _NoOperand
+        op, shapes = _gen_same_shape(operands, OPS["relu"])
+    vals.add(op, *shapes)
 
 
 def _sinks(n_values: int, ops: Sequence[Op], first: int) -> tuple[int, ...]:
@@ -330,8 +440,7 @@ def gen_program(chooser: Chooser, family: str, train: bool, max_ops: int = 8) ->
         _gen_op(ch, body, LOOP_VOCAB, (batch, width))
     outs = []
     for j in range(carried):  # new carry j = tanh(carry j + something that broadcasts to it)
-        cands = [i for i, s in enumerate(body.shapes) if _bcast(s, (batch, width)) == (batch, width)]
-        other = cands[len(cands) - 1 - ch.between(0, len(cands) - 1)]
+        other = _Operands(ch, body.shapes, (batch, width)).arg(lambda s: _bcast(s, (batch, width)) == (batch, width))
         body.add(Op("blend", (j, other)), (batch, width))
         outs.append(len(body.shapes) - 1)
     return Program(family, train, "float32", batch, width, carried + 1, param_shapes, (), (),
@@ -383,59 +492,12 @@ def program_for_seed(family: str, train: bool, seed: int) -> tuple[Program, list
 
 # -- source ---------------------------------------------------------------------------------
 
-def _emit(op: Op, a: list[str], outs: list[str], train: bool) -> list[str]:
-    """Plain torch for one op record."""
-    o = outs[0]
-    k = op.kind
-    if k in UNARY:
-        return [f"{o} = torch.{k}({a[0]})"]
-    if k == "scale":
-        return [f"{o} = {a[0]} * {SCALARS[op.attrs[0]]}"]
-    if k in ("add", "mul", "sub"):
-        return [f"{o} = {a[0]} {dict(add='+', mul='*', sub='-')[k]} {a[1]}"]
-    if k == "matmul":
-        return [f"{o} = {a[0]} @ {a[1]}"]
-    if k in ("sum", "mean", "amax"):
-        return [f"{o} = {a[0]}.{k}({op.attrs[0]}, keepdim=True)"]
-    if k == "sum_all":
-        return [f"{o} = {a[0]}.sum()"]
-    if k == "transpose":
-        return [f"{o} = {a[0]}.t()"]
-    if k == "reshape":
-        return [f"{o} = {a[0]}.reshape({a[0]}.shape[1], {a[0]}.shape[0])"]
-    if k == "slice":
-        return [f"{o} = {a[0]}.narrow({op.attrs[0]}, {op.attrs[1]}, {op.attrs[2]})"]
-    if k == "expand":
-        return [f"{o} = {a[0]}.expand({op.attrs[0]}, {op.attrs[1]})"]
-    if k == "cat":
-        return [f"{o} = torch.cat([{a[0]}, {a[1]}], {op.attrs[0]})"]
-    if k == "split":
-        dim, first = op.attrs
-        return [f"{outs[0]}, {outs[1]} = torch.split({a[0]}, [{first}, {a[0]}.shape[{dim}] - {first}], {dim})"]
-    if k == "chunk":
-        return [f"{outs[0]}, {outs[1]} = torch.chunk({a[0]}, 2, {op.attrs[0]})"]
-    if k == "add_inplace":
-        return [f"{o} = {a[0]} + {a[1]}", f"{o}.mul_(0.5)"]
-    if k == "relu_inplace":
-        return [f"{o} = {a[0]} + {a[1]}", f"{o}.relu_()"]
-    if k == "slice_inplace":
-        return [f"{o} = {a[0]} + {a[1]}", f"{o}[:, :{op.attrs[0]}].mul_(2.0)"]
-    if k == "twin":
-        return [f"{outs[0]}, {outs[1]} = torch.ops.conformance_gen.twin({a[0]})"]
-    if k == "accum":
-        x = f"{a[0]}.detach()" if train else a[0]  # a mutating custom op has no autograd formula
-        return [f"{outs[2]} = torch.zeros_like({a[0]})",
-                f"{outs[0]}, {outs[1]} = torch.ops.conformance_gen.accum({x}, {outs[2]})"]
-    if k == "blend":
-        return [f"{o} = torch.tanh({a[0]} + {a[1]})"]
-    raise ValueError(f"unknown op kind {k!r}")
-
-
 def _emit_ops(ops: Sequence[Op], names: list[str], prefix: str, train: bool) -> list[str]:
     lines: list[str] = []
     for op in ops:
-        outs = [f"{prefix}{len(names) + i}" for i in range(ARITY.get(op.kind, 1))]
-        lines.extend(_emit(op, [names[i] for i in op.args], outs, train))
+        kind = op_kind(op.kind)
+        outs = [f"{prefix}{len(names) + i}" for i in range(kind.arity)]
+        lines.extend(kind.emit(op, [names[i] for i in op.args], outs, train))
         names.extend(outs)
     return lines
 

@@ -6,13 +6,23 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conformance.cases.generated import (
+    DAG_VOCAB,
     DEFAULT_COUNT,
     DEFAULT_EARLY,
+    FAMILIES,
+    OPS,
+    Op,
     Program,
+    RandomChooser,
+    Shape,
+    _Choose,
+    _Operands,
     case_from_id,
     early_cases,
     generated_cases,
+    load_source,
     program_for_seed,
     program_source,
     programs,
@@ -81,3 +91,45 @@ def test_hypothesis_replays_the_seeded_choices(family: str, train: bool, seed: i
 def test_program_json_round_trip() -> None:
     program = case_from_id("gen-loop-3").program
     assert Program.from_json(program.to_json()) == program
+
+
+def _run_eagerly(program: Program) -> list[Shape]:
+    ns = load_source(program_source(program), "<per-kind>")
+    with torch.no_grad():
+        return [tuple(t.shape) for t in ns["make_model"]()(*ns["make_inputs"]())]
+
+
+@pytest.mark.parametrize("kind", DAG_VOCAB)
+def test_each_kind_emits_the_shapes_it_generates(kind: str) -> None:
+    """Generation and emission agree per kind: the emitted torch, run eagerly, makes exactly the
+    values (count and shapes) the generator recorded, for many draws of that kind."""
+    batch, width = 3, 4  # odd batch: chunk's uneven halves are drawn
+    params: tuple[Shape, ...] = ((width, width), (width,))
+    # every operand shape some kind needs: (batch, width), (width, width), (width,), (batch, 1), ()
+    preamble = (Op("sum", (0,), (1,)), Op("sum_all", (0,)))
+    shapes: list[Shape] = [(batch, width), *params, (batch, 1), ()]
+    first = 1 + len(params)
+    drawn: set[str] = set()
+    for seed in range(20):
+        generate = OPS[kind].generate
+        assert generate is not None
+        op, results = generate(_Operands(_Choose(RandomChooser(seed)), shapes, (batch, width)), OPS[kind])
+        drawn.add(op.kind)
+        program = Program("dag", False, "float32", batch, width, 1, params, (*preamble, op),
+                          tuple(range(first, len(shapes) + len(results))))
+        assert _run_eagerly(program) == shapes[first:] + list(results), (seed, op)
+    assert kind in drawn
+
+
+def test_every_table_kind_is_drawn_or_placed() -> None:
+    """No dead entries: each kind of the table turns up in seeded programs of some family."""
+    seeded = [program_for_seed(family, False, seed)[0] for family in FAMILIES for seed in range(100)]
+    assert {op.kind for program in seeded for op in (*program.ops, *program.body)} == set(OPS)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_loop_carry_update_keeps_the_carried_shapes(seed: int) -> None:
+    """``blend`` is never drawn, only placed by the loop family: its emission is checked here."""
+    program, _ = program_for_seed("loop", False, seed)
+    assert sum(op.kind == "blend" for op in program.body) == program.carried
+    assert _run_eagerly(program) == [(program.batch, program.width)] * program.carried
