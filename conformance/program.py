@@ -40,7 +40,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from conformance.lifetime import LifetimeModel, ModelError, Observation, Storage, _Builder, _caller_value, _finish
+from conformance.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage
 
 #: Storage roles the program is responsible for freeing (callers' inputs, the autograd
 #: engine's tangents and the step's results are freed by others, on their own terms).
@@ -157,7 +157,7 @@ class WrapperProgram:
         lines = self.source.splitlines()
         return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
 
-    def model(self, builder: _Builder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
+    def model(self, builder: ModelBuilder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
               donated: bool) -> list[Any]:
         """Run the program's references through ``builder``; returns the builder values it returns.
 
@@ -171,10 +171,10 @@ def model_program(program: WrapperProgram, input_vals: Sequence[Any], observatio
                   retained_outputs: Iterable[int] = ()) -> LifetimeModel:
     """Model one program on its own: its inputs caller-owned (they cost it nothing), its results
     dropped by the caller after it returns except ``retained_outputs`` (positions)."""
-    builder = _Builder(observation or Observation())
-    inputs = [_caller_value(v, f"arg{i}", builder) for i, v in enumerate(input_vals)]
+    builder = ModelBuilder(observation or Observation())
+    inputs = [builder.caller_input(v, f"arg{i}") for i, v in enumerate(input_vals)]
     outputs = program.model(builder, inputs, input_vals, "", donated=False)
-    return _finish(builder, outputs, set(retained_outputs))
+    return builder.finish(outputs, set(retained_outputs))
 
 
 def _is_kernel_definition(value: ast.expr) -> bool:
@@ -225,7 +225,7 @@ class _Statement:
 
 
 class _Interpreter:
-    def __init__(self, program: WrapperProgram, builder: _Builder, prefix: str) -> None:
+    def __init__(self, program: WrapperProgram, builder: ModelBuilder, prefix: str) -> None:
         self.program = program
         self.builder = builder
         self.prefix = prefix
@@ -597,9 +597,10 @@ class _Interpreter:
         if isinstance(value, torch.Tensor):
             key = (len(self.frames), ast.unparse(node))
             if key not in self.loops:
-                if not self.builder._trips:
+                trips = self.builder.next_trip_count()
+                if trips is None:
                     raise self._error(test, "no observed trip count for this loop")
-                self.loops[key] = self.builder._trips.pop(0)
+                self.loops[key] = trips
             left = self.loops[key]
             truth = left > 0
             if consume:

@@ -1,0 +1,76 @@
+"""The lifetime model's passes on their own: liveness as data, reference counting, a call's convention."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from conformance.lifetime import CallingConvention, ModelBuilder, Observation, release_schedule
+from conformance.lifetime.graph import GraphWalker
+
+F = 4  # bytes per float32
+
+
+def test_release_schedule_drops_each_value_after_its_last_user_and_never_a_returned_one() -> None:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(operator.neg, (x,))
+    b = graph.call_function(operator.add, (a, x))  # last use of x
+    unused = graph.call_function(operator.abs, (b,))
+    c = graph.call_function(operator.mul, (a, b))  # last use of a and b
+    graph.output((c, a))
+    schedule = release_schedule(graph)
+    assert schedule[b] == [x]
+    assert schedule[unused] == [unused]  # nobody uses it: dropped right after it is made
+    assert schedule[c] == [b]  # `a` is returned: never dropped
+    assert all(a not in dropped and c not in dropped for dropped in schedule.values())
+
+
+def test_a_storage_dies_at_the_event_its_last_reference_goes() -> None:
+    builder = ModelBuilder(Observation())
+    caller = builder.caller_input(torch.empty(4), "x")
+    s = builder.new_storage(16, "p", "op", None, "intermediate")
+    builder.acquire([s, caller])
+    builder.acquire(s)
+    builder.event("first", transient_bytes=8)  # inside the op only
+    builder.release(s)
+    builder.event("second")
+    builder.release((s, caller))
+    builder.event("third")
+    assert builder.live == [16 + 8, 16, 0]
+    assert s.birth == 0 and s.death == 1  # after "second", the event at which its last reference went
+    assert caller.nbytes == 0 and caller.death is None  # the caller's: costs the step nothing, never dies here
+
+
+@pytest.mark.parametrize("nbytes, aligned", [(1, 64), (64, 64), (65, 128), (0, 0)])
+def test_results_at_start_are_rounded_up_to_the_alignment(nbytes: int, aligned: int) -> None:
+    assert CallingConvention(results_at_start=64).result_nbytes(nbytes) == aligned
+
+
+def _add_one() -> torch.fx.GraphModule:
+    return make_fx(lambda x: x + 1, tracing_mode="fake")(torch.randn(10))
+
+
+@pytest.mark.parametrize("donated", [True, False])
+def test_a_staged_call_holds_its_input_copy_and_allocates_its_result_first(donated: bool) -> None:
+    gm = _add_one()
+    builder = ModelBuilder(Observation())
+    (x_val,) = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    x = builder.new_storage(10 * F, "made", "op", x_val, "intermediate")  # an earlier op's value
+    builder.acquire(x)
+    builder.event("made")
+    convention = CallingConvention(donated=donated, staged=True, results_at_start=64)
+    (out,) = GraphWalker(builder).run_graph(gm, [x], "", convention)
+    copy = next(s for s in builder.storages if s.role == "staging")
+    assert builder.events == ["made", "stage:x_1", "results", "add"]
+    assert (copy.nbytes, out.nbytes) == (10 * F, 64)
+    assert (copy.birth, out.birth) == (1, 2)
+    assert copy.death == 3  # held by the call until it returns, past its last use
+    # a donated original dies once it is copied (both live while copying); one the caller keeps
+    # lives through the call
+    assert x.death == (1 if donated else None)
+    assert builder.live == ([40, 80, 104, 104] if donated else [40, 80, 144, 144])
