@@ -165,13 +165,24 @@ class BackendRegistry:
         return [b for b in self.backends.values() if b.unavailable_reason() is None]
 
 
+def _import_adapter_module(module_name: str) -> Any:
+    """The module, from the installed packages or, only when it is not there, from the current
+    directory (like ``python -m``: an ad hoc adapter next to where the run starts, which then stays
+    importable for the modules it imports later and for the workers the run starts)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name) or os.getcwd() in sys.path:
+            raise
+    sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module_name)
+
+
 def load_backend_class(label: str, spec: str) -> Backend:
     """Import ``module:Class`` and check it is a usable adapter; raise :class:`BackendError` if not."""
     module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:  # like pytest's rootdir: ad hoc adapters may live in the project
-        sys.path.insert(0, os.getcwd())
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
+        obj = getattr(_import_adapter_module(module_name), attr)
     except (Exception, SystemExit) as exc:  # an import error (or exit) in a plugin must not take the run down
         raise BackendError(f"backend {label!r}: cannot load {spec}: {type(exc).__name__}: {exc}") from exc
     return validate_backend(label, obj)

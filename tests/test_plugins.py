@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conformance.adapter import discover
 
 
@@ -70,3 +72,22 @@ def test_broken_plugins_are_named_and_the_rest_still_run(tmp_path: Path) -> None
     chosen = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "broken-methods"],
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert chosen.returncode == 2 and "broken-methods" in chosen.stderr and "Traceback" not in chosen.stderr
+
+
+def test_an_ad_hoc_adapter_is_found_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``module:Class`` imports like ``python -m``: the current directory goes on ``sys.path`` for a module
+    found nowhere else, and a module failing on its own missing import is reported as that failure."""
+    from conformance.adapter import BackendError, load_backend_class
+
+    (tmp_path / "adhoc_adapter.py").write_text(
+        "from conformance.backends.eager import EagerBackend\n\n\nclass B(EagerBackend):\n    name = 'adhoc'\n")
+    (tmp_path / "needs_dep.py").write_text("import no_such_dependency_xyz  # noqa: F401\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert load_backend_class("eager", "conformance.backends.eager:EagerBackend").name == "eager"
+    assert str(tmp_path) not in sys.path  # an installed module: the current directory is left alone
+    assert load_backend_class("adhoc", "adhoc_adapter:B").name == "adhoc"
+    assert sys.path[0] == str(tmp_path)
+    with pytest.raises(BackendError, match="no_such_dependency_xyz"):  # found: its own import failed
+        load_backend_class("dep", "needs_dep:B")
+    assert sys.path.count(str(tmp_path)) == 1
