@@ -1,8 +1,9 @@
 """The contributor paths docs/design.md's "Where things go" names, each taken here as a contributor would.
 
 A tiny memory domain (a toy device allocator) added through ``CompiledStep.extra_probes``,
-a backend built by subclassing a shipped one, and the one combining rule for checks: each
-is exercised end to end through the real engine, and the domain's faults must be caught.
+a backend built by subclassing a shipped one, a generated op kind added as one table entry, and
+the one combining rule for checks: each is exercised end to end through the real engine, and the
+domain's faults must be caught.
 """
 
 from __future__ import annotations
@@ -137,3 +138,19 @@ def test_checks_combine_by_the_documented_precedence() -> None:
         assert decided is not None and decided.name == first, (a, b, decided)
         assert combine([Check(a, Status.PASS), Check(b, Status.FAIL_RESIDUAL, "x")]).name == b  # type: ignore[union-attr]
     assert combine([Check(n, Status.PASS) for n in PRECEDENCE]) is None
+
+
+def test_a_new_generated_op_kind_is_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``OpKind`` added to ``OPS`` (and so to the vocabulary) is drawn, written as torch, and run and
+    judged like every other kind: eager, memory-exact, passes."""
+    from conformance.cases import generated
+
+    exp = generated.OpKind("exp", generated._gen_same_shape, generated._lines("{o} = torch.exp({a[0]})"))
+    monkeypatch.setitem(generated.OPS, "exp", exp)
+    monkeypatch.setattr(generated, "DAG_VOCAB", (*generated.DAG_VOCAB, "exp"))
+    drawn = (generated.gen_program(generated.RandomChooser(seed), "dag", False) for seed in range(500))
+    program = next(p for p in drawn if p.dtype == "float32" and any(op.kind == "exp" for op in p.ops))
+    assert "torch.exp(" in generated.program_source(program)
+    result = run_case(generated.case_from_program(program, "gen-dag-with-exp", 0), EagerBackend())
+    assert result.status == Status.PASS, result.reason
+    assert result.memory is not None and result.memory.measured_peak_bytes == result.memory.model_peak_bytes
