@@ -64,6 +64,12 @@ PROGRESS_EVERY = 5
 #: each costs a fresh worker, and a backend that crashes on smaller programs is a finding of its own.
 MAX_CANDIDATE_CRASHES = 3
 
+#: A shrunk candidate's time limit when isolated: this many times what the original pair took, at
+#: least :data:`CANDIDATE_MIN_TIMEOUT_S` (a cold compile) and at most the run's own limit, so a
+#: backend that hangs on smaller programs costs minutes, not the run's limit three times over.
+CANDIDATE_TIMEOUT_FACTOR = 10
+CANDIDATE_MIN_TIMEOUT_S = 60.0
+
 #: How a shrink gets a candidate's verdict: in this process, or in the isolation worker.
 RunCase = Callable[[Case], Result]
 
@@ -187,6 +193,14 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
                                                   f"shrunk from {case.id}: " + shrunk_case.description)
     return Shrunk(shrunk_case, result, original, runs, minimal != program, len(crashes),
                   crashes[0] if crashes else "")
+
+
+def candidate_timeout_s(original: Result, timeout_s: float) -> float:
+    """The time limit of each shrunk candidate of ``original`` (see :data:`CANDIDATE_TIMEOUT_FACTOR`)."""
+    took = original.timing.get("isolated_wall_s", original.timing.get("pair_s"))
+    if took is None:
+        return timeout_s
+    return min(timeout_s, max(CANDIDATE_MIN_TIMEOUT_S, CANDIDATE_TIMEOUT_FACTOR * took))
 
 
 def isolated(spec: str, timeout_s: float) -> RunCase:
@@ -600,7 +614,9 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
     if no_shrink or program is None:
         shrunk = Shrunk(case, original, original, 1, False)
     else:
-        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress, run)
+        candidates = (isolated(spec, candidate_timeout_s(original, timeout_s))
+                      if spec is not None and timeout_s is not None else run)
+        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress, candidates)
     path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id, timeout_s or DEFAULT_TIMEOUT_S)
     check = failing_check(original)
     print(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
@@ -646,7 +662,7 @@ def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_d
         return None, None
     try:
         path, note = auto_repro(case, backend, result, results_dir, spec=spec,
-                                run=isolated(spec, timeout_s) if isolate else None)
+                                run=isolated(spec, candidate_timeout_s(result, timeout_s)) if isolate else None)
     except Exception as exc:  # a repro that cannot be made must not cost the verdict
         return None, f"repro not written: {type(exc).__name__}: {exc}"
     return (str(path) if path is not None else None), note

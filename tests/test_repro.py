@@ -18,15 +18,19 @@ from conformance.case import resolve
 from conformance.engine import run_case
 from conformance.isolation import shutdown as isolation_shutdown
 from conformance.repro import (
+    CANDIDATE_MIN_TIMEOUT_S,
+    CANDIDATE_TIMEOUT_FACTOR,
     EXIT_NOTHING_TO_REPRODUCE,
     MAX_CANDIDATE_CRASHES,
     auto_repro,
+    candidate_timeout_s,
     failing_check,
     isolated,
     main_repro,
     shrink,
     write_repro,
 )
+from conformance.result import Result
 from conformance.text import plural
 from tests.planted import LeakyEagerBackend
 from tests.planted_repro_backends import FAULT_OFF, HeldBackwardInputsBackend, ToggleLeakBackend
@@ -156,6 +160,19 @@ def test_main_repro_writes_a_registered_case_unshrunk(tmp_path: Path, capsys) ->
     out = capsys.readouterr().out
     assert "(check backward-inputs)" in out and "not shrunk: the case is not generated" in out
     assert not (tmp_path / "db").exists()  # nothing to shrink, no Hypothesis database
+
+
+def test_a_candidate_is_limited_by_what_the_original_took() -> None:
+    """Ten times the original pair's time, at least a cold compile's minute, never beyond the run's limit."""
+    def took(seconds: float | None) -> Result:
+        return Result(CASE, "eager", "fail-peak", timing={} if seconds is None else {"isolated_wall_s": seconds})
+
+    assert candidate_timeout_s(took(1.5), 600) == CANDIDATE_MIN_TIMEOUT_S == 60
+    assert candidate_timeout_s(took(20), 600) == 20 * CANDIDATE_TIMEOUT_FACTOR == 200
+    assert candidate_timeout_s(took(100), 600) == 600
+    assert candidate_timeout_s(took(None), 450) == 450
+    in_process = Result(CASE, "eager", "fail-peak", timing={"pair_s": 8.0})  # a --no-isolate run's own time
+    assert candidate_timeout_s(in_process, 600) == 80
 
 
 def test_candidates_that_crash_cost_the_candidates_not_the_shrink(tmp_path: Path) -> None:
