@@ -222,12 +222,23 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* /*ctx*/) {
 
 }  // namespace
 
+// Whether a profiler (or another observer) is active on this thread or globally.  torch 2.14 split
+// ProfilerStateBase::get(bool global) into getTLS() and getGlobal(): whichever this torch has is used.
+template <typename State>
+bool profiler_active() {
+  if constexpr (requires { State::getTLS(); }) {
+    return State::getTLS() != nullptr || State::getGlobal() != nullptr;
+  } else {
+    return State::get(/*global=*/false) != nullptr || State::get(/*global=*/true) != nullptr;
+  }
+}
+
 extern "C" {
 
 // 0: started; 1: a profiler (or another observer) is already active on this thread.
 // node_prefix: the user-range prefix that names a reference-executor node.
 int conformance_observer_start(const char* node_prefix) {
-  if (ProfilerStateBase::get(/*global=*/false) != nullptr || ProfilerStateBase::get(/*global=*/true) != nullptr) {
+  if (profiler_active<ProfilerStateBase>()) {
     return 1;
   }
   {
