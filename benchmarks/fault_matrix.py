@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.case import select_cases
-from conformance.engine import RunOptions, run_case
-from conformance.manifest import apply, load_manifest
-from conformance.result import Result
+from conformance.api.case import select_cases
+from conformance.api.result import Result
+from conformance.checks.manifest import apply, load_manifest
+from conformance.run.engine import RunOptions, run_case
 from tests.faults import CREATED, FAULTS, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
 
 

@@ -43,7 +43,7 @@ def bare(case_globs: list[str]) -> None:
     """The script a user would write instead of the harness (run in its own process)."""
     import torch
 
-    from conformance.case import select_cases
+    from conformance.api.case import select_cases
 
     for case in select_cases(case_globs):
         compiled_w, eager_w = case.build(), case.build()
@@ -110,11 +110,11 @@ def lifetime(nodes: list[int]) -> list[dict[str, Any]]:
 def probe_overhead(backend_name: str, case_globs: list[str], repeat: int) -> list[dict[str, Any]]:
     """Median steady-state step, unprobed and probed by each recorder: the window alone (what the step
     pays for being recorded), and the window plus building its trace (what a run pays per probed call)."""
-    from conformance.adapter import discover
-    from conformance.case import select_cases
-    from conformance.observer import use_observer
-    from conformance.probe import CpuAllocatorProbe
-    from conformance.step import clear_grads
+    from conformance.api.adapter import discover
+    from conformance.api.case import select_cases
+    from conformance.api.step import clear_grads
+    from conformance.probes.cpu import CpuAllocatorProbe
+    from conformance.probes.observer import use_observer
 
     backend = discover().get(backend_name)
     recorders = ["observer", "profiler"] if use_observer() else ["profiler"]

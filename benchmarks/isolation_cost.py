@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from conformance.adapter import discover
-from conformance.case import select_cases
-from conformance.engine import run_case
-from conformance.isolation import WorkerPool
+from conformance.api.adapter import discover
+from conformance.api.case import select_cases
+from conformance.run.engine import run_case
+from conformance.run.isolation import WorkerPool
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 Each graph is a fake-traced chain of ``matmul -> relu -> add`` blocks, one weight input per block
 (so placeholders grow with the graph, as parameters do in a real model).  Prints, per size, the
-seconds :func:`conformance.lifetime.model_graph` takes, the seconds
+seconds :func:`conformance.models.lifetime.model_graph` takes, the seconds
 ``torch._inductor.fx_passes.memory_estimator.build_memory_profile`` takes on the same graph,
 their ratio, and both peaks (they model different things: ours counts storages and their
 references, torch's counts node outputs, so the peaks need not agree).
@@ -21,7 +21,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conformance.lifetime import model_graph
+from conformance.models.lifetime import model_graph
 
 
 def chain(nodes: int) -> torch.fx.GraphModule:

@@ -11,10 +11,10 @@ import argparse
 import statistics
 import time
 
-from conformance.adapter import discover
-from conformance.case import select_cases
-from conformance.probe import CpuAllocatorProbe
-from conformance.step import clear_grads
+from conformance.api.adapter import discover
+from conformance.api.case import select_cases
+from conformance.api.step import clear_grads
+from conformance.probes.cpu import CpuAllocatorProbe
 
 
 def main() -> None:

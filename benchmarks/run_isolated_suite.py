@@ -2,7 +2,7 @@
 
     python benchmarks/run_isolated_suite.py --backend iree --backend inductor --out results.jsonl
 
-Each line of ``--out`` is a :class:`conformance.result.Result` (raw verdicts: no manifest applied).
+Each line of ``--out`` is a :class:`conformance.api.result.Result` (raw verdicts: no manifest applied).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conformance.case import select_cases
-from conformance.isolation import WorkerPool
-from conformance.manifest import apply, load_manifest
-from conformance.result import MemoryFigures, Result, append_result
+from conformance.api.case import select_cases
+from conformance.api.result import MemoryFigures, Result, append_result
+from conformance.checks.manifest import apply, load_manifest
+from conformance.run.isolation import WorkerPool
 
 
 def row(r: Result) -> str:

@@ -1,5 +1,5 @@
 """``python -m conformance``: the same as the ``conformance`` command."""
 
-from conformance.launch import main
+from conformance.cli.launch import main
 
 raise SystemExit(main())

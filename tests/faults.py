@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from conformance.adapter import Backend, CompiledStep
-from conformance.case import Case, Workload
-from conformance.lifetime import LifetimeModel, Observation
-from conformance.probe import MemoryProbe, MemoryTrace
-from conformance.step import StepOutput, params_of
-from conformance.verdict import Check
+from conformance.api.adapter import Backend, CompiledStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput, params_of
+from conformance.api.verdict import Check
+from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.probes.cpu import MemoryProbe, MemoryTrace
 
 SCRATCH_BYTES = 4096
 #: the first call whose results the leaking fault keeps: beyond the default steps (calls 0..4)
@@ -263,8 +263,9 @@ def planted(base: type[Backend], fault: str) -> type[Backend]:
 
 def backend_classes() -> dict[str, Callable[[], Backend]]:
     """The clean backends the faults are planted in."""
+    from example_vendor import ExampleVendorBackend
+
     from conformance.backends.eager import EagerBackend
     from conformance.backends.inductor import InductorBackend
-    from example_vendor import ExampleVendorBackend
 
     return {"eager": EagerBackend, "inductor": InductorBackend, "example-vendor": ExampleVendorBackend}

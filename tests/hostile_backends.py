@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 
+from conformance.api.adapter import Backend, CompiledStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput
 from conformance.backends.eager import EagerBackend, EagerStep
-
-from conformance.adapter import Backend, CompiledStep
-from conformance.case import Case, Workload
-from conformance.step import StepOutput
 
 HANG_CASE = "mlp-m-infer"  # after mlp-s-infer and mlp-s-train in registry order: those finish first
 

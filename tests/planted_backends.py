@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from conformance.backends.eager import EagerBackend, EagerStep
 
-from conformance.adapter import CompiledStep
-from conformance.case import Case, Workload
-from conformance.step import StepOutput
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput
+from conformance.backends.eager import EagerBackend, EagerStep
 
 
 class _KeepingStep(EagerStep):

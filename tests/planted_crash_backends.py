@@ -11,11 +11,10 @@ import os
 import signal
 import time
 
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput
 from conformance.backends.eager import EagerBackend, EagerStep
-
-from conformance.adapter import CompiledStep
-from conformance.case import Case, Workload
-from conformance.step import StepOutput
 
 TARGET_CASE = "mlp-s-infer"
 

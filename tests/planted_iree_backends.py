@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+
 from conformance.backends.iree import BoxedLaunch, CompileFn, IreeBoxedBackend, boxed_compile
 
 KEPT: list[Any] = []

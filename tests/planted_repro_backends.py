@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload
 from conformance.backends.eager import EagerBackend, EagerStep
-
-from conformance.adapter import CompiledStep
-from conformance.case import Case, Workload
-from conformance.lifetime import Observation
-from conformance.probe import MemoryTrace
+from conformance.models.lifetime import Observation
+from conformance.probes.cpu import MemoryTrace
 from tests.planted import LeakyEagerBackend
 
 FAULT_OFF = "CONFORMANCE_TEST_FAULT_OFF"
@@ -30,7 +29,7 @@ class _HeldBackwardStep(EagerStep):
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
         if not self.trains or not fault_on():
             return {}
-        # what conformance.donation.classify reports for a backward that keeps its boxed argument list
+        # what conformance.models.donation.classify reports for a backward that keeps its boxed argument list
         return {"backward_inputs": "held-for-call",
                 "backward_inputs_detail": {"saved_bytes": HELD_BYTES, "held_bytes": HELD_BYTES,
                                            "list_cleared": False}}

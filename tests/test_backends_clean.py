@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
+from conformance.api.case import all_cases, select_cases
 from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor import InductorBackend
-
-from conformance.case import all_cases, select_cases
-from conformance.engine import run_case
-from conformance.options import DEFAULT_STEPS
+from conformance.run.engine import run_case
+from conformance.run.options import DEFAULT_STEPS
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ junit, report, history) and other files a user may have lying around.  Each asse
 exit code, the one-line message naming the file or argument, and that every file already
 in the workspace is byte-identical afterwards (and that nothing new appeared in it).
 
-Option and file errors are tried in-process through ``conformance.cli.main`` (they must
+Option and file errors are tried in-process through ``conformance.cli.main.main`` (they must
 be caught before pytest starts: a guard fails the test if one reaches it); whatever needs
 a running session -- pytest's own option errors, an empty selection, a step that returns
 None, a second run on a locked directory, SIGTERM / SIGINT / SIGKILL -- runs the real
@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from conformance import cli
-from conformance.records import read_records
+from conformance.cli.main import main as cli
+from conformance.output.records import read_records
 from tests.hostile_backends import HANG_CASE, HOSTILE_NAME
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,8 +260,8 @@ BAD_INPUTS: dict[str, Bad] = {
     "backend-unknown": Bad(run_with(backend="no-such-backend"), "unknown backend 'no-such-backend'"),
     "backend-no-module": Bad(run_with(backend="nosuchmodule:Thing"),
                              "cannot load nosuchmodule:Thing: ModuleNotFoundError"),
-    "backend-not-a-backend": Bad(run_with(backend="conformance.case:Case"),
-                                 "conformance.case.Case is not a conformance Backend"),
+    "backend-not-a-backend": Bad(run_with(backend="conformance.api.case:Case"),
+                                 "conformance.api.case.Case is not a conformance Backend"),
     "backend-init-raises": Bad(run_with(backend="tests.hostile_backends:RaisingInitBackend"),
                                "RaisingInitBackend() failed: RuntimeError: licence server unreachable"),
     "backend-name-not-str": Bad(run_with(backend="tests.hostile_backends:NonStringNameBackend"),
@@ -523,7 +523,7 @@ class HangingRun:
         return self.log.read_text(errors="replace")
 
     def worker(self) -> Proc:
-        workers = [p for p in tagged_processes(self.tag) if "conformance.isolation --worker" in p.cmdline]
+        workers = [p for p in tagged_processes(self.tag) if "conformance.run.isolation --worker" in p.cmdline]
         assert len(workers) == 1, workers
         return workers[0]
 

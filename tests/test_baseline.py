@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.baseline import BaselineError, Tolerance, apply_baseline, diff, format_diff
-from conformance.result import MemoryFigures, Result, read_results
-from conformance.verdict import Status
+from conformance.api.result import MemoryFigures, Result
+from conformance.api.verdict import Status
+from conformance.checks.baseline import BaselineError, Tolerance, apply_baseline, diff, format_diff
+from conformance.output.records import read_results
 
 
 def _result(peak: int, residual: int = 0, status: str = "pass") -> Result:

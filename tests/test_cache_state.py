@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.isolation import WorkerPool
+from conformance.run.isolation import WorkerPool
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,7 @@ PACKAGE_CASES = '''
 import torch
 from torch import nn
 
-from conformance.case import Case, Workload, register
+from conformance.api.case import Case, Workload, register
 
 
 class ConvLoss(nn.Module):

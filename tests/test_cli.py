@@ -56,7 +56,7 @@ def test_junit_testcases_name_backend_and_family(tmp_path: Path) -> None:
 ORDER_BY_PROCESS = """
 import os
 from conformance.backends.eager import EagerBackend  # noqa: F401  (the same builders as the built-in MLPs)
-from conformance.case import Case, register, resolve
+from conformance.api.case import Case, register, resolve
 
 base = resolve("mlp-s-infer")
 ids = ["order-a", "order-b", "order-c"]
@@ -146,7 +146,7 @@ def test_list_backends_and_cases(tmp_path: Path) -> None:
 
 def test_plain_pytest_with_xdist_ships_results_from_workers(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", "--pyargs", "conformance.run.suite", "-p", "no:cacheprovider", "-q",
          "-n", "2", "--conformance-backend", "eager", "--conformance-case", "mlp-s-*",
          "--conformance-case", "mlp-m-infer", "--conformance-out", "out"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -170,4 +170,4 @@ def test_failing_generated_case_in_a_run_gets_a_standalone_repro(tmp_path: Path)
     script = Path(record["repro_file"])
     assert script.exists() and script.parent == tmp_path / "out" / "repros"
     text = script.read_text()
-    assert "import torch" in text and "conformance.engine" not in text
+    assert "import torch" in text and "conformance.run.engine" not in text

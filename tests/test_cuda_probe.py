@@ -16,6 +16,22 @@ from typing import Any
 
 import pytest
 import torch
+
+from conformance.api.adapter import CAPABILITY_NAMES, Capabilities, discover
+from conformance.api.case import all_cases, select_cases
+from conformance.api.pools import (
+    POOL_SLACK_BYTES,
+    PoolContract,
+    PoolScenario,
+    check_pool_reuse,
+    check_pool_sharing,
+    check_replay_stable,
+    check_rerecorded,
+    check_single_pool,
+    expected_pool_bytes,
+)
+from conformance.api.step import reference_step
+from conformance.api.verdict import CheckName, Status
 from conformance.backends.cudagraph import (
     CudaGraphBackend,
     CudaGraphStep,
@@ -29,23 +45,8 @@ from conformance.backends.cudagraph import (
 from conformance.backends.eager import EagerBackend
 from conformance.backends.inductor_cuda import InductorCudaBackend
 from conformance.cases.cuda_pools import COLS, ROWS, TENSOR_BYTES, Share, Survive
-
-from conformance.adapter import CAPABILITY_NAMES, Capabilities, discover
-from conformance.case import all_cases, select_cases
-from conformance.engine import run_case, user_level_model
-from conformance.lifetime import Observation
-from conformance.pools import (
-    POOL_SLACK_BYTES,
-    PoolContract,
-    PoolScenario,
-    check_pool_reuse,
-    check_pool_sharing,
-    check_replay_stable,
-    check_rerecorded,
-    check_single_pool,
-    expected_pool_bytes,
-)
-from conformance.probe_cuda import (
+from conformance.models.lifetime import Observation
+from conformance.probes.cuda import (
     DEFAULT_POOL,
     DOMAIN,
     CudaAllocatorProbe,
@@ -59,8 +60,7 @@ from conformance.probe_cuda import (
     trace_from_snapshot,
     trace_from_stats,
 )
-from conformance.step import reference_step
-from conformance.verdict import CheckName, Status
+from conformance.run.engine import run_case, user_level_model
 
 MiB = 1 << 20
 NO_CUDA = cuda_unavailable_reason()
@@ -382,7 +382,7 @@ def test_survive_scenario_records_b_with_p_dead_before_keeping_it() -> None:
 
 
 def test_shipped_pool_cases_implement_the_scenario_interface() -> None:
-    """The cudagraph backend runs a model as a pool scenario by ``conformance.pools.PoolScenario``
+    """The cudagraph backend runs a model as a pool scenario by ``conformance.api.pools.PoolScenario``
     alone: every shipped pool case's model implements it, and a plain model does not."""
     pool_cases = [c for c in all_cases() if c.id.startswith("cudagraph-pool-")]
     assert sorted(c.id for c in pool_cases) == ["cudagraph-pool-reuse", "cudagraph-pool-share",

@@ -12,16 +12,16 @@ import time
 from itertools import permutations
 
 import pytest
-from conformance.backends.eager import EagerBackend
 
-from conformance.adapter import CompiledStep
-from conformance.case import Case, Workload, select_cases
-from conformance.engine import run_case
-from conformance.lifetime import LifetimeModel, Observation
-from conformance.probe import MemoryProbe, MemoryTrace
-from conformance.result import DomainFigures, MemoryFigures
-from conformance.step import StepOutput
-from conformance.verdict import PRECEDENCE, Check, Status, combine
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload, select_cases
+from conformance.api.result import DomainFigures, MemoryFigures
+from conformance.api.step import StepOutput
+from conformance.api.verdict import PRECEDENCE, Check, Status, combine
+from conformance.backends.eager import EagerBackend
+from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.probes.cpu import MemoryProbe, MemoryTrace
+from conformance.run.engine import run_case
 
 TOY_BYTES = 4096
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.case import select_cases
-from conformance.engine import RunOptions, run_case
-from conformance.result import Result
-from conformance.verdict import Status
+from conformance.api.case import select_cases
+from conformance.api.result import Result
+from conformance.api.verdict import Status
+from conformance.run.engine import RunOptions, run_case
 from tests.faults import GENERIC, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
 
 BACKENDS = backend_classes()

@@ -7,6 +7,11 @@ import sys
 
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase, find
+from hypothesis import settings as Settings
+from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
+
+from conformance.api.case import CaseError, resolve, select_cases
 from conformance.cases.generated import (
     DAG_VOCAB,
     DEFAULT_COUNT,
@@ -27,11 +32,6 @@ from conformance.cases.generated import (
     program_source,
     programs,
 )
-from hypothesis import HealthCheck, Phase, find
-from hypothesis import settings as Settings
-from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
-
-from conformance.case import CaseError, resolve, select_cases
 
 
 def test_default_set_is_fixed_and_registered() -> None:

@@ -3,7 +3,7 @@
 200 programs (inference and training DAGs, while-loops with and without
 autograd), drawn by Hypothesis with a fixed seed so CI runs the same ones.
 Equality is exact.  What eager kernels allocate *inside* an op is not a
-tolerance: it is the named table :func:`conformance.transients.kernel_transient_bytes`
+tolerance: it is the named table :func:`conformance.models.transients.kernel_transient_bytes`
 (wrapped Python scalars; the float32 workspace of reduced-precision ``mean``),
 part of the model.  A failure is shrunk by Hypothesis to a minimal program.
 """
@@ -14,15 +14,15 @@ import gc
 
 import pytest
 import torch
-from conformance.backends.eager import EagerStep
-from conformance.cases.generated import case_from_program, programs
 from hypothesis import HealthCheck, given, settings
 
-from conformance.interpreter import GraphExecutor
-from conformance.lifetime import model_graph
-from conformance.probe import CpuAllocatorProbe, MemoryTrace
-from conformance.step import clear_grads
-from conformance.transients import kernel_transient_bytes
+from conformance.api.step import clear_grads
+from conformance.backends.eager import EagerStep
+from conformance.cases.generated import case_from_program, programs
+from conformance.models.interpreter import GraphExecutor
+from conformance.models.lifetime import model_graph
+from conformance.models.transients import kernel_transient_bytes
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryTrace
 
 #: (family, train) -> how many programs; 200 in all.
 BUDGET = {("dag", False): 70, ("dag", True): 70, ("loop", False): 30, ("loop", True): 30}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import history
-from conformance.result import MemoryFigures, Result
+from conformance.api.result import MemoryFigures, Result
+from conformance.output import history
 
 
 def res(case: str, backend: str, status: str, peak: int | None = 1000, family: str = "mlp") -> Result:
@@ -97,8 +97,8 @@ def test_process_killed_mid_insert_leaves_database_intact(db: Path) -> None:
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from conformance import history
-        from conformance.result import MemoryFigures, Result
+        from conformance.output import history
+        from conformance.api.result import MemoryFigures, Result
 
         class Die(MemoryFigures):
             def __getattribute__(self, name):
@@ -147,10 +147,10 @@ def test_a_file_that_is_not_a_history_is_named(tmp_path: Path) -> None:
 
 
 def test_pass_rate_is_the_verdict_modules(tmp_path: Path) -> None:
-    """History's trend and the report's rate are :func:`conformance.verdict.rates`, for every status."""
+    """History's trend and the report's rate are :func:`conformance.api.verdict.rates`, for every status."""
     from collections import Counter
 
-    from conformance.verdict import Status, rates
+    from conformance.api.verdict import Status, rates
 
     run = [res(f"c{i}", "b", s) for i, s in enumerate(Status)] + [res("x", "b", "pass"), res("y", "b", "xfail")]
     path = tmp_path / "h.sqlite"

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from conformance.adapter import discover, load_backend_class
-from conformance.case import select_cases
-from conformance.engine import run_case
-from conformance.options import DEFAULT_STEPS
-from conformance.result import Result
+from conformance.api.adapter import discover, load_backend_class
+from conformance.api.case import select_cases
+from conformance.api.result import Result
+from conformance.run.engine import run_case
+from conformance.run.options import DEFAULT_STEPS
 
 pytestmark = pytest.mark.slow
 

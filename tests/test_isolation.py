@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.isolation import WorkerPool, describe_exit
+from conformance.run.isolation import WorkerPool, describe_exit
 
 CASES = ["mlp-s-train", "mlp-s-infer", "loop-rnn-t3"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from conformance.interpreter import GraphExecutor
-from conformance.lifetime import model_graph, release_schedule
+from conformance.models.interpreter import GraphExecutor
+from conformance.models.lifetime import model_graph, release_schedule
 
 F = 4  # bytes per float32
 

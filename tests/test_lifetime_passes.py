@@ -9,8 +9,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from conformance.lifetime import CallingConvention, ModelBuilder, Observation, release_schedule
-from conformance.lifetime.graph import GraphWalker
+from conformance.models.lifetime import CallingConvention, ModelBuilder, Observation, release_schedule
+from conformance.models.lifetime.graph import GraphWalker
 
 F = 4  # bytes per float32
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.manifest import ManifestError, apply, load_manifest
-from conformance.result import Result
+from conformance.api.result import Result
+from conformance.checks.manifest import ManifestError, apply, load_manifest
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -103,7 +103,7 @@ def test_shipped_manifests_load() -> None:
 
 
 def test_update_manifest_round_trip_keeps_reasons_and_marks_new_entries(tmp_path: Path) -> None:
-    from conformance.manifest import UNEXPLAINED, write_updated
+    from conformance.checks.manifest import UNEXPLAINED, write_updated
 
     path = _write(tmp_path, "# header kept\n" + GOOD + """
 [[expect]]
@@ -227,7 +227,7 @@ def test_malformed_condition_names_the_entry(tmp_path: Path, when: str, message:
 
 
 def test_update_keeps_conditions_and_leaves_inactive_entries_alone(tmp_path: Path) -> None:
-    from conformance.manifest import write_updated
+    from conformance.checks.manifest import write_updated
 
     path = _write(tmp_path, CONDITIONED)
     m = load_manifest("b", path, versions={"torch": "2.13.0"})

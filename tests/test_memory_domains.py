@@ -7,9 +7,9 @@ import json
 import torch
 from functorch.compile import aot_function, make_boxed_func
 
-from conformance.donation import BackwardInputs, BackwardWatch, classify, saved_positions
-from conformance.lifetime import model_forward_backward
-from conformance.probe import MemoryTrace, combine_traces
+from conformance.models.donation import BackwardInputs, BackwardWatch, classify, saved_positions
+from conformance.models.lifetime import model_forward_backward
+from conformance.probes.cpu import MemoryTrace, combine_traces
 
 
 def test_combine_traces_adds_domains_on_one_clock() -> None:

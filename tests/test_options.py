@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from conformance import cli, options, plugin
-from conformance.options import OPTIONS, PYTEST_OPTIONS, Option
+from conformance.cli.main import main as cli
+from conformance.cli.main import options, plugin
+from conformance.run.options import OPTIONS, PYTEST_OPTIONS, Option
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,12 +34,12 @@ def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_entry_point_module_does_not_import_torch(tmp_path: Path) -> None:
-    """pytest loads conformance.plugin into every session: it must stay light (no torch at import)."""
-    code = "import sys, conformance.plugin; print('torch' in sys.modules)"
+    """pytest loads conformance.run.plugin into every session: it must stay light (no torch at import)."""
+    code = "import sys, conformance.run.plugin; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False", "conformance.plugin (or what it imports) imports torch at import time"
+    assert proc.stdout.strip() == "False", "conformance.run.plugin (or what it imports) imports torch at import time"
 
 
 class _Group:
@@ -190,7 +191,7 @@ def test_any_conformance_option_turns_the_plugin_on(tmp_path: Path) -> None:
 
 
 def test_isolation_worker_finds_the_case_by_id_without_selecting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance import case, isolation
+    from conformance.api import case, isolation
 
     def no_selection(*args: object) -> None:
         raise AssertionError("the worker re-ran the case selection")
@@ -204,7 +205,7 @@ def test_isolation_worker_finds_the_case_by_id_without_selecting(monkeypatch: py
 def test_collecting_the_suite_turns_the_plugin_on_also_under_xdist(tmp_path: Path) -> None:
     """No conformance option at all: the suite's collection (on the workers) turns the run on, and the
     xdist controller, which collects nothing, turns on when the workers report the suite's items."""
-    proc = _pytest("--pyargs", "conformance.suite", "-q", "-n", "2", "-k", "mlp-s-infer and eager", cwd=tmp_path)
+    proc = _pytest("--pyargs", "conformance.run.suite", "-q", "-n", "2", "-k", "mlp-s-infer and eager", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = (tmp_path / options.DEFAULT_OUT / "results.jsonl").read_text().splitlines()
     assert len(lines) == 1 and '"mlp-s-infer"' in lines[0]
@@ -214,7 +215,7 @@ def test_a_refusal_found_while_collecting_the_suite_is_one_line(tmp_path: Path) 
     """It names the plugin's flags, not the CLI's."""
     (tmp_path / options.DEFAULT_OUT).mkdir()
     (tmp_path / options.DEFAULT_OUT / "note.txt").write_text("mine\n")
-    proc = _pytest("--pyargs", "conformance.suite", "-q", "-k", "mlp-s-infer and eager", cwd=tmp_path)
+    proc = _pytest("--pyargs", "conformance.run.suite", "-q", "-k", "mlp-s-infer and eager", cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
         f"ERROR: --conformance-out {options.DEFAULT_OUT} is not empty (note.txt); choose a new directory or pass "

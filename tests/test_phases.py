@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.launch import named_backends, prestarts
-from conformance.phases import PAIR_PHASES, breakdown, key, pair_wall_s
+from conformance.cli.launch import named_backends, prestarts
+from conformance.util.phases import PAIR_PHASES, breakdown, key, pair_wall_s
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conformance.case import select_cases
-from conformance.engine import run_case
+from conformance.api.case import select_cases
+from conformance.run.engine import run_case
 from tests.planted_backends import HoldActivationBackend, LeakIntermediateBackend, PerturbGradBackend
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapter import discover
+from conformance.api.adapter import discover
 
 
 def test_builtin_and_example_vendor_backends_are_discovered() -> None:
@@ -35,7 +35,7 @@ def _fake_distribution(root: Path) -> None:
     pkg = root / "broken_vendor"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(textwrap.dedent("""\
-        from conformance.adapter import Backend
+        from conformance.api.adapter import Backend
 
         class NoCompile:
             name = "broken-methods"
@@ -59,7 +59,7 @@ def test_broken_plugins_are_named_and_the_rest_still_run(tmp_path: Path) -> None
     out = listed.stdout
     assert "broken-import" in out and "ModuleNotFoundError" in out
     assert "broken-methods" in out and "missing compile" in out
-    assert "broken-capabilities" in out and "'capabilities' must be conformance.adapter.Capabilities" in out
+    assert "broken-capabilities" in out and "'capabilities' must be conformance.api.adapter.Capabilities" in out
     assert "eager" in out
 
     run = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "eager",
@@ -77,7 +77,7 @@ def test_broken_plugins_are_named_and_the_rest_still_run(tmp_path: Path) -> None
 def test_an_ad_hoc_adapter_is_found_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``module:Class`` imports like ``python -m``: the current directory goes on ``sys.path`` for a module
     found nowhere else, and a module failing on its own missing import is reported as that failure."""
-    from conformance.adapter import BackendError, load_backend_class
+    from conformance.api.adapter import BackendError, load_backend_class
 
     (tmp_path / "adhoc_adapter.py").write_text(
         "from conformance.backends.eager import EagerBackend\n\n\nclass B(EagerBackend):\n    name = 'adhoc'\n")

@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch.profiler import record_function
 
-from conformance.adapter import discover
-from conformance.case import resolve
-from conformance.observer import OPEN_END, ObserverError, ObserverWindow, decode
-from conformance.probe import CpuAllocatorProbe, MemoryTrace, build_trace
-from conformance.step import clear_grads
+from conformance.api.adapter import discover
+from conformance.api.case import resolve
+from conformance.api.step import clear_grads
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryTrace, build_trace
+from conformance.probes.observer import OPEN_END, ObserverError, ObserverWindow, decode
 
 RECORDERS = ["observer", "profiler"]
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_decode_maps_names_and_outer_calls() -> None:
 
 
 def test_a_run_through_the_profiler_says_so_and_judges_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.engine import run_case
+    from conformance.run.engine import run_case
 
     case = resolve("mlp-s-train")
     assert case is not None

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import textwrap
 
-import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from conformance.lifetime import Observation
-from conformance.program import ProgramError, WrapperProgram, late_references, late_releases, model_program
+import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
+from conformance.models.lifetime import Observation
+from conformance.models.program import ProgramError, WrapperProgram, late_references, late_releases, model_program
 
 PREAMBLE = """
 import torch

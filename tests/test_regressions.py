@@ -7,14 +7,14 @@ import re
 from typing import Any
 
 import pytest
-from conformance.backends.eager import EagerBackend, EagerStep
 
-from conformance.adapter import CompiledStep
-from conformance.case import Case, Workload, select_cases
-from conformance.engine import RunOptions, run_case
-from conformance.scaling import loop_scaling
-from conformance.step import StepOutput
-from conformance.verdict import Status
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload, select_cases
+from conformance.api.step import StepOutput
+from conformance.api.verdict import Status
+from conformance.backends.eager import EagerBackend, EagerStep
+from conformance.run.engine import RunOptions, run_case
+from conformance.run.scaling import loop_scaling
 from tests.planted import KEPT, LeakyEagerBackend
 
 REGRESSIONS = select_cases(["reg-*"])

@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 import torch
-from conformance.backends.eager import EagerBackend
 
 from conformance import cases as _builtin_cases  # noqa: F401  (registers the built-in cases)
-from conformance import history
-from conformance.adapter import Capabilities
-from conformance.case import select_cases
-from conformance.engine import run_case
-from conformance.report import build_report, measured_points, model_points, spread
-from conformance.result import MemoryFigures, Result, append_result, read_results
+from conformance.api.adapter import Capabilities
+from conformance.api.case import select_cases
+from conformance.api.result import MemoryFigures, Result, append_result
+from conformance.backends.eager import EagerBackend
+from conformance.output import history
+from conformance.output.records import read_results
+from conformance.output.report import build_report, measured_points, model_points, spread
+from conformance.run.engine import run_case
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -288,7 +289,7 @@ def test_labels_are_spread_apart() -> None:
 
 
 def test_byte_ticks_are_round_and_cover_the_peak() -> None:
-    from conformance.report import fmt_bytes, nice_ticks
+    from conformance.output.report import fmt_bytes, nice_ticks
 
     assert [fmt_bytes(t) for t in nice_ticks(21985)] == ["0 B", "5 KiB", "10 KiB", "15 KiB", "20 KiB", "25 KiB"]
     assert [fmt_bytes(t) for t in nice_ticks(2048)] == ["0 B", "512 B", "1 KiB", "1.5 KiB", "2 KiB"]
@@ -297,7 +298,7 @@ def test_byte_ticks_are_round_and_cover_the_peak() -> None:
 
 def test_main_report_cli(results_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """What ``conformance report RESULTS -o SITE --history PATH`` runs."""
-    from conformance.report import main_report
+    from conformance.output.report import main_report
 
     db = tmp_path / "h.sqlite"
     assert main_report([str(results_dir), "-o", str(tmp_path / "site"), "--history", str(db)]) == 0
@@ -321,8 +322,8 @@ WIDE_BACKENDS = ["eager", "inductor", "inductor-cuda", "cudagraph", "iree", "ire
 @pytest.fixture(scope="module")
 def wide_results_dir(tmp_path_factory: pytest.TempPathFactory, results: dict[tuple[str, str], Result]) -> Path:
     """The real leaky verdict copied over a full case x backend matrix, each status present, long blame rows."""
-    from conformance.case import all_cases
-    from conformance.result import STATUSES
+    from conformance.api.case import all_cases
+    from conformance.api.result import STATUSES
 
     out = tmp_path_factory.mktemp("wide")
     leaky = results[("mlp-s-infer", "leaky-eager")]
@@ -391,10 +392,10 @@ def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tm
 
 
 def test_pass_rate_is_the_verdict_modules(tmp_path: Path) -> None:
-    """The report's rate cell shows conformance.verdict.rates: pass and xfail apart, skips not counted."""
+    """The report's rate cell shows conformance.api.verdict.rates: pass and xfail apart, skips not counted."""
     from collections import Counter
 
-    from conformance.verdict import rates
+    from conformance.api.verdict import rates
 
     statuses = ["pass", "pass", "xfail", "skip", "fail-peak", "xpass"]
     for i, status in enumerate(statuses):

@@ -13,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.adapter import discover
-from conformance.case import resolve
-from conformance.engine import run_case
-from conformance.isolation import shutdown as isolation_shutdown
-from conformance.repro import (
+from conformance.api.adapter import discover
+from conformance.api.case import resolve
+from conformance.api.result import Result
+from conformance.run.engine import run_case
+from conformance.run.isolation import shutdown as isolation_shutdown
+from conformance.run.repro import (
     CANDIDATE_MIN_TIMEOUT_S,
     CANDIDATE_TIMEOUT_FACTOR,
     EXIT_NOTHING_TO_REPRODUCE,
@@ -30,8 +31,7 @@ from conformance.repro import (
     shrink,
     write_repro,
 )
-from conformance.result import Result
-from conformance.text import plural
+from conformance.util.text import plural
 from tests.planted import LeakyEagerBackend
 from tests.planted_repro_backends import FAULT_OFF, HeldBackwardInputsBackend, ToggleLeakBackend
 
@@ -70,7 +70,7 @@ def test_planted_leak_shrinks_to_a_standalone_repro(tmp_path: Path) -> None:
 
     repro = write_repro(shrunk.case, backend, shrunk.result, tmp_path / "repro.py")
     text = repro.read_text()
-    assert "conformance.engine" not in text and "conformance.lifetime" not in text
+    assert "conformance.run.engine" not in text and "conformance.models.lifetime" not in text
     assert f"FAILED_CHECK = {failing_check(shrunk.result)!r}" in text
     proc = _script(repro, tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.sharding import PairCost, Shard, assign, select_shard
+from conformance.run.sharding import PairCost, Shard, assign, select_shard
 
 
 def test_shards_partition_the_pairs_deterministically() -> None:

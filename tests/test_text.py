@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.text import ELLIPSIS, clip, clip_start, plural
+from conformance.util.text import ELLIPSIS, clip, clip_start, plural
 
 
 def test_clip_leaves_short_text_alone() -> None:
@@ -39,8 +39,8 @@ def test_plural() -> None:
 
 def test_cut_reasons_end_with_an_ellipsis() -> None:
     """Where the harness cuts a reason (engine errors, pytest failure gists) the cut shows."""
-    from conformance.engine import _one_line
-    from conformance.runner import _gist
+    from conformance.run.engine import _one_line
+    from conformance.run.runner import _gist
 
     long = "x" * 2000
     reason = _one_line(RuntimeError(long))

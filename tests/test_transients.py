@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from conformance.probe import CpuAllocatorProbe
-from conformance.transients import TABLE, kernel_transient_bytes, reference_kernels
+from conformance.models.transients import TABLE, kernel_transient_bytes, reference_kernels
+from conformance.probes.cpu import CpuAllocatorProbe
 
 aten = torch.ops.aten
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conformance.report import build_report
-from conformance.result import Result, append_result
-from conformance.version_matrix import Column, version_matrix
+from conformance.api.result import Result, append_result
+from conformance.output.report import build_report
+from conformance.output.version_matrix import Column, version_matrix
 
 
 def _result(case: str, backend: str, status: str, torch: str) -> Result:

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+
+from conformance.api.case import UNAVAILABLE, resolve
+from conformance.api.step import clear_grads
 from conformance.backends.eager import EagerStep
 from conformance.cases.zoo import MODELS
-
-from conformance.case import UNAVAILABLE, resolve
-from conformance.interpreter import GraphExecutor
-from conformance.lifetime import LifetimeModel, model_graph
-from conformance.probe import CpuAllocatorProbe, MemoryTrace
-from conformance.step import clear_grads
+from conformance.models.interpreter import GraphExecutor
+from conformance.models.lifetime import LifetimeModel, model_graph
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryTrace
 
 ZOO_IDS = [f"zoo-{m.name}-{mode}" for m in MODELS for mode in ("infer", "train")]
 
@@ -79,7 +79,7 @@ def test_zoo_on_eager_is_byte_exact_node_by_node(case_id: str) -> None:
 
 def test_node_comparison_catches_an_unmodelled_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the flash-attention entry, the attention nodes of a transformer are off by its buffers."""
-    from conformance import transients
+    from conformance.models import transients
 
     monkeypatch.delitem(transients.TABLE, "_scaled_dot_product_flash_attention_for_cpu")
     gm, model, trace = _probed_eager("zoo-bert-infer")

@@ -7,8 +7,8 @@ after its last use.  Swap ``_compile_graph`` for your own code generator.
 
 What the harness needs from an adapter is three things: ``name``, ``capabilities``,
 and ``compile(case, workload)`` returning a ``CompiledStep`` whose ``run()`` does one
-step.  Building the ``torch.compile`` backend with :class:`conformance.aot.AotRecorder`
-and deriving the step from :class:`conformance.aot.AotStep` adds, with no code here,
+step.  Building the ``torch.compile`` backend with :class:`conformance.api.aot.AotRecorder`
+and deriving the step from :class:`conformance.api.aot.AotStep` adds, with no code here,
 the model of the graphs the backend received (the bound its memory is held to) and
 the watch on its compiled backward (saved activations must die at their last use).
 """
@@ -22,9 +22,9 @@ import torch
 import torch.fx
 
 from conformance.adapter import Backend, Capabilities, CompiledStep
-from conformance.aot import AotRecorder, AotStep
+from conformance.api.aot import AotRecorder, AotStep
 from conformance.case import Case, Workload
-from conformance.transients import reference_kernels
+from conformance.models.transients import reference_kernels
 
 __all__ = ["ExampleVendorBackend"]
 

@@ -1,1 +1,0 @@
-"""Built-in backend adapters.  They register through the same entry points as plugins."""

@@ -1,0 +1,238 @@
+"""The backend adapter API and the registry that discovers adapters.
+
+An adapter declares ``name`` and ``capabilities`` and compiles a case's workload
+into a :class:`CompiledStep`.  Built-in adapters and third-party ones register
+the same way: the entry-point group ``conformance.backends`` (like
+``torch_dynamo_backends``), or ad hoc as ``--backend package.module:ClassName``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+import torch
+
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput
+from conformance.api.verdict import Check
+from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
+
+ENTRY_POINT_GROUP = "conformance.backends"
+CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can run and measure.  A case needing more is a ``skip``."""
+
+    training: bool = True
+    while_loop: bool = True
+    custom_ops: bool = True
+    cuda_graphs: bool = False  # records and replays CUDA graphs (graph trees, private memory pools)
+    devices: tuple[str, ...] = ("cpu",)
+    memory_domains: tuple[str, ...] = ("torch-cpu",)
+    exact_memory: bool = False  # measured peak must equal the model's, not just stay below
+
+    def missing_for(self, case: Case) -> list[str]:
+        return [req for req in sorted(case.requires) if not getattr(self, req, False)]
+
+    def describe(self) -> list[str]:
+        flags = [n for n in CAPABILITY_NAMES if getattr(self, n)]
+        return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains)]
+
+
+class CompileError(RuntimeError):
+    """Raised by an adapter when its backend fails to compile, even lazily at the first run."""
+
+
+class CompiledStep(ABC):
+    """A case compiled by a backend: runs one step and says what graphs it received."""
+
+    @abstractmethod
+    def run(self) -> StepOutput:
+        """Run one step on the workload's inputs (a training step leaves grads on ``.grad``)."""
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        """The lifetime model of the graphs the backend actually received, if it exposes them.
+
+        ``None`` holds the backend to the model of the user-level graph instead.
+        """
+        return None
+
+    def program_model(self, observation: Observation) -> LifetimeModel | None:
+        """The lifetime model of the program the backend *generated*, if it can show it.
+
+        Where the received graphs only bound what a compiler may use, its program says what
+        it does: each buffer allocated, reused and freed, in kernel order, with the names and
+        containers that reference it (:class:`conformance.models.program.WrapperProgram` models a
+        Python wrapper like inductor's; a backend with its own executable format builds the
+        model with :func:`conformance.models.lifetime.model_forward_backward` ``programs=``).  The
+        engine then holds the step to it: every storage freed right after its last use, and
+        the measured timeline equal to the program's where the allocator reports it exactly.
+        """
+        return None
+
+    def notes(self) -> list[str]:
+        return []
+
+    def extra_probes(self) -> list[MemoryProbe]:
+        """Probes of the other memory domains this step allocates in (e.g. ``iree-hal``).
+
+        Each probed step enters them inside the torch CPU probe's window; the verdict is
+        then taken on the sum of all domains (:func:`conformance.probes.cpu.combine_traces`).
+        """
+        return []
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        """The backend's own figures (``result.memory.findings``), from the probed steps' traces (all domains)."""
+        return {}
+
+    def contract_check(self) -> Check | tuple[str, str] | None:
+        """A backend-specific memory contract beyond peak and residual (e.g. CUDA graph pools).
+
+        Returns a :class:`conformance.api.verdict.Check` (or the older ``(status, reason)``), or
+        ``None``.  Called once, after every probed step.
+        """
+        return None
+
+
+class Backend(ABC):
+    """One backend adapter."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Bytes of documented slack allowed above the model's peak, with the reason.
+    peak_slack_bytes: ClassVar[int] = 0
+    peak_slack_reason: ClassVar[str] = ""
+    #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
+    cost_weight: ClassVar[float] = 1.0
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run on this machine, or ``None`` when it can."""
+        return None
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    def make_probe(self) -> MemoryProbe:
+        """A fresh probe of the memory domain this backend's steps allocate in (one per probed step)."""
+        return CpuAllocatorProbe()
+
+    def warm_up(self) -> None:  # noqa: B027 (an optional hook: most backends have nothing to warm)
+        """Pay the process's one-time costs (imports, a compiler's first-use set-up) before any pair.
+
+        A run's isolation worker calls it while the run itself is still starting up, so the two
+        overlap instead of landing in the first pair's compile time.  It must leave no state a
+        verdict depends on: pairs are judged the same in a worker that warmed up and one that
+        did not (``tests/test_isolation.py`` holds inductor to that)."""
+
+    @abstractmethod
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        """Compile the workload; errors raised here are ``fail-compile``."""
+
+
+class BackendError(ValueError):
+    """A backend name that resolves to nothing, or a plugin that is broken."""
+
+
+@dataclass
+class BackendRegistry:
+    backends: dict[str, Backend] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)  # plugin name -> problem
+
+    def get(self, name: str) -> Backend:
+        if name in self.backends:
+            return self.backends[name]
+        if name in self.broken:
+            raise BackendError(f"backend {name!r} is broken: {self.broken[name]}")
+        if ":" in name:
+            backend = load_backend_class(name, name)
+            self.backends[backend.name] = backend
+            return backend
+        raise BackendError(
+            f"unknown backend {name!r} (known: {', '.join(sorted(self.backends)) or 'none'}; "
+            "see 'conformance list backends')"
+        )
+
+    def usable(self) -> list[Backend]:
+        return [b for b in self.backends.values() if b.unavailable_reason() is None]
+
+
+def _import_adapter_module(module_name: str) -> Any:
+    """The module, from the installed packages or, only when it is not there, from the current
+    directory (like ``python -m``: an ad hoc adapter next to where the run starts, which then stays
+    importable for the modules it imports later and for the workers the run starts)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name) or os.getcwd() in sys.path:
+            raise
+    sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module_name)
+
+
+def load_backend_class(label: str, spec: str) -> Backend:
+    """Import ``module:Class`` and check it is a usable adapter; raise :class:`BackendError` if not."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = getattr(_import_adapter_module(module_name), attr)
+    except (Exception, SystemExit) as exc:  # an import error (or exit) in a plugin must not take the run down
+        raise BackendError(f"backend {label!r}: cannot load {spec}: {type(exc).__name__}: {exc}") from exc
+    return validate_backend(label, obj)
+
+
+def validate_backend(label: str, obj: object) -> Backend:
+    backend = _instantiate(label, obj) if isinstance(obj, type) else obj
+    if not isinstance(backend, Backend):
+        missing = [m for m in ("name", "capabilities", "compile") if not hasattr(backend, m)]
+        raise BackendError(
+            f"backend {label!r}: {type(backend).__name__} is not a conformance Backend"
+            + (f" (missing {', '.join(missing)})" if missing else "")
+        )
+    if not isinstance(getattr(backend, "name", None), str):
+        raise BackendError(f"backend {label!r}: 'name' must be a str")
+    if not isinstance(backend.capabilities, Capabilities):
+        raise BackendError(
+            f"backend {label!r}: 'capabilities' must be conformance.api.adapter.Capabilities, "
+            f"got {type(backend.capabilities).__name__}"
+        )
+    return backend
+
+
+def _instantiate(label: str, cls: type) -> object:
+    """An adapter class's instance; a class that is not an adapter is not constructed at all."""
+    if not issubclass(cls, Backend):
+        missing = [m for m in ("name", "capabilities", "compile") if not hasattr(cls, m)]
+        raise BackendError(
+            f"backend {label!r}: {cls.__module__}.{cls.__qualname__} is not a conformance Backend"
+            + (f" (missing {', '.join(missing)})" if missing else " subclass")
+        )
+    try:
+        return cls()
+    except Exception as exc:
+        raise BackendError(f"backend {label!r}: {cls.__qualname__}() failed: {type(exc).__name__}: {exc}") from None
+
+
+def discover() -> BackendRegistry:
+    """Every adapter registered under the entry-point group, broken ones reported by name."""
+    registry = BackendRegistry()
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in registry.backends:
+            continue
+        try:
+            backend = validate_backend(ep.name, ep.load())
+        except BackendError as exc:
+            registry.broken[ep.name] = str(exc)
+            continue
+        except Exception as exc:
+            registry.broken[ep.name] = f"backend {ep.name!r}: cannot load {ep.value}: {type(exc).__name__}: {exc}"
+            continue
+        registry.backends[backend.name] = backend
+    return registry

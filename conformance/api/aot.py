@@ -1,0 +1,166 @@
+"""What every ``aot_autograd`` backend gets from the harness: its received graphs, modelled, and
+a watch on every compiled backward.
+
+An adapter whose compiler sits behind ``torch._dynamo.backends.common.aot_autograd``
+(inductor, IREE through iree-turbine, a vendor's) builds its ``torch.compile``
+backend with :meth:`AotRecorder.backend` (or calls :meth:`AotRecorder.record` and
+:meth:`AotRecorder.watch` from its own compiler hooks, as inductor's
+``inner_compile`` does) and derives its step from :class:`AotStep`.  It then has,
+with no code of its own:
+
+* ``received_model``: the lifetime model of the partitioned forward and backward
+  graphs it received (the bound its measured peak is held to);
+* ``memory_findings``: whether its compiled backward releases the saved activations
+  at their last use (:mod:`conformance.models.donation`), which fails the pair when it holds
+  them for the whole call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.fx
+
+from conformance.api.adapter import CompiledStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput, run_module_step
+from conformance.models.donation import BackwardWatch, classify, saved_positions
+from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward
+from conformance.probes.cpu import MemoryTrace
+
+CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
+
+
+@dataclass
+class ReceivedGraph:
+    gm: torch.fx.GraphModule
+    is_backward: bool
+    #: what the backend generated for it, where it shows it (inductor: its Python wrapper's source)
+    source: str | None = None
+
+
+def snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm``'s graph that later in-place passes cannot touch.
+
+    Node metadata is copied shallowly: the fake tensors in ``meta["val"]`` are shared,
+    which keeps the storage identities the lifetime model reads views and aliases from.
+    """
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
+@dataclass
+class AotRecorder:
+    """The graphs an ``aot_autograd`` backend received, and a :class:`BackwardWatch` per compiled backward."""
+
+    graphs: list[ReceivedGraph] = field(default_factory=list)
+    watches: list[BackwardWatch] = field(default_factory=list)
+
+    def record(self, gm: torch.fx.GraphModule, is_backward: bool) -> ReceivedGraph:
+        """Keep a snapshot of a graph as received (before the backend's own passes rewrite it)."""
+        received = ReceivedGraph(snapshot(gm), is_backward)
+        self.graphs.append(received)
+        return received
+
+    def watch(self, compiled: Any, bw_gm: torch.fx.GraphModule) -> BackwardWatch:
+        """Wrap a compiled backward so the step sees whether saved activations outlive its call."""
+        forwards = [g.gm for g in self.graphs if not g.is_backward]
+        watch = BackwardWatch(compiled, saved_positions(bw_gm, forwards[-1] if forwards else None))
+        self.watches.append(watch)
+        return watch
+
+    def compiler(self, compile_graph: CompileFn, is_backward: bool) -> CompileFn:
+        """``compile_graph`` as aot_autograd's forward or backward compiler, recorded (and watched)."""
+
+        def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+            self.record(gm, is_backward)
+            compiled = compile_graph(gm, example_inputs)
+            return self.watch(compiled, gm) if is_backward else compiled
+
+        return compile_one
+
+    def backend(self, fw_compiler: CompileFn, bw_compiler: CompileFn | None = None) -> Any:
+        """A ``torch.compile`` backend: aot_autograd with recorded and watched compilers."""
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(fw_compiler=self.compiler(fw_compiler, False),
+                            bw_compiler=self.compiler(bw_compiler or fw_compiler, True))
+
+    def single(self) -> tuple[ReceivedGraph, ReceivedGraph | None] | None:
+        """The one forward and its backward; ``None`` after graph breaks (several graphs)."""
+        forwards = [g for g in self.graphs if not g.is_backward]
+        backwards = [g for g in self.graphs if g.is_backward]
+        if len(forwards) != 1 or len(backwards) > 1:
+            return None
+        return forwards[0], backwards[0] if backwards else None
+
+    def received_model(self, observation: Observation, saved_inputs: str = "donated",
+                       **kwargs: Any) -> LifetimeModel | None:
+        """The model of the received graphs (``kwargs``: see :func:`model_forward_backward`)."""
+        pair = self.single()
+        if pair is None:
+            return None
+        fw, bw = pair
+        return model_forward_backward(fw.gm, bw.gm if bw else None, observation, saved_inputs, **kwargs)
+
+    def backward_findings(self, traces: list[MemoryTrace], observation: Observation,
+                          still_allocated_bytes: int = 0, **kwargs: Any) -> dict[str, Any]:
+        """``memory["backward_inputs"]`` and its detail: do saved activations die at their last use?"""
+        pair = self.single()
+        if pair is None or pair[1] is None:
+            return {}
+        donated = self.received_model(observation, **kwargs)
+        held = self.received_model(observation, "held", **kwargs)
+        return classify(self.watches, max(t.peak_bytes for t in traces), donated, held,
+                        still_allocated_bytes=still_allocated_bytes).to_json()
+
+
+def model_of_received(graphs: list[ReceivedGraph], observation: Observation,
+                      saved_inputs: str = "donated") -> LifetimeModel | None:
+    """Model one forward (and its backward); several graphs (graph breaks) are not modelled."""
+    return AotRecorder(graphs).received_model(observation, saved_inputs)
+
+
+@contextmanager
+def no_autograd_cache() -> Iterator[None]:
+    """AOTAutograd's cache would skip the backend's compilers (and with them the graphs we model);
+    off while the harness calls the compiled step, restored after."""
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+class DynamoStep(CompiledStep):
+    """A workload run through ``torch.compile`` with a given backend callable."""
+
+    def __init__(self, case: Case, workload: Workload, backend: Any, **compile_kwargs: Any) -> None:
+        self.case = case
+        self.workload = workload
+        self.compiled = torch.compile(workload.model, backend=backend, dynamic=False, **compile_kwargs)
+
+    def run(self) -> StepOutput:
+        with no_autograd_cache():
+            return run_module_step(self.compiled, self.workload, self.case.trains)
+
+
+class AotStep(DynamoStep):
+    """A :class:`DynamoStep` whose backend is built on :class:`AotRecorder`: received graphs modelled,
+    backward inputs watched, by default."""
+
+    recorder: AotRecorder
+    #: how the received graphs are modelled (see :func:`model_forward_backward`), e.g.
+    #: ``{"kernel_transients": True}`` for a backend that runs ATen ops with eager kernels
+    model_options: ClassVar[dict[str, Any]] = {}
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        return self.recorder.received_model(observation, **self.model_options)
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        if not self.case.trains:
+            return {}
+        return self.recorder.backward_findings(traces, observation, **self.model_options)

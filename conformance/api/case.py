@@ -1,0 +1,258 @@
+"""Cases: named, seeded, reproducible workloads, and the registry that finds them.
+
+Cases come from three places, loaded the same way in every process of a run (the
+controller, pytest-xdist workers, isolated workers): the built-in families
+(:mod:`conformance.cases`), installed packages' entry points in the group
+``conformance.cases`` (a module whose import registers cases, or a function that does),
+and ``--cases MODULE_OR_FILE`` sources, which child processes inherit through the
+``CONFORMANCE_CASES`` environment variable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import os
+import sys
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+
+CaseKind = Literal["inference", "train_step", "loop"]
+
+
+class GeneratedProgram(Protocol):
+    """What a case knows of its generated program (:class:`conformance.cases.generated.Program`).
+
+    A protocol, not the class: the generator lies above this module and registers its cases here.
+    """
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def train(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+KINDS: tuple[CaseKind, ...] = ("inference", "train_step", "loop")
+
+
+@dataclass
+class Workload:
+    """What building a case gives: a module and its inputs.
+
+    ``model(*inputs)`` returns the outputs; for a case that trains it returns the
+    scalar loss, and the step is forward, loss, backward.
+    """
+
+    model: torch.nn.Module
+    inputs: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    rmse_multiple: float = 3.0  # dynamo benchmark harness: backend RMSE <= k * eager-fp32 RMSE
+
+
+@dataclass(frozen=True)
+class Case:
+    """A named, seeded workload.  ``build()`` is deterministic for a given ``seed``."""
+
+    id: str
+    kind: CaseKind
+    family: str
+    seed: int
+    builder: Callable[[int], Workload] = field(repr=False, compare=False)
+    trains: bool = False
+    requires: frozenset[str] = frozenset()
+    tolerance: Tolerance = Tolerance()
+    description: str = ""
+    #: Fresh inputs for the ``call``-th call of the step (1, 2, ...), from the case's seed; by
+    #: default the builder's inputs drawn again with the torch seed of that call (:func:`call_seed`).
+    make_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = field(default=None, repr=False, compare=False)
+    #: part of a run that names no ``--case`` (the zoo is not: it is selected by id or glob)
+    in_default: bool = True
+    #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
+    #: repros, shrinking and scaling; None for a hand-written case
+    program: GeneratedProgram | None = field(default=None, repr=False, compare=False)
+
+    def build(self) -> Workload:
+        torch.manual_seed(self.seed)
+        workload = self.builder(self.seed)
+        workload.model.train(self.trains)
+        return workload
+
+    def inputs_for(self, call: int) -> tuple[torch.Tensor, ...]:
+        """The inputs of the ``call``-th call (0: the built workload's), the same in every process.
+
+        Every call a step makes gets fresh inputs, so a backend that returns stale results or
+        corrupts state between calls cannot pass on the first call's numbers."""
+        if call == 0:
+            return self.build().inputs
+        with torch.random.fork_rng():
+            torch.manual_seed(call_seed(self.seed, call))
+            if self.make_inputs is not None:
+                return self.make_inputs(call)
+            return self.builder(self.seed).inputs
+
+
+def call_seed(seed: int, call: int) -> int:
+    """The torch seed of a case's ``call``-th inputs: distinct per call, stable across processes."""
+    return (seed * 1_000_003 + call * 7_919 + 1) % (2**63)
+
+
+class CaseError(ValueError):
+    """Bad case selection or a case that failed to build."""
+
+
+_REGISTRY: dict[str, Case] = {}
+#: Functions that build a case from an id nobody registered (generated cases: ``gen-dag-1234``).
+_RESOLVERS: list[Callable[[str], Case | None]] = []
+
+
+def add_resolver(resolver: Callable[[str], Case | None]) -> None:
+    """Let ids outside the registry resolve (a generated case's id carries its seed)."""
+    if resolver not in _RESOLVERS:
+        _RESOLVERS.append(resolver)
+
+
+def resolve(case_id: str) -> Case | None:
+    """A registered case by id, else the first resolver's case for it."""
+    all_cases()
+    if case_id in _REGISTRY:
+        return _REGISTRY[case_id]
+    return next((c for r in _RESOLVERS if (c := r(case_id)) is not None), None)
+
+
+def register(case: Case) -> Case:
+    if case.id in _REGISTRY:
+        raise CaseError(f"case id {case.id!r} registered twice")
+    if case.kind not in KINDS:
+        raise CaseError(f"case {case.id}: unknown kind {case.kind!r}")
+    _REGISTRY[case.id] = case
+    return case
+
+
+ENTRY_POINT_GROUP = "conformance.cases"
+#: the built-in families' package, registered under the group like any case package
+BUILTIN_CASES = "conformance.cases"
+#: ``--cases`` sources of this run, ``os.pathsep``-separated; child processes inherit it.
+SOURCES_ENV = "CONFORMANCE_CASES"
+_LOADED_SOURCES: set[str] = set()
+_PLUGINS_LOADED = False
+#: entry point name -> why it could not be loaded (reported, not fatal, like broken backends)
+BROKEN_PLUGINS: dict[str, str] = {}
+#: family -> why its cases are not registered here (a package it needs is not installed)
+UNAVAILABLE: dict[str, str] = {}
+
+
+def unavailable(family: str, reason: str) -> None:
+    """Record a family that registered nothing here, and why, for ``conformance list cases``."""
+    UNAVAILABLE[family] = reason
+
+
+def all_cases() -> list[Case]:
+    _load_plugins()
+    for source in _inherited_sources():
+        load_source(source)
+    return list(_REGISTRY.values())
+
+
+def _load_plugins() -> None:
+    """Import every ``conformance.cases`` entry point once; a broken one is named, not fatal."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    from importlib.metadata import entry_points
+
+    # the harness's own families first (the built-in cases, then the zoo), in the order they had
+    # when the registry imported them itself, then other packages'
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.value != BUILTIN_CASES):
+        try:
+            loaded = ep.load()
+            if callable(loaded):
+                loaded()
+        except Exception as exc:
+            if ep.value == BUILTIN_CASES:
+                raise  # a broken installation, not a broken plugin
+            BROKEN_PLUGINS[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+
+
+def _inherited_sources() -> list[str]:
+    return [s for s in os.environ.get(SOURCES_ENV, "").split(os.pathsep) if s]
+
+
+def load_source(source: str) -> None:
+    """Import a module (``my_pkg.cases``) or a file (``cases.py``) that registers cases.
+
+    The source is recorded in ``CONFORMANCE_CASES`` so every process the run starts
+    (pytest-xdist workers, isolated workers) loads it too.  Raises :class:`CaseError`."""
+    key = _source_key(source)
+    if key in _LOADED_SOURCES:
+        return
+    _LOADED_SOURCES.add(key)
+    try:
+        if key.endswith(".py"):
+            _import_file(Path(key))
+        else:
+            if os.getcwd() not in sys.path:  # like `python -m`: modules next to where the run starts
+                sys.path.insert(0, os.getcwd())
+            importlib.import_module(key)
+    except CaseError:
+        raise
+    except Exception as exc:
+        _LOADED_SOURCES.discard(key)
+        raise CaseError(f"--cases {source}: {type(exc).__name__}: {exc}") from exc
+    inherited = _inherited_sources()
+    if key not in inherited:
+        os.environ[SOURCES_ENV] = os.pathsep.join([*inherited, key])
+
+
+def _source_key(source: str) -> str:
+    """A file as its absolute path (workers may start elsewhere), a module as its dotted name."""
+    if source.endswith(".py") or os.sep in source or Path(source).is_file():
+        path = Path(source).resolve()
+        if not path.is_file():
+            raise CaseError(f"--cases {source}: no such file")
+        return str(path)
+    return source
+
+
+def _import_file(path: Path) -> None:
+    name = f"conformance_cases_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CaseError(f"--cases {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
+    """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
+    cases = all_cases()
+    patterns = list(patterns)
+    if not patterns:
+        return [c for c in cases if c.in_default]
+    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
+    resolved = [c for p in unmatched if (c := resolve(p)) is not None]
+    chosen += resolved
+    unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
+    if unmatched:
+        known = ", ".join(c.id for c in cases[:8])
+        missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items())
+        raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases'){missing}")
+    return chosen

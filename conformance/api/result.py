@@ -1,0 +1,161 @@
+"""The per case x backend result record written to ``results.jsonl``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conformance.api.verdict import FAILURES, STATUSES, Check, Status
+
+if TYPE_CHECKING:
+    from conformance.models.donation import BackwardInputs
+
+__all__ = [
+    "FAILURES", "SCHEMA_VERSION", "STATUSES", "DomainFigures", "MemoryFigures", "Result", "Status",
+    "append_result",
+]
+
+#: Version of the ``results.jsonl`` record layout (``conformance/output/schemas/results.schema.json``).
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class DomainFigures:
+    """One memory domain's share of a pair that measures several (``MemoryFigures.domains``)."""
+
+    peak_bytes: int | None = None
+    residual_bytes: int | None = None
+    residual_per_step: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MemoryFigures:
+    """What a pair's memory checks compared: the worst probed step's measurement against its model.
+
+    The engine fills every field it knows; ``findings`` holds what the backend reported of its
+    own (``CompiledStep.memory_findings``: IREE's invocations, the backward-input watch, CUDA
+    graph phases).  In ``results.jsonl`` it is one flat object, the findings after the
+    engine's figures, as schema version 1 has it; a record read from outside may lack any
+    figure (None then)."""
+
+    domain: str | None = None
+    model_source: str | None = None
+    model_peak_bytes: int | None = None
+    measured_peak_bytes: int | None = None
+    model_residual_bytes: int | None = None
+    measured_residual_bytes: int | None = None
+    residual_per_step: list[int] = field(default_factory=list)
+    peak_per_step: list[int] = field(default_factory=list)
+    user_model_peak_bytes: int | None = None
+    peak_contract: str | None = None
+    #: the model's event at its peak (None when the model has no events)
+    peak_event: str | None = None
+    foreign_free_bytes: int | None = None
+    #: measured live bytes: (microseconds since the step began, bytes)
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    #: modelled live bytes after each event: (event, bytes)
+    model_timeline: list[tuple[str, int]] = field(default_factory=list)
+    #: what explains the deciding check's excess (``conformance.checks.blame``)
+    blamed: list[dict[str, Any]] = field(default_factory=list)
+    program_peak_bytes: int | None = None
+    program_timeline: list[tuple[str, int]] | None = None
+    peak_slack_reason: str | None = None
+    domains: dict[str, DomainFigures] | None = None
+    findings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def backward_inputs(self) -> BackwardInputs | None:
+        """The backward-input watch's verdict and figures, where the backend ran it."""
+        from conformance.models.donation import BackwardInputs  # imports torch: only where a watch is read
+
+        return BackwardInputs.from_memory(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "findings" or (value is None and f.name != "peak_event"):
+                continue
+            if f.name == "domains":
+                value = {name: asdict(d) for name, d in value.items()}
+            data[f.name] = value
+        return {**data, **self.findings}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryFigures | None:
+        """The figures of a record's ``memory`` object; None for an empty one (nothing measured)."""
+        if not data:
+            return None
+        names = {f.name for f in fields(cls)} - {"findings"}
+        known = {k: v for k, v in data.items() if k in names}
+        if isinstance(known.get("domains"), dict):
+            known["domains"] = {name: DomainFigures(**d) for name, d in known["domains"].items()}
+        for key in ("timeline", "model_timeline", "program_timeline"):
+            if isinstance(known.get(key), list):
+                known[key] = [tuple(point) for point in known[key]]
+        return cls(**known, findings={k: v for k, v in data.items() if k not in names})
+
+
+@dataclass
+class Result:
+    case: str
+    backend: str
+    status: Status
+    reason: str = ""
+    seed: int = 0
+    kind: str = ""
+    family: str = ""
+    raw_status: str = ""  # the backend's own verdict before the manifest was applied
+    expected: str | None = None  # the manifest's expectation, if any
+    parity: dict[str, Any] = field(default_factory=dict)
+    #: the memory checks' figures (None when the pair stopped before its probed steps)
+    memory: MemoryFigures | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    repro: str = ""
+    repro_file: str = ""  # a repro script for a failing pair (a generated case shrunk first)
+    notes: list[str] = field(default_factory=list)
+    #: the checks the verdict was combined from (conformance.api.verdict.combine), each with its figures
+    checks: list[Check] = field(default_factory=list)
+    #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)
+    excess_bytes: int | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
+
+    @property
+    def ok(self) -> bool:
+        return self.status.as_expected
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = Status.parse(self.status).value
+        data["checks"] = [c.to_json() for c in self.checks]
+        data["memory"] = self.memory.to_json() if self.memory is not None else {}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Result:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["checks"] = [Check.from_json(c) for c in known.get("checks") or []]
+        known["memory"] = MemoryFigures.from_json(known.get("memory") or {})
+        return cls(**known)
+
+
+def append_result(path: Path, result: Result) -> None:
+    """Append one line and flush it, so an interrupted run keeps what it finished."""
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(result.to_json(), default=_json_default) + "\n")
+        fh.flush()
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, float) and obj != obj:
+        return None
+    return str(obj)

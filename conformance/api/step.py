@@ -1,0 +1,129 @@
+"""One step of a workload, the same for every backend: forward, and for training loss and backward.
+
+Also: tracing the whole step into one ATen graph (the user-level graph the
+eager backend runs and the lifetime model reads) and the float64 reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from conformance.api.case import Case, Workload
+
+
+@dataclass
+class StepOutput:
+    """What a step produced.  ``outputs`` are dropped after the step; ``retained``
+    (parameter gradients) outlive it, held by the parameters' ``.grad``."""
+
+    outputs: list[torch.Tensor]
+    retained: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def named(self) -> dict[str, torch.Tensor]:
+        named = {f"output[{i}]": t for i, t in enumerate(self.outputs)}
+        named.update({f"grad[{k}]": v for k, v in self.retained.items()})
+        return named
+
+
+def snapshot(out: StepOutput) -> dict[str, torch.Tensor]:
+    """Copies of a step's named results made outside torch's allocators (through NumPy).
+
+    Taken inside a memory probe's window, so the step's outputs can still be dropped
+    there (the residual must not see them) and checked for parity afterwards."""
+    import numpy as np
+
+    copies: dict[str, torch.Tensor] = {}
+    for name, t in out.named().items():
+        t = t.detach()
+        if t.device.type != "cpu":
+            copies[name] = t.to("cpu", copy=True)  # another device's probe does not see CPU memory
+            continue
+        if t.dtype in (torch.bfloat16, torch.float16):
+            copies[name] = torch.from_numpy(np.array(t.view(torch.int16).numpy(), copy=True)).view(t.dtype)
+        else:
+            copies[name] = torch.from_numpy(np.array(t.numpy(), copy=True))
+    return copies
+
+
+def params_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def clear_grads(model: torch.nn.Module) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def flatten_outputs(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in flatten_outputs(o)]
+    raise TypeError(f"a case must return tensors, got {type(out).__name__}")
+
+
+def run_module_step(call: Callable[..., Any], workload: Workload, trains: bool) -> StepOutput:
+    """The step as a user writes it, with ``call`` standing for the (compiled) model."""
+    if not trains:
+        with torch.no_grad():
+            return StepOutput(flatten_outputs(call(*workload.inputs)))
+    loss = call(*workload.inputs)
+    loss.backward()
+    grads = {n: p.grad for n, p in params_of(workload.model).items() if p.grad is not None}
+    return StepOutput([loss.detach()], grads)
+
+
+def functional_step(workload: Workload, trains: bool) -> tuple[Callable[..., Any], list[torch.Tensor], list[str]]:
+    """The step as a pure function of ``(*state, *inputs)``, state being the module's
+    parameters and buffers; for training it returns ``(loss, *grads)``, one grad per
+    trainable parameter, in the order of the first names returned.
+
+    Returns the function, its arguments and the state names."""
+    model = workload.model
+    trainable = list(params_of(model)) if trains else []
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    names = trainable + [n for n in state if n not in trainable]
+    n_inputs = len(workload.inputs)
+
+    def step(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values = dict(zip(names, args[: len(names)]))
+        inputs = args[len(names) : len(names) + n_inputs]
+        out = torch.func.functional_call(model, values, inputs)
+        if not trains:
+            return tuple(flatten_outputs(out))
+        grads = torch.autograd.grad(out, [values[n] for n in trainable])
+        return (out, *grads)
+
+    args = [state[n].detach().requires_grad_(n in trainable) for n in names] + list(workload.inputs)
+    return step, args, names
+
+
+def trace_step(workload: Workload, trains: bool) -> tuple[torch.fx.GraphModule, list[torch.Tensor], list[str]]:
+    """Trace the whole step to one ATen graph with fake tensors (nothing real runs)."""
+    step, args, names = functional_step(workload, trains)
+    gm = make_fx(step, tracing_mode="fake")(*args)
+    return gm, args, names
+
+
+def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
+    """A deep copy of the workload with floating tensors cast to ``dtype`` (for references)."""
+    model = copy.deepcopy(workload.model).to(dtype)
+    inputs = tuple(t.to(dtype) if t.is_floating_point() else t.clone() for t in workload.inputs)
+    return Workload(model, inputs)
+
+
+def reference_step(case: Case, dtype: torch.dtype, call: int = 0) -> StepOutput:
+    """The case's ``call``-th call run in plain eager PyTorch at ``dtype`` (float64: the reference)."""
+    built = case.build()
+    if call:
+        built.inputs = case.inputs_for(call)
+    workload = to_dtype(built, dtype)
+    out = run_module_step(workload.model, workload, case.trains)
+    return StepOutput([t.detach() for t in out.outputs], {k: v.detach() for k, v in out.retained.items()})

@@ -1,0 +1,95 @@
+"""``inductor``: ``torch.compile`` in the default mode, training through AOTAutograd.
+
+Inductor is called exactly as ``backend="inductor"`` calls it, through
+``compile_fx``, with a recording shim as its ``inner_compile``: the shim keeps
+the partitioned forward and backward graphs inductor lowers, so the measured
+memory can be held to the lifetime model of *those* graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from conformance.api.adapter import Backend, Capabilities, CompiledStep
+from conformance.api.aot import AotRecorder, AotStep, DynamoStep, ReceivedGraph, model_of_received
+from conformance.api.case import Case, Workload
+from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward
+from conformance.models.program import WrapperProgram
+
+__all__ = ["DynamoStep", "InductorBackend", "ReceivedGraph", "RecordingCompiler", "model_of_received"]
+
+
+class RecordingCompiler:
+    """A ``torch.compile`` backend: inductor's ``compile_fx`` with a recording ``inner_compile``."""
+
+    def __init__(self, config_patches: dict[str, Any] | None = None) -> None:
+        self.recorder = AotRecorder()
+        #: inductor options, as ``torch.compile(mode=...)`` would set them (e.g. CUDA graphs)
+        self.config_patches = config_patches
+
+    @property
+    def graphs(self) -> list[ReceivedGraph]:
+        return self.recorder.graphs
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        def inner(gm: torch.fx.GraphModule, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            # A snapshot, taken before inductor's post-grad passes rewrite the graph in
+            # place: they run only on an FX-graph-cache miss, so modelling the rewritten
+            # graph would make the verdict depend on the cache's state.
+            is_backward = bool(kwargs.get("is_backward"))
+            received = self.recorder.record(gm, is_backward)
+            compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
+            received.source = getattr(compiled, "source_code", None)  # the same on a cache hit
+            return self.recorder.watch(compiled, gm) if is_backward else compiled
+
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
+
+
+class InductorStep(AotStep):
+    def __init__(self, case: Case, workload: Workload) -> None:
+        self.compiler = RecordingCompiler()
+        self.recorder = self.compiler.recorder
+        super().__init__(case, workload, self.compiler)
+
+    def program_model(self, observation: Observation) -> LifetimeModel | None:
+        return model_of_programs(self.recorder.graphs, observation)
+
+
+def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
+    """Model the Python wrappers inductor generated for one forward (and its backward)."""
+    forwards = [g for g in graphs if not g.is_backward]
+    backwards = [g for g in graphs if g.is_backward]
+    if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None for g in graphs):
+        return None
+    programs = [WrapperProgram(g.source, "forward" if not g.is_backward else "backward")  # type: ignore[arg-type]
+                for g in (*forwards, *backwards)]
+    return model_forward_backward(forwards[0].gm, backwards[0].gm if backwards else None, observation,
+                                  programs=programs)
+
+
+class InductorBackend(Backend):
+    name = "inductor"
+    capabilities = Capabilities()
+    cost_weight = 6.0
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__, "inductor": torch.__version__}
+
+    def warm_up(self) -> None:
+        """Inductor's first compile in a process sets up its C++ toolchain probe, vector-ISA check and
+        compile workers (seconds); a tiny forward and backward compile pays that, then is forgotten."""
+        x = torch.ones(4, requires_grad=True)
+        torch.compile(lambda t: (t * 2).relu().sum(), backend="inductor", dynamic=False)(x).backward()
+        torch._dynamo.reset()
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        # AOTAutograd's cache is off while the step runs (conformance.api.aot.no_autograd_cache): a hit
+        # would skip inductor's inner compile and the graphs we model. Inductor's FX graph cache
+        # still applies: the models read the graph as received and the wrapper's source, both the
+        # same on a hit.
+        return InductorStep(case, workload)

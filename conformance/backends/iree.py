@@ -1,0 +1,519 @@
+"""``iree`` and ``iree-boxed``: IREE on the CPU (``llvm-cpu``) through iree-turbine.
+
+``iree`` is iree-turbine's own ``torch.compile`` backend as shipped
+(``iree.turbine.dynamo.backends.base``: ``aot_autograd(fw_compiler=_backend)``), so the
+verdicts are what iree-turbine users get.  The adapter only adds recording: it hands
+AOTAutograd a forward and a backward compiler that both call turbine's ``_backend``
+unchanged (as shipped, the backward compiler *is* the forward one), keeps the graphs
+they receive for the lifetime model, and watches the compiled backward
+(:class:`conformance.models.donation.BackwardWatch`).
+
+Routes.  Training cases with a ``while_loop`` go the AOT route instead: AOTAutograd
+cannot trace the backward of a loop whose trip count is data (it needs
+``aten._local_scalar_dense``), so Dynamo silently falls back to eager and IREE would
+compile nothing.  The AOT route exports the whole step (forward, loss and backward as
+``make_fx`` traces it) with ``iree.turbine.aot.export``, compiles it with IREE and runs
+it with ``iree.runtime``.  Any case where the ``torch.compile`` route ends up compiling
+no graph at all fails (``fail-compile``) instead of passing on eager's numbers.
+
+Memory, two domains.  The torch CPU allocator (the engine's probe) sees what torch
+allocates: tangents, anything outside the compiled graphs.  IREE's HAL allocator
+(:class:`conformance.probes.hal.HalAllocatorProbe`) sees the rest: turbine copies every
+call input into a HAL buffer (``allocate_buffer_copy``) held by the VM argument list
+for the whole call; the program's transients; and the results, which stay in IREE
+memory (torch tensors over mapped HAL buffers), so saved activations and gradients
+live there.  The device is a ``local-sync`` one (installed as turbine's device for
+``torch.device("cpu")``) because only that driver counts the program's allocations.
+The verdict is taken on the sum of both domains (``combine_traces``: same clock) against
+the lifetime model of the received graphs with ``staged=True, results_at_start=64``:
+each call's inputs are charged as copies held for the call (a donated original dies
+right after its copy), and each result the graph computes is allocated when the call
+starts, 64-byte aligned, as IREE does; each result remains its own storage that dies
+with its last user.  These are modelled, not allowed as slack, so a tensor the backend
+keeps past its modelled death still shows: in the peak and residual (a leaked result
+fails ``fail-residual``, tests/planted_iree_backends.py), and for backward inputs in
+``result.memory.findings["backward_inputs"]`` (:mod:`conformance.models.donation`), which fails the
+peak contract by itself when saved activations are measured alive past their release
+(as shipped: held for the whole call; iree-boxed: released, but their bytes stay
+allocated because IREE packs a call's results into one buffer shared with the loss).
+
+``iree-boxed`` calls the same compiled IREE functions (same pass pipeline, importer
+and ``Launchable``) with the boxed convention: it clears AOTAutograd's argument list and
+drops each input right after copying it into its device buffer.  It also drops the
+``None`` gradients AOTAutograd's backward returns for inputs that need none, which as
+shipped make the IREE import fail (``unhandled torch type: '!torch.none'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar
+
+import torch
+import torch._functorch.config
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from conformance.api.adapter import Backend, Capabilities, CompiledStep, CompileError
+from conformance.api.aot import AotRecorder, DynamoStep
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput, params_of, trace_step
+from conformance.models.donation import classify
+from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward, model_graph
+from conformance.probes.cpu import MemoryProbe, MemoryTrace
+from conformance.probes.hal import HalAllocatorProbe, active_probe
+
+from . import iree_cache as cache
+from .iree_cache import cached_module, turbine_module_cache
+
+DRIVER = "local-sync"
+#: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
+RESULT_ALIGNMENT = 64
+AOT_ROUTE_REASON = (
+    "AOT route: AOTAutograd cannot trace the backward of a while_loop whose trip count is data "
+    "(aten._local_scalar_dense), so torch.compile falls back to eager and IREE would compile nothing; "
+    "the whole step is exported with iree.turbine.aot.export instead"
+)
+
+
+# -- device and invocation plumbing ----------------------------------------------------
+
+
+@dataclass
+class _Runtime:
+    device: Any  # iree.turbine.runtime.device.Device on local-sync
+    allocator: Any
+
+
+_RUNTIME: _Runtime | None = None
+
+
+def runtime() -> _Runtime:
+    """Install a ``local-sync`` turbine device for ``torch.device("cpu")`` (once per process).
+
+    Turbine would create a ``local-task`` one; the compile flags are the same
+    (``llvm-cpu``, host CPU features), only the driver differs.  The HAL probe sees inside
+    each call through :class:`TurbineHalProbe`, for its window only.
+    """
+    global _RUNTIME
+    if _RUNTIME is not None:
+        return _RUNTIME
+    from iree.turbine.runtime import device as tdev
+
+    cpu = torch.device("cpu")
+    state = tdev.DeviceState(driver=DRIVER, torch_device=cpu, dlpack_device_type_code=1,
+                             enumerated_info={"device_id": "conformance"})
+    device = tdev.Device(device_state=state)
+    mapping = getattr(tdev._CURRENT_THREAD, "device_by_torch_device", None)
+    if mapping is None:
+        mapping = tdev._CURRENT_THREAD.device_by_torch_device = {}
+    mapping[(cpu, None)] = device
+    _RUNTIME = _Runtime(device, device.hal_device.allocator)
+    return _RUNTIME
+
+
+class TurbineHalProbe(HalAllocatorProbe):
+    """The HAL probe, with turbine's VM invocations run inside it (``around_invoke``) for its window only.
+
+    Turbine's ``launch.invoke_vm_function`` is replaced when the window opens and put back when
+    it closes: outside a probed call turbine is as shipped."""
+
+    def __enter__(self) -> TurbineHalProbe:
+        from iree.turbine.runtime import launch
+
+        super().__enter__()
+        shipped = self._shipped = launch.invoke_vm_function
+
+        def probed_invoke(*args: Any, **kwargs: Any) -> Any:
+            return self.around_invoke(lambda: shipped(*args, **kwargs))
+
+        launch.invoke_vm_function = probed_invoke
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from iree.turbine.runtime import launch
+
+        launch.invoke_vm_function = self._shipped
+        super().__exit__(*exc)
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Capture fd 2 (the IREE compiler prints its diagnostics there) into the yielded list."""
+    sink: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield sink
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", errors="replace")
+            sink.append(text)
+            os.write(2, text.encode())  # still shown to the user
+
+
+def _first_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if "error:" in ln]
+    return lines[0][:300] if lines else ""
+
+
+def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
+    with captured_stderr() as err:
+        try:
+            return compile_fn()
+        except Exception as exc:
+            failure = exc
+    diag = _first_error(err[0] if err else "")
+    raise CompileError(f"IREE compile of the {what} failed: {type(failure).__name__}: {failure}"
+                       + (f" [{diag}]" if diag else "")) from failure
+
+
+def _module_bytes(output: Any) -> bytes:
+    """The bytes of the module ``exported.compile(save_to=None)`` returns (an ``Output`` to map)."""
+    return bytes(output.map_memory())
+
+
+def cache_note(hits: int, misses: int) -> str:
+    where = cache.cache_root()
+    if where is None:
+        return f"IREE module cache off (${cache.CACHE_ENV})"
+    return f"IREE module cache {where}: {hits} hit(s), {misses} compiled"
+
+
+# -- the torch.compile route -----------------------------------------------------------
+
+
+CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
+
+
+def guarded(compile_graph: CompileFn, what: str) -> CompileFn:
+    """``compile_graph`` with IREE's compile failures turned into one-line compile errors, and its
+    modules through the compiled-module cache (:mod:`conformance.backends.iree_cache`)."""
+
+    def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        with turbine_module_cache():
+            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
+
+    return compile_one
+
+
+def shipped_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """iree-turbine's own ``_backend``, untouched."""
+    from iree.turbine.dynamo.backends.base import _backend
+
+    return _backend(gm, example_inputs)
+
+
+def boxed_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """The same compile as turbine's ``_backend``, returning a callable with the boxed convention."""
+    from iree.compiler.extras.fx_importer import FxImporter
+    from iree.turbine.dynamo.passes import turbine_cpu_pass_pipeline
+    from iree.turbine.runtime.launch import Launchable
+    from iree.turbine.transforms.general.custom_op_expansion import ExpandCustomOpsPass
+
+    none_positions = _strip_none_outputs(gm)
+    gm = turbine_cpu_pass_pipeline(gm, example_inputs)
+    importer = FxImporter()
+    importer.import_graph_module(gm)
+    ExpandCustomOpsPass(importer.module_op).run()
+    entry_point = "main" if len(example_inputs) == 0 else "main$async"  # as turbine does (its issue #984)
+    launch = Launchable.jit_compile(str(importer.module_op), entry_point=entry_point)
+    launch.preload(device=torch.device("cpu"))
+    return BoxedLaunch(launch, none_positions)
+
+
+def nonefix_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Turbine's ``_backend`` untouched, on the graph without its ``None`` results.
+
+    Keeps the shipped calling convention (``make_boxed_func`` around ``*args``), so
+    training runs and the convention's effect on backward inputs can be measured."""
+    none_positions = _strip_none_outputs(gm)
+    return _ReinsertNones(shipped_compile(gm, example_inputs), none_positions)
+
+
+@dataclass
+class _ReinsertNones:
+    compiled: Any
+    none_positions: list[int]
+    _boxed_call: bool = True
+
+    def __call__(self, args: list[Any]) -> Any:
+        results = list(self.compiled(args))
+        for pos in self.none_positions:
+            results.insert(pos, None)
+        return results
+
+
+def _strip_none_outputs(gm: torch.fx.GraphModule) -> list[int]:
+    """Remove ``None`` results (grads of inputs that need none); their positions, to put back."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    values = output.args[0]
+    if not isinstance(values, (list, tuple)):
+        return []
+    positions = [i for i, v in enumerate(values) if v is None]
+    if positions:
+        output.args = (tuple(v for v in values if v is not None),)
+        gm.recompile()
+    return positions
+
+
+@dataclass
+class BoxedLaunch:
+    """Calls a compiled ``Launchable`` taking AOTAutograd's list over: each input dies once copied."""
+
+    launch: Any
+    none_positions: list[int]
+    _boxed_call: bool = True
+    #: Per probed call: bytes of inputs whose storage died when dropped after their copy, and how
+    #: many of those bytes the HAL allocator really freed then (the rest share a buffer still in use).
+    staging: list[dict[str, int]] = field(default_factory=list)
+
+    def __call__(self, args: list[Any]) -> Any:
+        from iree.runtime import HalBufferView, VmRef, VmVariantList
+        from iree.turbine.runtime.launch import _export_torch_tensor, invoke_vm_function
+
+        device = runtime().device
+        probe = active_probe()
+        arg_list = VmVariantList(len(args))
+        pending = list(reversed(args))
+        args.clear()  # the caller's list no longer keeps anything alive
+        dropped = freed = 0
+        seen: set[int] = set()  # IREE may return one buffer for two results (relu and its detach)
+        while pending:
+            arg = pending.pop()
+            weak, nbytes, live0 = None, 0, probe.live() if probe is not None else 0
+            if isinstance(arg, torch.Tensor):
+                copy_bytes = arg.numel() * arg.element_size()
+                if arg.untyped_storage().data_ptr() not in seen:
+                    seen.add(arg.untyped_storage().data_ptr())
+                    weak, nbytes = StorageWeakRef(arg.untyped_storage()), arg.untyped_storage().nbytes()
+                arg_list.push_ref(device.import_torch_tensor(arg.data.contiguous()))
+            elif isinstance(arg, int):
+                arg_list.push_int(arg)
+            elif isinstance(arg, float):
+                arg_list.push_float(arg)
+            if probe is not None:
+                probe.sample()  # original and copy both alive here, at most one input at a time
+            del arg  # its last use was the copy
+            if probe is not None and weak is not None and weak.expired():  # credited once all aliases died
+                dropped += nbytes
+                freed += min(nbytes, max(0, live0 + copy_bytes - probe.live()))  # its own bytes, freed now
+        if probe is not None:
+            self.staging.append({"dropped_bytes": dropped, "hal_freed_bytes": freed,
+                                 "still_allocated_bytes": dropped - freed})
+        vm_context, vm_function = self.launch._resolve_target_binary(device)
+        ret_list = VmVariantList(0)
+        invoke_vm_function(device, self.launch._is_async, vm_context, vm_function, arg_list, ret_list)
+        del arg_list
+        results: list[Any] = []
+        for i in range(len(ret_list)):
+            ref = ret_list.get_variant(i)
+            if isinstance(ref, VmRef):
+                bv = ref.deref(HalBufferView, True)
+                if bv is not None:
+                    results.append(_export_torch_tensor(bv, device))
+        for pos in self.none_positions:
+            results.insert(pos, None)
+        return results
+
+
+class IreeDynamoStep(DynamoStep):
+    """A case through ``torch.compile`` with a recording AOTAutograd backend."""
+
+    def __init__(self, case: Case, workload: Workload, compile_graph: CompileFn, slack: int) -> None:
+        self.rt = runtime()
+        self.recorder = AotRecorder()
+        self.slack = slack
+        self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
+        super().__init__(case, workload, self.recorder.backend(guarded(compile_graph, "forward graph"),
+                                                               guarded(compile_graph, "backward graph")))
+
+    def run(self) -> StepOutput:
+        out = super().run()
+        if not self.recorder.graphs:
+            raise CompileError("torch.compile route compiled no graph with IREE: Dynamo ran the case in eager")
+        return out
+
+    def _models(self, observation: Observation) -> tuple[LifetimeModel, LifetimeModel | None] | None:
+        forwards = [g.gm for g in self.recorder.graphs if not g.is_backward]
+        backwards = [g.gm for g in self.recorder.graphs if g.is_backward]
+        if len(forwards) != 1 or len(backwards) > 1:
+            return None
+        bw = backwards[0] if backwards else None
+        kw: dict[str, Any] = {"staged": True, "results_at_start": RESULT_ALIGNMENT}
+        donated = model_forward_backward(forwards[0], bw, observation, **kw)
+        held = model_forward_backward(forwards[0], bw, observation, "held", **kw) if bw else None
+        return donated, held
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        models = self._models(observation)
+        return models[0] if models else None
+
+    def extra_probes(self) -> list[MemoryProbe]:
+        self.hal_probe = TurbineHalProbe(self.rt.allocator)
+        return [self.hal_probe]
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        found: dict[str, Any] = {"iree_invocations": self.hal_probe.invocations}
+        if not self.case.trains:
+            return found
+        staged = [w.compiled.staging[-1] for w in self.recorder.watches
+                  if isinstance(w.compiled, BoxedLaunch) and w.compiled.staging]
+        pinned = staged[-1]["still_allocated_bytes"] if staged else 0
+        if staged:  # dropped saved inputs whose IREE buffer stayed allocated (shared with live results)
+            found["backward_inputs_staging"] = staged[-1]
+        models = self._models(observation)
+        donated, held = models if models else (None, None)
+        found.update(classify(self.recorder.watches, max(t.peak_bytes for t in traces), donated, held, self.slack,
+                              pinned).to_json())
+        return found
+
+    def notes(self) -> list[str]:
+        n_fw = sum(not g.is_backward for g in self.recorder.graphs)
+        n_bw = sum(g.is_backward for g in self.recorder.graphs)
+        return [f"route: torch.compile (iree-turbine aot_autograd), {n_fw} forward / {n_bw} backward graph(s) "
+                f"compiled by IREE on {DRIVER}",
+                cache_note(cache.STATS.hits - self.cache_before[0], cache.STATS.misses - self.cache_before[1])]
+
+
+# -- the AOT route ---------------------------------------------------------------------
+
+
+class IreeAotStep(CompiledStep):
+    """The whole step exported with ``iree.turbine.aot``, compiled by IREE, run with ``iree.runtime``."""
+
+    def __init__(self, case: Case, workload: Workload) -> None:
+        from iree.runtime import VmContext, VmModule, create_hal_module
+        from iree.turbine import aot
+
+        self.rt = runtime()
+        self.case = case
+        self.workload = workload
+        self.gm, args, self.param_names = trace_step(workload, case.trains)
+        self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
+        self.trainable = list(params_of(workload.model)) if case.trains else []
+
+        def build() -> bytes:
+            exported = aot.export(self.gm, *[a.detach() for a in args])
+            flags = self.rt.device.compile_target_flags[1:]  # host CPU features, as turbine
+            exported.session.set_flags(*flags)
+            return cached_module(str(exported.mlir_module), ["llvm-cpu", *flags],
+                                 lambda: _module_bytes(exported.compile(save_to=None, target_backends="llvm-cpu")))
+
+        cache_before = (cache.STATS.hits, cache.STATS.misses)
+        binary = _compile_guarded("exported step", build)
+        self.cache_use = (cache.STATS.hits - cache_before[0], cache.STATS.misses - cache_before[1])
+        instance = self.rt.device.vm_instance
+        module = VmModule.copy_buffer(instance, binary)
+        self.context = VmContext(instance, [create_hal_module(instance, self.rt.device.hal_device), module])
+        self.function = module.lookup_function("main")
+
+    def run(self) -> StepOutput:
+        from iree.runtime import HalBufferView, VmRef, VmVariantList
+        from iree.turbine.runtime.launch import _export_torch_tensor, invoke_vm_function
+
+        device = self.rt.device
+        args: list[Any] = [self.state[n].detach() for n in self.param_names]
+        args.extend(self.workload.inputs)
+        arg_list = VmVariantList(len(args))
+        for a in args:
+            arg_list.push_ref(device.import_torch_tensor(a.contiguous()))
+        del args, a
+        ret_list = VmVariantList(0)
+        invoke_vm_function(device, False, self.context, self.function, arg_list, ret_list)
+        del arg_list
+        outs = [_export_torch_tensor(ret_list.get_variant(i).deref(HalBufferView, True), device)
+                for i in range(len(ret_list)) if isinstance(ret_list.get_variant(i), VmRef)]
+        del ret_list
+        if not self.case.trains:
+            return StepOutput(outs)
+        loss, grads = outs[0], outs[1:]
+        del outs
+        for name, g in zip(self.trainable, grads):
+            self.state[name].grad = g
+        return StepOutput([loss], dict(zip(self.trainable, grads)))
+
+    def received_model(self, observation: Observation) -> LifetimeModel | None:
+        retained = range(1, 1 + len(self.trainable)) if self.case.trains else ()
+        return model_graph(self.gm, observation, retained, staged=True, results_at_start=RESULT_ALIGNMENT,
+                           kernel_transients=False)
+
+    def extra_probes(self) -> list[MemoryProbe]:
+        self.hal_probe = TurbineHalProbe(self.rt.allocator)
+        return [self.hal_probe]
+
+    def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        return {"iree_invocations": self.hal_probe.invocations}
+
+    def notes(self) -> list[str]:
+        return [AOT_ROUTE_REASON, cache_note(*self.cache_use)]
+
+
+# -- adapters --------------------------------------------------------------------------
+
+
+def uses_aot_route(case: Case) -> bool:
+    return case.trains and "while_loop" in case.requires
+
+
+class IreeBackend(Backend):
+    name = "iree"
+    capabilities = Capabilities(memory_domains=("torch-cpu", "iree-hal"))
+    compile_graph: ClassVar[CompileFn] = staticmethod(shipped_compile)
+
+    def warm_up(self) -> None:
+        """The compiler, the runtime and turbine's importer (a second or two of imports)."""
+        import iree.compiler.extras.fx_importer
+        import iree.runtime
+        import iree.turbine.dynamo.backends.base  # noqa: F401
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import iree.compiler
+            import iree.runtime
+            import iree.turbine.dynamo.backends.base
+
+            iree.runtime.get_driver(DRIVER)
+        except Exception as exc:
+            return f"IREE not usable: {type(exc).__name__}: {exc} (pip install 'torch-conformance[iree]')"
+        return None
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {"torch": str(torch.__version__)}
+        for dist in ("iree-turbine", "iree-base-compiler", "iree-base-runtime"):
+            try:
+                found[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                found[dist] = "missing"
+        found["iree-driver"] = DRIVER
+        return found
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        if uses_aot_route(case):
+            return IreeAotStep(case, workload)
+        return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes)
+
+
+class IreeBoxedBackend(IreeBackend):
+    """The same IREE programs, called with the boxed convention (the fix, for users to copy)."""
+
+    name = "iree-boxed"
+    compile_graph: ClassVar[CompileFn] = staticmethod(boxed_compile)
+
+
+class IreeNoneFixBackend(IreeBackend):
+    """Turbine's compile and calling convention as shipped; only the ``None`` gradients dropped.
+
+    Not an entry point: select it as ``conformance.backends.iree:IreeNoneFixBackend`` to see
+    what the shipped convention does to backward inputs on cases the shipped backend cannot compile."""
+
+    name = "iree-nonefix"
+    compile_graph: ClassVar[CompileFn] = staticmethod(nonefix_compile)

@@ -1,0 +1,11 @@
+"""Built-in cases; importing this package registers them.
+
+The registry loads it through its own entry point (``conformance.cases``), first, as it loads any
+case package: the registry (:mod:`conformance.api.case`) lies below the families that fill it.
+
+May import: ``conformance.api``, ``conformance.probes``, ``conformance.models``, ``conformance.util``.
+"""
+
+from conformance.cases import cuda_pools, custom_op, generated, mlp, regressions, while_loops
+
+__all__ = ["cuda_pools", "custom_op", "generated", "mlp", "regressions", "while_loops"]

@@ -1,0 +1,43 @@
+"""MLPs at three sizes, for inference and as a training step."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from conformance.api.case import Case, Workload, register
+
+SIZES = {"s": (8, 16, 32), "m": (32, 64, 128), "l": (64, 256, 512)}  # batch, in, hidden
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in: int, hidden: int, d_out: int, loss: bool) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, d_out)
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        h = torch.tanh(self.fc2(h))
+        y = self.fc3(h)
+        return (y * y).mean() if self.loss else y
+
+
+def _builder(size: str, trains: bool):
+    batch, d_in, hidden = SIZES[size]
+
+    def build(seed: int) -> Workload:
+        model = MLP(d_in, hidden, 8, loss=trains)
+        return Workload(model, (torch.randn(batch, d_in),))
+
+    return build
+
+
+for _size in SIZES:
+    register(Case(f"mlp-{_size}-infer", "inference", "mlp", 0, _builder(_size, False),
+                  description=f"3-layer MLP {SIZES[_size]}, forward only"))
+    register(Case(f"mlp-{_size}-train", "train_step", "mlp", 0, _builder(_size, True),
+                  trains=True, requires=frozenset({"training"}),
+                  description=f"3-layer MLP {SIZES[_size]}: forward, MSE-style loss, backward"))

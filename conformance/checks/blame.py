@@ -1,0 +1,111 @@
+"""Naming what is responsible for a memory failure.
+
+Measured allocations are matched to the model's storages: by the reference
+executor's node range when the allocation carries one, otherwise by size in
+allocation order.  A storage is a candidate when it is measured alive at a point
+where the model says it is already dead (or the model does not know it); only
+candidates that can explain the excess are blamed: the largest ones no bigger
+than the excess, until they account for all of it.  A 4-byte leak does not blame
+a 1 KB gradient, and a peak below the model blames nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.models.lifetime import LifetimeModel, Storage
+from conformance.probes.cpu import Allocation, MemoryTrace
+
+
+def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
+    """Allocation ``seq`` -> the model storage it realises."""
+    storages = [s for s in model.storages if s.role != "caller" and s.nbytes]
+    matched: dict[int, Storage] = {}
+    used: set[int] = set()
+    by_label: dict[str, list[Storage]] = {}
+    for s in storages:
+        by_label.setdefault(s.producer, []).append(s)
+    rest: list[Allocation] = []
+    for a in trace.allocations:
+        cands = [s for s in by_label.get(a.label or "", []) if s.sid not in used and s.nbytes == a.nbytes]
+        if cands:
+            matched[a.seq] = cands[0]
+            used.add(cands[0].sid)
+        else:
+            rest.append(a)
+    cursor = 0
+    order = sorted((s for s in storages if s.sid not in used), key=lambda s: (s.birth, s.sid))
+    for a in rest:
+        if a.label is not None:  # made by a reference-executor node the model has no storage for
+            continue
+        for i in range(cursor, len(order)):
+            if order[i].nbytes == a.nbytes and order[i].sid not in used:
+                matched[a.seq] = order[i]
+                used.add(order[i].sid)
+                cursor = i + 1
+                break
+    return matched
+
+
+def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_death: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": a.op, "measured_death": measured_death}
+    if s is None:
+        entry.update({"producer": a.label or a.op, "op": a.op, "shape": None, "model_death": "not in model"})
+        return entry
+    entry.update(s.describe())
+    if s.death is not None:
+        entry["model_death"] = f"after {model.events[s.death]} (event {s.death})"
+    elif s.role == "output":
+        entry["model_death"] = "when the caller drops the step's outputs"
+    else:
+        entry["model_death"] = "outlives the step"
+    return entry
+
+
+def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
+    """Storages alive at the measured peak that the model says were dead by then."""
+    matched = match(model, trace)
+    t = trace.peak_time
+    live = trace.live_at(t)
+    latest_birth = max((matched[a.seq].birth for a in live if a.seq in matched), default=-1)
+    blamed = []
+    for a in live:
+        s = matched.get(a.seq)
+        if s is None:
+            blamed.append(_entry(a, None, model, "alive at measured peak"))
+        elif s.death is not None and s.death < latest_birth:
+            when = model.events[latest_birth] if latest_birth >= 0 else "?"
+            blamed.append(_entry(a, s, model, f"alive at measured peak (still alive at {when})"))
+    return explaining(blamed, trace.peak_bytes - model.peak_bytes, limit)
+
+
+def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -> list[dict[str, Any]]:
+    """The candidates that explain ``excess`` bytes: largest first, none bigger than the excess."""
+    if excess <= 0:
+        return []
+    chosen: list[dict[str, Any]] = []
+    total = 0
+    for entry in sorted(candidates, key=lambda e: -e["bytes"]):
+        if entry["bytes"] > excess or total >= excess:
+            continue
+        chosen.append(entry)
+        total += entry["bytes"]
+    return chosen[:limit]
+
+
+def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
+    """Storages still alive after the step that the model says die within it."""
+    matched = match(model, trace)
+    retained = [s for s in model.storages if s.role == "retained"]
+    blamed = []
+    for a in trace.still_alive():
+        s = matched.get(a.seq)
+        if s is not None and s.role == "retained":
+            continue
+        if s is None:  # a retained storage the order-matching missed?
+            twin = next((r for r in retained if r.nbytes == a.nbytes), None)
+            if twin is not None:
+                retained.remove(twin)
+                continue
+        blamed.append(_entry(a, s, model, "still alive after the step"))
+    return explaining(blamed, trace.residual_bytes - model.residual_bytes, limit)

@@ -1,0 +1,169 @@
+"""The memory checks: each turns models and measurements into one typed :class:`Check`.
+
+Pure functions over :class:`~conformance.models.lifetime.LifetimeModel` and
+:class:`~conformance.probes.cpu.MemoryTrace`; the engine gathers their checks and
+:func:`conformance.api.verdict.combine` decides the verdict.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.api.result import MemoryFigures
+from conformance.api.verdict import Check, CheckName, Status, passed
+from conformance.checks.blame import blame_peak, blame_residual
+from conformance.checks.timeline import compare as compare_timeline
+from conformance.models.donation import DETAIL_KEY
+from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.models.program import LateReference, late_references, late_releases
+from conformance.probes.cpu import MemoryTrace
+
+
+@dataclass(frozen=True)
+class ProbedStep:
+    """One probed call: its models (the one it is held to, the user-level one, the program's) and its trace."""
+
+    call: int
+    trace: MemoryTrace
+    model: LifetimeModel
+    user_model: LifetimeModel
+    program: LifetimeModel | None = None
+    observation: Observation | None = None  # the loop trip counts this call's models were built with
+
+
+def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
+    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:limit]) or "none matched"
+
+
+def judge_residual(steps: Sequence[ProbedStep]) -> Check:
+    """After each step (outputs dropped, gradients kept) live bytes equal the model's residual exactly."""
+    residuals = [s.trace.residual_bytes for s in steps]
+    expected = [s.model.residual_bytes for s in steps]
+    figures = {"residual_per_step": residuals, "model_residual_per_step": expected,
+               "growth_bytes": residuals[-1] - residuals[0] if residuals else 0}
+    bad = [s for s in steps if s.trace.residual_bytes != s.model.residual_bytes]
+    if not bad:
+        return passed(CheckName.RESIDUAL, **figures)
+    worst = max(bad, key=lambda s: abs(s.trace.residual_bytes - s.model.residual_bytes))
+    excess = worst.trace.residual_bytes - worst.model.residual_bytes
+    blamed = blame_residual(worst.model, worst.trace) if excess > 0 else []
+    first_bad = steps.index(bad[0]) + 1
+    growth = (f"; grows {figures['growth_bytes']:+d} B over {len(steps)} steps"
+              if figures["growth_bytes"] else "")
+    return Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL,
+                 f"residual {residuals} B per step != model residual {expected[-1]} B from probed step "
+                 f"{first_bad}{growth}; still alive: {names(blamed)}",
+                 figures, blamed, excess)
+
+
+def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str) -> Check:
+    """Exact backends (eager) equal the model byte for byte; others stay at or under it (plus any slack)."""
+    worst = max(steps, key=lambda s: s.trace.peak_bytes - s.model.peak_bytes)
+    measured, model = worst.trace.peak_bytes, worst.model.peak_bytes
+    figures = {"measured_peak_bytes": measured, "model_peak_bytes": model, "model_source": source,
+               "contract": "equal" if exact else f"<= model + {slack}"}
+    bad = measured != model if exact else measured > model + slack
+    if not bad:
+        return passed(CheckName.PEAK, **figures)
+    above = measured > model
+    blamed = blame_peak(worst.model, worst.trace) if above else []  # a peak below the model has no culprit
+    rel = "!=" if exact else ">"
+    culprits = f"; alive past modelled death: {names(blamed)}" if above else "; the model holds more than was measured"
+    return Check(CheckName.PEAK, Status.FAIL_PEAK,
+                 f"measured peak {measured} B {rel} model peak {model} B{f' + slack {slack} B' if slack else ''} "
+                 f"({source}){culprits}", figures, blamed, measured - model - (0 if exact else slack))
+
+
+def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | None:
+    """The program the compiler generated: its own lifetimes, and the measurement following it.
+
+    Fails on any storage the program keeps past its last use (or allocates and never
+    uses), any reference it keeps that blocks reuse at a storage's last use, and, where
+    the allocator reports every allocation (``exact_domain``), any measured allocation,
+    free or peak that departs from the program's timeline."""
+    with_program = [s for s in steps if s.program is not None]
+    if not with_program:
+        return None
+    step = with_program[-1]
+    program = step.program
+    assert program is not None
+    late = late_releases(program.events, program.storages, program.work_events)
+    refs: list[LateReference] = late_references(program.findings)
+    figures: dict[str, Any] = {
+        "program_peak_bytes": program.peak_bytes,
+        "program_residual_bytes": program.residual_bytes,
+        "program_events": len(program.events),
+        "late_releases": len(late),
+        "late_references": len(refs),
+        "timeline": "not compared (the allocator does not report every allocation)",
+    }
+    late.sort(key=lambda f: -f.storage.nbytes)  # the largest first: what a maintainer looks at first
+    refs.sort(key=lambda r: -sum(s.nbytes for s in r.blocked))
+    blamed = [f.describe(program.events) for f in late] + [r.describe(program.events) for r in refs]
+    sentences = [f.sentence(program.events) for f in late] + [r.sentence(program.events) for r in refs]
+    excess = _held_late(late, program) + sum(sum(s.nbytes for s in r.blocked) for r in refs)
+    if exact_domain:
+        diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
+        bad = [(s, d) for s, d in diffs if not d.exact]
+        last = diffs[-1][1]
+        figures["timeline"] = "exact" if not bad else "differs"
+        figures["measured_peak_bytes"] = last.measured_peak
+        figures["op_transient_bytes"] = sum(a.nbytes for a in last.op_transients)
+        figures["op_transients_in"] = sorted({a.transient_in or "" for a in last.op_transients})
+        if bad:
+            s, d = bad[0]
+            assert s.program is not None
+            sentences.insert(0, f"measured timeline of call {s.call} departs from the program's: {d.sentence()}")
+            blamed = d.blamed(s.program) + blamed
+            excess += d.excess_bytes()
+    if not sentences:
+        return passed(CheckName.PROGRAM, **figures)
+    more = f" [{len(sentences) - 1} more finding(s)]" if len(sentences) > 1 else ""
+    reason = f"generated program: {sentences[0]}{more}"
+    return Check(CheckName.PROGRAM, Status.FAIL_PEAK, reason, figures, blamed[:10], excess)
+
+
+def _held_late(late: Sequence[Any], program: LifetimeModel) -> int:
+    """Bytes held past their last use, counted once per statement that does work while they are held:
+    holding a buffer longer, not only holding a bigger one, changes it (what a manifest's excess pins)."""
+    work = sorted(program.work_events)
+    total = 0
+    for f in late:
+        end = f.freed if f.freed is not None else len(program.events) - 1
+        held = bisect.bisect_right(work, end) - bisect.bisect_left(work, f.should_die)
+        total += f.storage.nbytes * max(held, 1)
+    return total
+
+
+def judge_backward_inputs(memory: MemoryFigures) -> Check | None:
+    """Saved activations measured alive past their last use fail the peak contract even when the
+    backend's other savings keep the peak under the model (see :mod:`conformance.models.donation`)."""
+    found = memory.backward_inputs
+    if found is None:
+        return None
+    # the figures as the backend reported them (``backward_inputs_detail``), less the calls
+    detail = memory.findings.get(DETAIL_KEY) or {}
+    figures = {"verdict": found.verdict, **{k: v for k, v in detail.items() if k != "calls"}}
+    if found.verdict == "held-for-call":
+        held = int(found.held_bytes or 0)
+        why = "argument list never cleared" if found.list_cleared is False else "references kept"
+        return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
+                     f"backward inputs held for the whole backward call: {held} B of saved activations "
+                     f"outlive the call ({why})", figures, [], held)
+    if found.verdict == "released-late" and found.still_allocated_bytes:
+        late = int(found.still_allocated_bytes)
+        return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
+                     f"backward inputs released late: {late} B of saved activations stayed allocated after the "
+                     "backward dropped them", figures, [], late)
+    return passed(CheckName.BACKWARD_INPUTS, **figures)
+
+
+def adapter_check(extra: Check | tuple[str, str] | None) -> Check | None:
+    """An adapter's own contract (CUDA graph pools) as a check; the old ``(status, reason)`` form still works."""
+    if extra is None or isinstance(extra, Check):
+        return extra
+    status, reason = extra
+    return Check(CheckName.POOL, Status.parse(status), reason)

@@ -1,0 +1,342 @@
+"""Per-backend manifests of expected non-pass verdicts.
+
+A manifest is a TOML file of ``[[expect]]`` entries: ``case`` (an id or a glob),
+``status`` (an expected failing verdict), ``reason`` (required) and optionally
+``issue`` (a link) and ``when`` (a condition on installed versions, ``"torch<2.9"`` or a
+list of such, all of which must hold: the entry applies only there, and there it comes
+before entries without a condition).  An expected memory failure (``fail-peak``, ``fail-residual``)
+also says how far over its contract it is expected to be: ``excess = N`` (exactly
+N bytes) or ``max_excess = N`` (at most N bytes), so an entry for a 1-byte excess
+cannot hide an 18 KB leak added on top.  Strict: a case expected to fail that
+passes is ``xpass``, which fails the run; a larger (or, for ``excess``, any
+other) excess is a failure; entries that apply here and match no selected case
+are reported as stale.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import tomllib
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from conformance.api.result import FAILURES, Result
+from conformance.api.verdict import Status
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    case: str
+    status: str
+    reason: str
+    issue: str = ""
+    excess: int | None = None  # exact bytes over the contract an expected memory failure shows
+    max_excess: int | None = None  # or a bound on them
+    when: tuple[str, ...] = ()  # requirement-style conditions on installed versions, all must hold
+
+    def matches(self, case_id: str) -> bool:
+        return fnmatch.fnmatchcase(case_id, self.case)
+
+    def applies(self, versions: Mapping[str, str] | None = None) -> bool:
+        """Whether every ``when`` condition holds for ``versions`` (default: what is installed)."""
+        return all(condition_holds(c, versions) for c in self.when)
+
+    @property
+    def unsized(self) -> bool:
+        """An expected memory failure that does not say by how much: it cannot tell a bigger one."""
+        return Status(self.status).is_memory and self.excess is None and self.max_excess is None
+
+    def excess_problem(self, observed: int | None) -> str | None:
+        """Why an observed excess is not the one expected (``None``: it is)."""
+        if self.unsized:
+            return (f"manifest entry {self.case!r} records no expected excess (measured "
+                    f"{observed if observed is not None else '?'} B; --update-manifest records it)")
+        if self.excess is None and self.max_excess is None:
+            return None
+        if observed is None:
+            return "no excess measured"
+        if self.excess is not None and observed != self.excess:
+            return f"excess {observed} B, manifest expects {self.excess} B"
+        if self.max_excess is not None and observed > self.max_excess:
+            return f"excess {observed} B, manifest allows at most {self.max_excess} B"
+        return None
+
+    def describe_excess(self) -> str:
+        if self.excess is not None:
+            return f" (+{self.excess} B)"
+        return f" (<= +{self.max_excess} B)" if self.max_excess is not None else ""
+
+
+def condition_holds(condition: str, versions: Mapping[str, str] | None = None) -> bool:
+    """``"torch<2.9"`` against the installed torch (or ``versions["torch"]``); a distribution
+    that is not installed satisfies no condition.  Local labels (``2.8.0+cpu``) are ignored,
+    as pip ignores them."""
+    req = Requirement(condition)
+    if versions is None:
+        version = _installed(req.name)
+    else:
+        version = {canonicalize_name(k): v for k, v in versions.items()}.get(canonicalize_name(req.name))
+    return version is not None and req.specifier.contains(version, prereleases=True)
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _parse_when(value: object, where: str) -> tuple[str, ...]:
+    conditions = [value] if isinstance(value, str) else value
+    if not isinstance(conditions, list) or not conditions or not all(isinstance(c, str) for c in conditions):
+        raise ManifestError(f"{where}: 'when' must be a condition like \"torch<2.9\" or a list of them")
+    for c in conditions:
+        try:
+            req = Requirement(c)
+        except InvalidRequirement as exc:
+            raise ManifestError(f"{where}: 'when' condition {c!r} is not NAME SPECIFIER ({exc})") from None
+        if req.extras or req.url or req.marker:
+            raise ManifestError(f"{where}: 'when' condition {c!r} may only name a distribution and versions")
+    return tuple(conditions)
+
+
+@dataclass
+class Manifest:
+    backend: str
+    path: Path | None = None
+    entries: list[Expectation] = field(default_factory=list)
+    #: the versions ``when`` conditions are judged against; ``None``: what is installed
+    versions: Mapping[str, str] | None = None
+
+    def active(self) -> list[Expectation]:
+        """The entries whose ``when`` holds here."""
+        return [e for e in self.entries if e.applies(self.versions)]
+
+    def lookup(self, case_id: str) -> Expectation | None:
+        """The first active entry matching ``case_id``; one with a ``when`` that holds here is the
+        more specific statement and comes before any entry without one."""
+        matching = [e for e in self.active() if e.matches(case_id)]
+        return next((e for e in matching if e.when), None) or next(iter(matching), None)
+
+    def unsized(self, case_ids: Iterable[str]) -> list[Expectation]:
+        """Active memory entries without their excess that match one of ``case_ids``: the ones that
+        fail this run until ``--update-manifest`` records them (an entry for another torch, or for a
+        case the run does not select, cannot)."""
+        ids = list(case_ids)
+        return [e for e in self.active() if e.unsized and any(e.matches(i) for i in ids)]
+
+    def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
+        ids = list(case_ids)
+        return [e for e in self.active() if not any(e.matches(i) for i in ids)]
+
+
+def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str, str] | None = None) -> Manifest:
+    """``versions`` (distribution -> version) stands in for what is installed when judging ``when``."""
+    path = path or manifest_location(backend)
+    if not path.exists():
+        return Manifest(backend, None, [], versions)
+    try:
+        data = tomllib.loads(_read_text(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
+    raw = data.get("expect", [])
+    if not isinstance(raw, list):
+        raise ManifestError(f"{path}: 'expect' must be an array of tables ([[expect]])")
+    unknown_keys = set(data) - {"expect"}
+    if unknown_keys:
+        raise ManifestError(f"{path}: unknown top-level key {sorted(unknown_keys)[0]!r}")
+    entries = []
+    for i, item in enumerate(raw, 1):
+        where = f"{path}: entry {i}"
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: must be a table")
+        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when"}
+        if extra:
+            raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
+        case, status, reason = item.get("case"), item.get("status"), item.get("reason")
+        if not isinstance(case, str) or not case:
+            raise ManifestError(f"{where}: 'case' (an id or glob) is required")
+        if status not in FAILURES:
+            raise ManifestError(f"{where} ({case}): status {status!r} is not one of {', '.join(FAILURES)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ManifestError(f"{where} ({case}): a 'reason' is required")
+        issue = item.get("issue", "")
+        if not isinstance(issue, str):
+            raise ManifestError(f"{where} ({case}): 'issue' must be a string")
+        excess, max_excess = item.get("excess"), item.get("max_excess")
+        for key, value in (("excess", excess), ("max_excess", max_excess)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ManifestError(f"{where} ({case}): {key!r} must be a whole number of bytes, got {value!r}")
+        if excess is not None and max_excess is not None:
+            raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
+        when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
+        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when))
+    return Manifest(backend, path, entries, versions)
+
+
+def _read_text(path: Path) -> str:
+    """The manifest's text; a directory, unreadable file or non-UTF-8 bytes are a ManifestError naming it."""
+    if path.is_dir():
+        raise ManifestError(f"{path}: is a directory, not a manifest file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start}); TOML manifests are UTF-8") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def manifest_location(backend: str) -> Path:
+    """Where a built-in backend's manifest lives (whether or not it exists yet)."""
+    import conformance.backends as pkg
+
+    dirs = [Path(base) / "manifests" for base in pkg.__path__]
+    found = [d / f"{backend}.toml" for d in dirs if (d / f"{backend}.toml").exists()]
+    return found[0] if found else dirs[0] / f"{backend}.toml"
+
+
+def apply(result: Result, manifest: Manifest) -> Result:
+    """Turn the backend's raw verdict into the final one, strictly."""
+    result.raw_status = result.status
+    expectation = manifest.lookup(result.case)
+    if expectation is None or result.status == Status.SKIP:
+        return result
+    result.expected = expectation.status
+    problem = expectation.excess_problem(result.excess_bytes) if result.status == expectation.status else None
+    if result.status == expectation.status and problem is None:
+        result.status = Status.XFAIL
+        result.reason = f"expected: {expectation.reason}" + (f" ({expectation.issue})" if expectation.issue else "")
+        if expectation.when:
+            result.reason += f" [when {', '.join(expectation.when)}]"
+    elif result.status == Status.PASS:
+        result.status = Status.XPASS
+        result.reason = f"unexpected pass: manifest expects {expectation.status} ({expectation.reason})"
+    elif problem is not None:
+        result.reason = f"{problem}: {result.reason}"
+    else:
+        result.reason = f"manifest expects {expectation.status}, got {result.status}: {result.reason}"
+    return result
+
+
+UNEXPLAINED = "UNEXPLAINED"
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, list[str]]:
+    """The manifest a run says it should be, and what changed (for the user to review).
+
+    Existing reasons are kept; a new failure gets an entry whose reason starts with
+    ``UNEXPLAINED`` for a human to replace; a case that now passes loses its entry (a
+    glob that now over-matches is narrowed to the ids that still fail); entries this
+    run did not exercise are left alone.
+    """
+    mine = [r for r in results if r.backend == manifest.backend and (r.raw_status or r.status) != Status.SKIP]
+    runs = {r.case: str(r.raw_status or r.status) for r in mine}
+    excess = {r.case: r.excess_bytes for r in mine}
+    notes: list[str] = []
+    entries: list[Expectation] = []
+    for e in manifest.entries:
+        matched = {c: s for c, s in runs.items() if e.matches(c)} if e.applies(manifest.versions) else {}
+        if not matched:
+            entries.append(e)
+            continue
+        still = sorted(c for c, s in matched.items() if s == e.status)
+        changed = sorted(c for c, s in matched.items() if s != e.status)
+        memory = Status(e.status).is_memory
+        sizes = {excess[c] for c in still} if memory else set()
+        bound_holds = e.max_excess is not None and all((excess[c] or 0) <= e.max_excess for c in still)
+        resize = memory and not bound_holds and sizes != {e.excess}
+        if not changed and not resize:
+            entries.append(e)
+            continue
+        if _is_glob(e.case) and (changed or len(sizes) > 1):
+            notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
+            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue, when=e.when), excess[c], memory)
+                           for c in still)
+        elif still:
+            if resize:
+                notes.append(f"{e.case}: excess {e.describe_excess().strip() or 'unset'} -> +{excess[still[0]]} B")
+            entries.append(_sized(e, excess[still[0]], memory) if resize else e)
+        for c in changed:
+            status = matched[c]
+            if status in FAILURES:
+                notes.append(f"{c}: {e.status} -> {status} (reason kept; re-check it)")
+                entries.append(_sized(Expectation(c, status, f"{e.reason} [was {e.status}; re-check]", e.issue,
+                                                  when=e.when), excess[c], Status(status).is_memory))
+            else:
+                notes.append(f"{c}: now passes; entry removed")
+    for case, status in runs.items():
+        if status in FAILURES and not any(x.matches(case) and x.applies(manifest.versions) for x in entries):
+            notes.append(f"{case}: new {status}; needs a reason")
+            entries.append(_sized(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"),
+                                  excess[case], Status(status).is_memory))
+    return Manifest(manifest.backend, manifest.path, entries, manifest.versions), notes
+
+
+def _sized(e: Expectation, observed: int | None, memory: bool) -> Expectation:
+    """``e`` expecting exactly the observed excess (memory failures only)."""
+    if not memory:
+        return e
+    return Expectation(e.case, e.status, e.reason, e.issue, observed if observed is not None else 0, None, e.when)
+
+
+def dump(manifest: Manifest, header: str = "") -> str:
+    """TOML text for a manifest; entries still needing a reason get a TODO comment."""
+    lines = [header.rstrip("\n")] if header.strip() else []
+    for e in manifest.entries:
+        lines.append("")
+        if e.reason.startswith(UNEXPLAINED):
+            lines.append("# TODO: explain this expectation, then replace the reason")
+        lines.append("[[expect]]")
+        lines.append(f"case = {json.dumps(e.case)}")
+        lines.append(f"status = {json.dumps(e.status)}")
+        lines.append(f"reason = {json.dumps(e.reason)}")
+        if e.issue:
+            lines.append(f"issue = {json.dumps(e.issue)}")
+        if e.excess is not None:
+            lines.append(f"excess = {e.excess}")
+        if e.max_excess is not None:
+            lines.append(f"max_excess = {e.max_excess}")
+        if e.when:
+            lines.append(f"when = {json.dumps(e.when[0] if len(e.when) == 1 else list(e.when))}")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def header_of(path: Path | None) -> str:
+    """The comment block a manifest file starts with, kept across rewrites."""
+    if path is None or not path.exists():
+        return ""
+    head = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            head.append(line)
+        else:
+            break
+    while head and (not head[-1].strip() or head[-1].startswith("# TODO")):
+        head.pop()
+    return "\n".join(head)
+
+
+def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
+    target = path or manifest.path or manifest_location(manifest.backend)
+    new, notes = update(manifest, results)
+    if not new.entries and not target.exists():
+        return target, ["nothing expected to fail: no manifest written"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
+                      encoding="utf-8")
+    load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
+    return target, notes

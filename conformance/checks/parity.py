@@ -1,0 +1,122 @@
+"""Numerical parity against the float64 reference, scaled to each tensor's magnitude.
+
+A tensor passes when its largest error, divided by the reference's largest
+magnitude, is within the case's ``rtol`` (so a 1e-3 relative error fails at
+float32 whatever the tensor's scale: small gradients get no absolute-tolerance
+free pass), or when the backend's RMSE to float64 is within a small multiple of
+eager float32's RMSE (the dynamo benchmark harness's criterion, for noisy ops
+whose float32 error is large in eager too).  A reference that is all zeros is
+held to ``atol``.  Integer and boolean results must be equal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from conformance.api.case import Tolerance
+
+
+@dataclass
+class TensorParity:
+    name: str
+    max_abs_err: float
+    rel_err: float  # max |actual - ref| / max |ref|
+    rmse: float
+    eager_rmse: float
+    within_rtol: bool
+    ok: bool
+    note: str = ""
+
+    def describe(self) -> str:
+        why = self.note or ("outside tolerance" if not self.ok else "ok")
+        return (f"{self.name}: relative error {self.rel_err:.3g} (max abs {self.max_abs_err:.3g}), rmse "
+                f"{self.rmse:.3g} vs eager-fp32 rmse {self.eager_rmse:.3g} ({why})")
+
+
+@dataclass
+class ParityReport:
+    tensors: list[TensorParity] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.tensors)
+
+    @property
+    def worst(self) -> TensorParity | None:
+        bad = [t for t in self.tensors if not t.ok] or self.tensors
+        return max(bad, key=lambda t: (t.rel_err, t.max_abs_err), default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        worst = self.worst
+        ratio = [t.rmse / t.eager_rmse for t in self.tensors if t.eager_rmse > 0 and math.isfinite(t.rmse)]
+        return {
+            "ok": self.ok,
+            "max_abs_err": max((t.max_abs_err for t in self.tensors), default=0.0),
+            "max_rel_err": max((t.rel_err for t in self.tensors), default=0.0),
+            "rmse_ratio": max(ratio, default=0.0),
+            "compared": [t.name for t in self.tensors],
+            "worst": worst.name if worst else None,
+            "failures": [
+                {"name": t.name, "max_abs_err": t.max_abs_err, "rel_err": t.rel_err, "rmse": t.rmse,
+                 "eager_rmse": t.eager_rmse, "note": t.note}
+                for t in self.tensors if not t.ok
+            ],
+        }
+
+
+def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
+    return torch.sqrt(torch.mean((a.double() - ref) ** 2)).item() if ref.numel() else 0.0
+
+
+def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor | None,
+                  tol: Tolerance) -> TensorParity:
+    """One tensor against its reference (pure)."""
+    if tuple(got.shape) != tuple(ref.shape):
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
+                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
+    got64 = got.detach().to("cpu", torch.float64)
+    ref = ref.detach().to("cpu", torch.float64)
+    if not ref.is_floating_point() and not got.is_floating_point():
+        equal = bool(torch.equal(got64, ref))
+        return TensorParity(name, 0.0 if equal else math.inf, 0.0 if equal else math.inf, 0.0, 0.0, equal, equal,
+                            "" if equal else "integer results differ")
+    if not ref.numel():
+        return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True)
+    nan_ref, nan_got = torch.isnan(ref), torch.isnan(got64)
+    if not torch.equal(nan_ref, nan_got):
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "NaN where the reference has none")
+    finite = ~nan_ref
+    diff = (got64 - ref)[finite]
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    scale = ref[finite].abs().max().item() if diff.numel() else 0.0
+    if scale > 0:
+        rel = max_abs / scale
+        within = rel <= tol.rtol
+    else:  # an all-zero reference: there is no magnitude to scale by
+        rel = 0.0 if max_abs == 0 else math.inf
+        within = max_abs <= tol.atol
+    rmse = _rmse(got64[finite], ref[finite])
+    eager_rmse = _rmse(eager.detach().to("cpu", torch.float64)[finite], ref[finite]) if eager is not None else 0.0
+    by_rmse = eager_rmse > 0 and rmse <= tol.rmse_multiple * eager_rmse
+    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, within or by_rmse)
+
+
+def compare(
+    actual: dict[str, torch.Tensor],
+    reference: dict[str, torch.Tensor],
+    eager: dict[str, torch.Tensor],
+    tol: Tolerance,
+) -> ParityReport:
+    """Compare every reference tensor with the backend's; a missing one fails."""
+    report = ParityReport()
+    for name, ref in reference.items():
+        got = actual.get(name)
+        if got is None:
+            report.tensors.append(TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "missing"))
+            continue
+        report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol))
+    return report

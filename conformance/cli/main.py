@@ -1,0 +1,448 @@
+"""The ``conformance`` command: a thin layer over the pytest plugin.
+
+``conformance run`` validates its input first (unknown backends or cases, bad
+manifests, cases that fail to build, unusable paths: one line, exit 2) before it
+touches the output directory, and then runs pytest on the suite; any argument it
+does not know goes to pytest unchanged.  SIGINT and SIGTERM end a run cleanly: the
+finished verdicts, junit and report are kept and the exit code is 128 + the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+import pytest
+
+from conformance.api.adapter import BackendError
+from conformance.api.case import CaseError
+from conformance.checks.manifest import ManifestError
+from conformance.output.outdir import OutDirError, RunDir, check_target, claim
+from conformance.run.options import (
+    BY_NAME,
+    DEFAULT_OUT,
+    OptionError,
+    Values,
+    add_run_arguments,
+    forward,
+    path_arg,
+    pytest_flag,
+    validate,
+)
+from conformance.run.runner import Selection, select
+from conformance.run.stats import RunStats
+from conformance.util import phases
+
+EXIT_USAGE = 2
+#: pytest's exit codes the CLI translates.
+PYTEST_INTERRUPTED, PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 2, 4, 5
+
+
+class UsageFailure(Exception):
+    """Bad input: reported as one line, exit code 2."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a run; pytest unwinds it like Ctrl-C (sessionfinish, junit, cleanup)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="conformance", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run cases on backends (unknown options go to pytest)")
+    add_run_arguments(run)
+    from conformance.output.report import add_report_arguments
+
+    add_report_arguments(sub.add_parser("report", help="build the HTML dashboard from results directories"))
+    merge = sub.add_parser("merge", help="combine shard results directories into one")
+    merge.add_argument("dirs", type=path_arg, nargs="+", metavar="DIR")
+    merge.add_argument("-o", "--out", type=path_arg, required=True, metavar="DIR")
+    merge.add_argument("--overwrite", action="store_true", help="replace results already in DIR")
+    diff = sub.add_parser("diff", help="what changed per pair between two results directories")
+    diff.add_argument("before", type=path_arg, metavar="A")
+    diff.add_argument("after", type=path_arg, metavar="B")
+    diff.add_argument("--all", action="store_true", help="every pair, not only those that changed")
+    repro = sub.add_parser(
+        "repro", help="write a repro script for a failing case (generated cases shrunk first)",
+        description="Run CASE on the backend; if it fails, write a script that exits 1 while the failing check "
+                    "(parity, peak, residual, program, backward-inputs, ...) still fails and 0 once it passes. "
+                    "Exit status: 0 written; 3 the case does not fail on this backend (nothing written); "
+                    "2 bad input.")
+    repro.add_argument("case", metavar="CASE")
+    repro.add_argument("--backend", required=True, metavar="NAME")
+    repro.add_argument("-o", "--out", type=path_arg, default="repro.py", metavar="FILE")
+    repro.add_argument("--hypothesis-db", type=path_arg, default=None, metavar="DIR",
+                       help="Hypothesis example database (default: conformance-results/.hypothesis)")
+    repro.add_argument("--max-runs", type=int, default=80, metavar="N", help="engine runs the shrink may spend")
+    repro.add_argument("--no-shrink", action="store_true")
+    for name in ("isolate", "timeout"):  # every run (the case's, each shrink candidate's) isolated, as in a run
+        BY_NAME[name].add_to_argparse(repro)
+    _add_cases_argument(repro)
+    lst = sub.add_parser("list", help="list backends or cases")
+    lst.add_argument("what", choices=["backends", "cases"])
+    for name in ("generated", "hypothesis_seed", "backend", "case"):
+        BY_NAME[name].add_to_argparse(lst)
+    _add_cases_argument(lst)
+    return parser
+
+
+def _add_cases_argument(parser: argparse.ArgumentParser) -> None:
+    BY_NAME["cases"].add_to_argparse(parser)
+
+
+def _load_case_sources(sources: list[str]) -> None:
+    """``--cases`` sources, loaded before anything selects cases (workers inherit them)."""
+    from conformance.api.case import load_source
+
+    try:
+        for source in sources:
+            load_source(source)
+    except CaseError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0) -> Selection:
+    try:
+        BY_NAME["generated"].checked(generated, Values.of_mapping("cli", {"generated": generated}))
+    except OptionError as exc:
+        raise UsageFailure(str(exc)) from None
+    try:
+        selection = select(backends, cases, generated, seed)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+    if build:
+        for case in selection.cases:
+            try:
+                case.build()
+            except Exception as exc:
+                raise UsageFailure(f"case {case.id} failed to build: {type(exc).__name__}: {exc}") from None
+    if not selection.backends:
+        raise UsageFailure("no backend can run on this machine (see 'conformance list backends')")
+    return selection
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    started = phases.STARTED if phases.STARTED is not None else time.perf_counter()
+    out = Path(args.out)
+    _check_run_options(args)
+    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
+    run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+    timing: dict[str, float] = {}
+    finished = _RunFinished()
+    try:
+        with _signals_interrupt() as caught:
+            timing["before pytest"] = time.perf_counter() - started
+            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors(), finished]))
+            return _finish(args, run_dir, code, caught.signum, finished.stats, timing)
+    finally:
+        run_dir.release()
+        if finished.stats is not None and finished.stats.finished:
+            _say_wall_time(time.perf_counter() - started, timing)
+
+
+def _say_wall_time(wall: float, timing: dict[str, float]) -> None:
+    """The last line of every run that made verdicts: how long the whole command took, and the parts
+    outside pytest's session (a usage error stays one line)."""
+    parts = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in timing.items())
+    print(f"conformance: wall time {wall:.1f}s" + (f" ({parts})" if parts else ""), file=sys.stderr)
+
+
+def _claim(out: Path, mode: str) -> RunDir:
+    try:
+        return claim(out, mode)
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _check_run_options(args: argparse.Namespace) -> None:
+    """Every option a run could stumble on later, checked (by the option table) before anything is written or run."""
+    try:
+        validate(Values.of_namespace(args))
+    except OptionError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _history_path(args: argparse.Namespace, out: Path) -> Path:
+    from conformance.output import history
+
+    return Path(args.history) if args.history else out / history.HISTORY_NAME
+
+
+def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
+    """The session's own settings, then every run option as the table forwards it."""
+    out = run_dir.path
+    return [
+        "--pyargs", "conformance.run.suite", "-qq", "--no-header", "-p", "no:cacheprovider",
+        "--rootdir", str(out.resolve()), "-o", "console_output_style=classic",
+        pytest_flag("existing"), run_dir.mode, pytest_flag("progress"),
+        "--junitxml", str(run_dir.staged_junit), "-W", "ignore::UserWarning",
+        *forward(args),
+    ]
+
+
+@dataclass
+class _Caught:
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[_Caught]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` once; later ones are noted, not raised, so cleanup finishes."""
+    caught = _Caught()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if caught.signum is None:
+            caught.signum = signum
+            raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None,
+            stats: RunStats | None, timing: dict[str, float]) -> int:
+    """Report what ran, and turn pytest's exit code into the CLI's."""
+    interrupted = signum is not None or code == PYTEST_INTERRUPTED
+    if stats is not None and stats.published and not args.no_report:
+        t0 = time.perf_counter()
+        _build_run_report(args, run_dir.path, stats)
+        timing["report"] = time.perf_counter() - t0
+    if interrupted:
+        _say_interrupted(stats, run_dir, signum)
+        return 128 + (signum or signal.SIGINT)
+    if code == PYTEST_NO_TESTS:
+        return _nothing_ran(args, run_dir, stats)
+    if code == PYTEST_USAGE_ERROR:
+        return EXIT_USAGE
+    return 0 if code == 0 else 1
+
+
+def _say_interrupted(stats: RunStats | None, run_dir: RunDir, signum: int | None) -> None:
+    name = signal.Signals(signum).name if signum else "KeyboardInterrupt"
+    if stats is None or not stats.published:
+        print(f"conformance: interrupted ({name}) before any verdict; {run_dir.path} left as it was", file=sys.stderr)
+        return
+    print(f"conformance: {stats.cut_short} ({name}); finished verdicts kept in {run_dir.results}",
+          file=sys.stderr)
+
+
+def _nothing_ran(args: argparse.Namespace, run_dir: RunDir, stats: RunStats | None) -> int:
+    if stats is not None and stats.kept:
+        print(f"conformance: nothing left to resume: every selected pair has a verdict in {run_dir.results}",
+              file=sys.stderr)
+        return 0
+    if args.shard:
+        print(f"conformance: shard {args.shard} holds no pair of this selection; nothing to run", file=sys.stderr)
+        return 0
+    raise UsageFailure(f"no case x backend pair left to run (deselected by -k/-m?); {run_dir.path} left as it was")
+
+
+def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> None:
+    """The report of this run, also when verdicts failed or it was cut short: that is when people look at it."""
+    from conformance.output.report import build_report
+
+    site = Path(args.report) if args.report else out / "report"
+    note = stats.cut_short if stats.interrupted else ""
+    hist = None if args.no_history or stats.interrupted else _history_path(args, out)  # history: complete runs
+    try:
+        index = build_report([out], site, hist, note=note,
+                             warn=lambda line: print(f"conformance: warning: {line}", file=sys.stderr))
+    except Exception as exc:  # a report problem must not hide the verdicts
+        print(f"conformance: warning: report not built: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
+
+
+class _RunFinished:
+    """pytest plugin: keeps the run's stats (the plugin's ``pytest_conformance_finished``) for after pytest returns."""
+
+    def __init__(self) -> None:
+        self.stats: RunStats | None = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_conformance_finished(self, stats: RunStats) -> None:
+        self.stats = stats
+
+
+class _OneLineUsageErrors:
+    """pytest plugin: a usage error from pytest (an unknown option...) becomes the CLI's one-line error."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_parse(self, pluginmanager: Any, args: list[str]) -> Any:
+        try:
+            return (yield)
+        except pytest.UsageError as exc:
+            raise UsageFailure(_usage_line(exc)) from None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_main(self, config: pytest.Config) -> Any:
+        try:
+            return (yield)
+        except pytest.UsageError as exc:
+            raise UsageFailure(_usage_line(exc)) from None
+
+
+def _usage_line(exc: pytest.UsageError) -> str:
+    """The line of pytest's usage text that says what is wrong."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    said = next((ln.split("error: ", 1)[1] for ln in lines if "error: " in ln), lines[0] if lines else "usage error")
+    return f"pytest: {said}" if said.startswith(("unrecognized", "argument")) else said
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from conformance.output.merge import MergeError, merge
+
+    def warn(line: str) -> None:
+        print(f"conformance merge: warning: {line}", file=sys.stderr)
+
+    try:
+        results = merge([Path(d) for d in args.dirs], Path(args.out), overwrite=args.overwrite, warn=warn)
+    except (MergeError, OutDirError) as exc:
+        raise UsageFailure(str(exc)) from None
+    print(f"merged {len(results)} results from {len(args.dirs)} directories into {args.out}")
+    return 0
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from conformance.run.repro import main_repro
+
+    db = Path(args.hypothesis_db) if args.hypothesis_db else Path(DEFAULT_OUT) / ".hypothesis"
+    _check_repro_options(args, Path(args.out), db)
+    if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:  # Hypothesis's caches beside its database, not in cwd
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(db)
+    try:
+        timeout = BY_NAME["timeout"].checked(args.timeout, Values.of_mapping("cli", vars(args)))
+    except OptionError as exc:
+        raise UsageFailure(str(exc)) from None
+    try:
+        return main_repro(args.case, args.backend, Path(args.out), db, args.max_runs, args.no_shrink,
+                          timeout_s=timeout if args.isolate else None)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _check_repro_options(args: argparse.Namespace, out: Path, db: Path) -> None:
+    """Paths and the case, before a shrink spends minutes on them."""
+    from conformance.api.case import resolve
+
+    if args.max_runs < 1:
+        raise UsageFailure(f"--max-runs must be >= 1, got {args.max_runs}")
+    try:
+        if out.is_dir():
+            raise OutDirError(f"-o {out}: is a directory; name the script file to write")
+        check_target(out.parent, f"-o {out}:")
+        check_target(db, "--hypothesis-db")
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
+    case = resolve(args.case)
+    if case is None:
+        raise UsageFailure(f"unknown case {args.case!r} (see 'conformance list cases')")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "cases":
+        selection = _validate([], args.case or ["*"], build=False, generated=args.generated,
+                              seed=args.hypothesis_seed)
+        cases = selection.cases
+        n_gen = sum(c.id.startswith("gen-") for c in cases)
+        print(f"{len(cases)} cases, {n_gen} of them generated (ids carry family and seed; widen with "
+              f"--generated N --hypothesis-seed S)")
+        for c in cases:
+            req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
+            print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
+        from conformance.api.case import BROKEN_PLUGINS, UNAVAILABLE
+
+        for family, reason in UNAVAILABLE.items():
+            print(f"family {family}: not registered here: {reason}")
+        for name, problem in BROKEN_PLUGINS.items():
+            print(f"case plugin {name}: broken: {problem}")
+        return 0
+    try:
+        selection = select(args.backend, ["*"] if not args.case else args.case)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+    registry = selection.registry
+    backends = selection.backends if args.backend else list(registry.backends.values())
+    for b in backends:
+        why = b.unavailable_reason()
+        state = "usable" if why is None else f"cannot run here: {why}"
+        versions = ", ".join(f"{k} {v}" for k, v in b.versions().items()) if why is None else ""
+        print(f"{b.name:16s} {state}")
+        print(f"{'':16s} capabilities: {', '.join(b.capabilities.describe())}")
+        if versions:
+            print(f"{'':16s} versions: {versions}")
+    for name, problem in registry.broken.items():
+        print(f"{name:16s} broken plugin: {problem}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE"):  # `conformance list cases | head` should not trace back
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command != "run" and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        _load_case_sources(getattr(args, "cases", []))
+        if args.command == "run":
+            return cmd_run(args, extra)
+        if args.command == "merge":
+            return cmd_merge(args)
+        if args.command == "repro":
+            return cmd_repro(args)
+        if args.command == "diff":
+            from conformance.checks.baseline import BaselineError, main_diff
+
+            try:
+                return main_diff(args.before, args.after, args.all)
+            except BaselineError as exc:
+                raise UsageFailure(str(exc)) from None
+        if args.command == "report":
+            from conformance.output.report import main_report
+
+            return main_report(args)
+        return cmd_list(args)
+    except UsageFailure as exc:
+        print(f"conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Interrupted as exc:
+        print(f"conformance: interrupted ({signal.Signals(exc.signum).name})", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("conformance: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except OSError as exc:  # a path the checks above did not foresee: still one line naming it
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"conformance: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Whole steps: the user-level graph of a step, or an ``aot_autograd`` forward and backward with
+what crosses between them (saved tensors, tangents) and what outlives the step (gradients)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+
+from conformance.models.lifetime.aliasing import storages_in
+from conformance.models.lifetime.graph import GraphWalker
+from conformance.models.lifetime.liveness import ModelBuilder
+from conformance.models.lifetime.model import LifetimeModel, Observation, Storage
+from conformance.models.lifetime.sizes import storage_nbytes
+from conformance.models.lifetime.staging import CallingConvention
+
+
+class GraphProgram(Protocol):
+    """What a backend generated for one graph, able to model its own references (a program model)."""
+
+    def model(self, builder: ModelBuilder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
+              donated: bool) -> list[Any]: ...
+
+
+def model_graph(
+    gm: torch.fx.GraphModule,
+    observation: Observation | None = None,
+    retained_outputs: Iterable[int] = (),
+    staged: bool = False,
+    results_at_start: int = 0,
+    kernel_transients: bool = True,
+) -> LifetimeModel:
+    """Model a whole step traced as one graph (the user-level graph).
+
+    ``retained_outputs`` are output positions that outlive the step (parameter
+    gradients); the rest are outputs the caller drops after the step.  ``staged`` and
+    ``results_at_start``: see :class:`~conformance.models.lifetime.staging.CallingConvention`
+    (a backend that copies its inputs for the call and allocates its results up front).
+    ``kernel_transients`` adds what eager kernels allocate inside an op
+    (:func:`conformance.models.transients.kernel_transient_bytes`): this graph is what eager runs op by op.
+    The graphs a compiler received are modelled without them.
+    """
+    builder = ModelBuilder(observation or Observation())
+    inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(gm)]
+    convention = CallingConvention(staged=staged, results_at_start=results_at_start)
+    outputs = GraphWalker(builder, kernel_transients).run_graph(gm, inputs, "", convention)
+    return builder.finish(outputs, set(retained_outputs))
+
+
+def model_forward_backward(
+    forward: torch.fx.GraphModule,
+    backward: torch.fx.GraphModule | None,
+    observation: Observation | None = None,
+    saved_inputs: str = "donated",
+    staged: bool = False,
+    results_at_start: int = 0,
+    kernel_transients: bool = False,
+    programs: Sequence[GraphProgram | None] = (),
+) -> LifetimeModel:
+    """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
+
+    ``programs``: what the backend generated for the forward and the backward (e.g.
+    :class:`conformance.models.program.WrapperProgram`); a graph with a program is modelled
+    by running the program's own references instead of the ideal executor's.
+
+    ``kernel_transients``: the backend runs the graphs' ATen ops with eager kernels
+    (an interpreting backend), so what those kernels allocate inside an op counts.
+
+    The forward returns the user's outputs and what it saves for backward; a
+    forward output is saved when the backward takes an input of the same name (the
+    partitioner's naming).  Saved tensors cross into the backward as its inputs
+    and must die at their last use there (the boxed convention).
+    Tangents are made by the autograd engine just before the backward runs and are
+    held by it for the whole backward call.  The
+    backward's outputs are gradients, retained past the step.
+
+    ``saved_inputs="held"`` models the other convention, the one of a compiled
+    backward that takes its inputs unpacked and never clears the boxed list: saved
+    tensors stay alive until the backward call returns.  Comparing a measurement
+    with both tells which one a backend follows (:mod:`conformance.models.donation`).
+    ``staged`` and ``results_at_start`` model a backend that copies each call's inputs and
+    allocates its results up front (:class:`~conformance.models.lifetime.staging.CallingConvention`).
+    """
+    if saved_inputs not in ("donated", "held"):
+        raise ValueError(f"saved_inputs must be 'donated' or 'held', not {saved_inputs!r}")
+    builder = ModelBuilder(observation or Observation())
+    walker = GraphWalker(builder, kernel_transients)
+    fw_program, bw_program = [*programs, None, None][:2]
+    fw_inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(forward)]
+    if fw_program is not None:
+        fw_vals = [v for _, v in _placeholder_vals(forward)]
+        fw_outputs = fw_program.model(builder, fw_inputs, fw_vals, "fw:", donated=False)
+    else:
+        fw_convention = CallingConvention(staged=staged, results_at_start=results_at_start)
+        fw_outputs = walker.run_graph(forward, fw_inputs, "fw:", fw_convention)
+    if backward is None:
+        return builder.finish(fw_outputs, set())
+    out_node = next(n for n in forward.graph.nodes if n.op == "output")
+    out_names = [a.name if isinstance(a, torch.fx.Node) else None for a in _flat_args(out_node)]
+    bw_names = {name for name, _ in _placeholder_vals(backward)}
+    saved = {name: v for name, v in zip(out_names, fw_outputs) if name in bw_names}
+    user_outputs = [v for name, v in zip(out_names, fw_outputs) if name not in bw_names]
+    for value in saved.values():
+        for s in storages_in(value):
+            if s.role == "intermediate":
+                s.role = "saved"
+    bw_inputs: list[Any] = []
+    for name, val in _placeholder_vals(backward):
+        if name in saved:
+            bw_inputs.append(saved[name])
+        elif isinstance(val, torch.Tensor):  # a tangent, made by the autograd engine
+            tangent = builder.new_storage(storage_nbytes(val, {}), f"bw:{name}", "tangent", val, "tangent")
+            builder.acquire(tangent)
+            bw_inputs.append(tangent)
+        else:
+            bw_inputs.append(None)
+    # The engine passes grad_outputs unpacked to Function.backward: they are held
+    # for the whole backward call whatever the compiled graph does with them.
+    tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
+    builder.acquire(tangents)
+    donated = saved_inputs == "donated"
+    if bw_program is not None:
+        bw_vals = [v for _, v in _placeholder_vals(backward)]
+        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated)
+    else:
+        bw_convention = CallingConvention(donated, staged, results_at_start)
+        bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    if not donated:  # the caller's list of saved tensors is dropped only after the call
+        builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
+        builder.release(tangents)  # the list's reference to each tangent
+    builder.release(tangents)
+    return builder.finish(
+        [*user_outputs, *bw_outputs],
+        set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
+    )
+
+
+def _placeholder_vals(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:
+    return [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _flat_args(out_node: torch.fx.Node) -> list[Any]:
+    args = out_node.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]

@@ -1,0 +1,400 @@
+"""The kernel transient table: bytes an eager CPU kernel allocates inside one op.
+
+The ``eager`` backend must equal the lifetime model byte for byte, and some ATen CPU
+kernels allocate workspace on top of their outputs (a wrapped Python scalar, a
+float32 copy of a bfloat16 input, the im2col buffer of a convolution), freed before
+the op returns.  That workspace is part of the model, not a tolerance: each entry
+here says what the kernel allocates and why, and tests/test_transients.py and
+tests/test_generated_eager.py hold every entry to a measurement with
+:class:`conformance.probes.cpu.CpuAllocatorProbe`.
+
+The bytes an entry returns are *alive while the op's outputs are*: the op's peak is
+everything live before it, plus its outputs, plus the entry.
+
+The reference executor runs convolutions on ATen's native CPU kernels (oneDNN off,
+:func:`reference_kernels`): oneDNN computes into a blocked layout it picks at run time
+from the CPU's instruction set (``nChw16c`` with AVX-512, ``nChw8c`` with AVX2, channels
+padded to the block) and reorders the weights, so its workspace is a property of the
+machine, not of the graph.  The native kernels' workspace is a function of the shapes.
+
+Kernels with per-thread buffers (flash attention, normalization reductions) are modelled
+with ``torch.get_num_threads()`` of the process that models and runs the step (the same
+one); allocations made on the intra-op pool's other threads do not reach the profiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+#: TensorIterator ops (binary arithmetic and comparisons) and their in-place forms.
+ELEMENTWISE_BINARY_OPS = frozenset({
+    "add", "sub", "mul", "div", "rsub", "remainder", "lt", "le", "gt", "ge", "eq", "ne",
+    "add_", "sub_", "mul_", "div_",
+})
+COMPARISON_OPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+REDUCED_FLOATS = (torch.bfloat16, torch.float16)
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Run ops on the kernels this table models: ATen's native CPU convolutions (oneDNN off)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
+def kernel_transient_bytes(node: torch.fx.Node) -> int:
+    """What the eager CPU kernel of ``node`` allocates inside the op beyond its outputs."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0
+    entry = TABLE.get(target.overloadpacket.__name__)
+    if entry is None:
+        return 0
+    operands = [_val(a) for a in node.args]
+    if not any(isinstance(t, torch.Tensor) for t in operands):
+        return 0
+    return entry(target, operands, node.meta.get("val"))
+
+
+def _val(arg: Any) -> Any:
+    if isinstance(arg, torch.fx.Node):
+        return arg.meta.get("val")
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_val(a) for a in arg)
+    return arg
+
+
+def _nbytes(t: Any) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+# --------------------------------------------------------------------------- elementwise and reductions
+
+
+def binary_elementwise(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """TensorIterator on CPU: a Python number operand is wrapped into a 0-dim tensor (8 bytes:
+    float64 or int64) and, when the op's common dtype differs, cast to it (one element); a
+    tensor operand of another dtype than the common one (a bool mask, an int64 count in
+    ``amax``'s backward) is cast into a temporary copy."""
+    tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+    if target.overloadpacket.__name__ in COMPARISON_OPS:
+        dims = [t for t in tensors if t.dim()] or tensors
+        common = dims[0].dtype
+        for t in dims[1:]:
+            common = torch.promote_types(common, t.dtype)
+    else:
+        common = out.dtype if isinstance(out, torch.Tensor) else tensors[0].dtype
+    total = 0
+    for a in operands[:2]:
+        if isinstance(a, (bool, int, float)):
+            wrapped = _WRAPPED_DTYPE[type(a)]
+            total += wrapped.itemsize + (common.itemsize if common != wrapped else 0)
+        elif isinstance(a, torch.Tensor) and a.dtype != common:
+            total += a.numel() * common.itemsize
+    return total
+
+
+def mean(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``mean`` divides the sum in place by the element count, a wrapped scalar as above.  For
+    bfloat16/float16 the CPU kernel computes in float32: a float32 copy of the input and a
+    float32 result (ReduceOps.cpp ``mean_out``), which dominate."""
+    x = operands[0]
+    n_out = out.numel() if isinstance(out, torch.Tensor) else 1
+    if x.dtype in REDUCED_FLOATS:
+        return max(4 * x.numel() + 4 * n_out, 4 * n_out + 8 + 4)
+    return 8 + (x.dtype.itemsize if x.dtype != torch.float64 else 0)
+
+
+def sum_(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``sum`` whose result dtype differs from the input's (``sum`` of a bool mask is int64)
+    first casts the input into a temporary of the result dtype; ``sum`` over all elements of a
+    non-contiguous bfloat16/float16 tensor reduces a float32 copy of the input into a float32
+    result, then casts."""
+    x = operands[0]
+    if not isinstance(out, torch.Tensor):
+        return 0
+    if out.dtype != x.dtype:
+        return x.numel() * out.dtype.itemsize
+    if target._overloadname == "default" and x.dtype in REDUCED_FLOATS and not x.is_contiguous():
+        return 4 * x.numel() + 4
+    return 0
+
+
+# --------------------------------------------------------------------------- convolution
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One group of a convolution, as ATen's native kernels see it (conv1d as conv2d)."""
+
+    batch: int
+    groups: int
+    c_in: int  # per group
+    c_out: int  # per group
+    kernel: tuple[int, ...]
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    unit: bool  # 1x1 kernel, stride 1, no padding: no im2col
+    itemsize: int
+
+    @classmethod
+    def of(cls, x: torch.Tensor, weight: torch.Tensor, out_spatial: Sequence[int], stride: Sequence[int],
+           padding: Sequence[int], groups: int) -> ConvGeometry:
+        kernel = tuple(int(k) for k in weight.shape[2:])
+        unit = all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(padding)
+        return cls(int(x.shape[0]), groups, int(weight.shape[1]), int(weight.shape[0]) // groups, kernel,
+                   tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in out_spatial), unit, x.element_size())
+
+    def columns(self, samples: int) -> int:
+        """The im2col buffer for ``samples`` batch elements."""
+        return samples * self.c_in * math.prod(self.kernel) * math.prod(self.out_spatial) * self.itemsize
+
+    def channel_slice(self, channels: int, spatial: Sequence[int]) -> int:
+        """A group's slice of an NC... tensor made contiguous: a copy unless the batch is 1."""
+        return 0 if self.batch == 1 else self.batch * channels * math.prod(spatial) * self.itemsize
+
+
+def _conv_backend(x: torch.Tensor, weight: torch.Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
+                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
+                  groups: int) -> tuple[str, torch.memory_format]:
+    """The ``ConvBackend`` ATen's dispatcher picks for these operands under :func:`reference_kernels`,
+    and the memory format that backend makes its operands contiguous in."""
+    with reference_kernels():
+        backend = torch._C._select_conv_backend(
+            x, weight, bias, list(stride), list(padding), list(dilation), bool(transposed),
+            list(output_padding), int(groups),
+        )
+        return str(backend.name), torch._C._conv_determine_backend_memory_format(x, weight, backend)
+
+
+def _grouped(workspace: int, copies: int, outputs: int, groups: int) -> int:
+    """A native kernel without group support runs once per group on contiguous slices, then
+    concatenates: at the last group, the earlier groups' results, the slices, the workspace and
+    that group's results are alive; then every group's results beside the concatenated ones."""
+    return workspace if groups == 1 else max(copies + workspace, outputs)
+
+
+def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``aten.convolution`` on ATen's native CPU kernels, by the ``ConvBackend`` ATen selects:
+
+    - ``Slow2d``/``Slow3d`` (im2col + GEMM): a columns buffer of ``batch x C_in/groups x
+      prod(kernel) x prod(output spatial)`` elements; none for a 1x1 kernel with stride 1 and
+      no padding, which multiplies the input directly.
+    - ``SlowDilated2d``/``SlowDilated3d``: columns for one batch element at a time.
+    - ``NnpackSpatial`` (batch >= 16): nothing through the allocator but a zero bias of
+      ``C_out`` elements when the convolution has none.
+    - ``groups > 1`` (not ``Slow3d``, which handles groups itself): one run per group on a
+      contiguous copy of its input channels, then ``cat`` (see :func:`_grouped`).
+    - an input or weight not laid out as the backend computes (contiguous, or channels-last
+      when either is channels-last) is copied into that layout first, alive for the op.
+    """
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = operands[:9]
+    if not isinstance(out, torch.Tensor):
+        return 0
+    backend, layout = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    geo = ConvGeometry.of(x, weight, out.shape[2:], stride, padding, groups)
+    if backend in ("Slow2d", "Slow3d"):
+        workspace = 0 if geo.unit else geo.columns(geo.batch)
+    elif backend in ("SlowDilated2d", "SlowDilated3d"):
+        workspace = geo.columns(1)
+    elif backend == "NnpackSpatial":
+        workspace = geo.c_out * 4 if bias is None else 0
+    else:
+        raise NotImplementedError(f"convolution on ATen's {backend} backend is not in the transient table")
+    dense = _dense_copies(layout, x, weight)
+    if backend == "Slow3d":
+        return dense + workspace
+    return dense + _grouped(workspace, geo.channel_slice(geo.c_in, geo.in_spatial), _nbytes(out), groups)
+
+
+def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``aten.convolution_backward`` on the native CPU kernels (``output_mask`` says which of
+    grad input, weight and bias are computed):
+
+    - ``Slow2d``: the columns buffer of the whole batch, only for the weight's gradient (and
+      not for a 1x1, stride 1, unpadded kernel); the input's gradient needs none.
+    - ``Slow3d``: the columns buffer of the whole batch for either gradient, one at a time.
+    - ``SlowDilated2d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen runs the dilated
+      kernel): columns for one batch element for either gradient, plus one per-sample bias
+      sum (``C_out`` elements) when the bias's gradient is asked for.
+    - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
+      channels, then one ``cat`` per gradient (see :func:`_grouped`).
+    - a grad-output, input or weight not in the backend's layout is copied into it first.
+    """
+    grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
+        operands[:11])
+    backend, layout = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    geo = ConvGeometry.of(x, weight, grad_out.shape[2:], stride, padding, groups)
+    want_input, want_weight, want_bias = (bool(m) for m in mask)
+    if backend == "Slow2d":
+        workspace = geo.columns(geo.batch) if want_weight and not geo.unit else 0
+    elif backend == "Slow3d":
+        workspace = geo.columns(geo.batch) if want_input or want_weight else 0
+    elif backend in ("SlowDilated2d", "NnpackSpatial"):
+        workspace = (geo.columns(1) if want_input or want_weight else 0) + (
+            geo.c_out * geo.itemsize if want_bias else 0)
+    else:
+        raise NotImplementedError(f"convolution_backward on ATen's {backend} backend is not in the transient table")
+    outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
+    copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
+    dense = _dense_copies(layout, grad_out, x, weight)
+    if backend == "Slow3d":
+        return dense + workspace
+    return dense + _grouped(workspace, copies, outputs, groups)
+
+
+def _dense_copies(layout: torch.memory_format, *tensors: Any) -> int:
+    """What ``.contiguous(layout)`` copies of these operands cost."""
+    return sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor) and not t.is_contiguous(memory_format=layout))
+
+
+def _flattens_as_view(t: torch.Tensor) -> bool:
+    """Whether ``t.reshape(-1)`` is a view: its non-unit dimensions are laid out back to back."""
+    dims = [(size, stride) for size, stride in zip(t.shape, t.stride()) if size != 1]
+    return all(stride == dims[i + 1][1] * dims[i + 1][0] for i, (_, stride) in enumerate(dims[:-1]))
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def batch_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_batch_norm`` (training or not): the CPU kernel applies ``x * alpha + beta`` with
+    per-channel ``alpha`` and ``beta`` it computes first (two ``C``-element buffers of the
+    accumulation type); in training the batch statistics are its outputs, and on the
+    channels-last path (see :func:`_channels_last`) they are reduced through a
+    ``threads x C`` buffer when there are more rows (``numel / C``) than threads."""
+    x, train = operands[0], operands[5]
+    channels, acc = x.shape[1], _acc_itemsize(x)
+    threads = torch.get_num_threads()
+    stats = threads * channels * acc if train and _channels_last(x) and x.numel() // channels > threads else 0
+    return 2 * channels * acc + stats
+
+
+def batch_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_batch_norm_backward``: a temporary the size of the input while computing the
+    input's gradient.  An input whose layout is channels-last (also every ``N x C x 1 x 1``
+    one) takes the channels-last kernel instead, which also reduces into a ``2 x threads x C``
+    buffer, preceded outside training by the ``C`` inverse standard deviations of the running
+    variance; the larger of the two phases is the op's peak."""
+    x, train, mask = operands[1], operands[7], operands[9]
+    temporary = _nbytes(x) if mask[0] else 0
+    if not _channels_last(x):
+        return temporary
+    channels, acc = x.shape[1], _acc_itemsize(x)
+    reduce = 2 * torch.get_num_threads() * channels * acc + (0 if train else channels * acc)
+    return max(temporary, reduce)
+
+
+def layer_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_layer_norm_backward``: the weight and bias gradients are reduced through a
+    ``2 x threads x N`` buffer (``N`` the normalized size) when either is asked for."""
+    x, normalized_shape, mask = operands[1], operands[2], operands[7]
+    if not (mask[1] or mask[2]):
+        return 0
+    return 2 * torch.get_num_threads() * math.prod(normalized_shape) * x.element_size()
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    """Whether the batch-norm kernels take their channels-last path: a channels-last input, or
+    one with a single element per channel and sample ("NC11 is also channels last")."""
+    if x.dim() < 3:
+        return False
+    if math.prod(x.shape[2:]) == 1:
+        return True
+    return x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+def _acc_itemsize(x: torch.Tensor) -> int:
+    return 4 if x.dtype in REDUCED_FLOATS else x.element_size()
+
+
+# --------------------------------------------------------------------------- embedding and scans
+
+
+def embedding(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``embedding`` is ``index_select`` on the flattened indices: a copy of them when they do not
+    flatten as a view (token-type ids expanded from one row)."""
+    indices = operands[1]
+    return 0 if indices.dim() <= 1 or _flattens_as_view(indices) else _nbytes(indices)
+
+
+def embedding_dense_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``embedding_dense_backward`` makes the indices and the gradient contiguous first."""
+    return _dense_copies(torch.contiguous_format, operands[0], operands[1])
+
+
+def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``cumsum`` into another dtype (a bool mask summed as int64) scans a cast copy of the input."""
+    x = operands[0]
+    return x.numel() * out.element_size() if isinstance(out, torch.Tensor) and out.dtype != x.dtype else 0
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _flash_splits(q_len: int, kv_len: int) -> tuple[int, int]:
+    """The CPU flash-attention kernel's block sizes (FlashAttentionKernel.cpp's dispatch)."""
+    q_split = 256 if q_len >= 768 else 64 if q_len >= 192 else 32
+    return min(q_split, q_len), min(512, kv_len)
+
+
+def flash_attention(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu``: one block buffer per intra-op thread
+    (``torch.get_num_threads()``): scores ``q_split x kv_split``, row max and row sum, and an
+    output block ``q_split x head_dim``, in the accumulation type."""
+    q, k = operands[0], operands[1]
+    _not_reduced(q, target)
+    q_split, kv_split = _flash_splits(q.shape[2], k.shape[2])
+    per_thread = q_split * kv_split + 2 * q_split + q_split * q.shape[3]
+    return torch.get_num_threads() * per_thread * _acc_itemsize(q)
+
+
+def flash_attention_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu_backward``: per thread, the attention and
+    its gradient blocks (``2 x q_split x kv_split``); one row-sum block of ``q_split`` (only
+    the calling thread's allocations reach the profiler; the other intra-op threads'
+    identical ones do not); and a copy of the output gradient when it is not laid out as the
+    kernel reads it (batch, sequence, heads, head_dim)."""
+    grad_out, q, k = operands[0], operands[1], operands[2]
+    _not_reduced(q, target)
+    q_split, kv_split = _flash_splits(q.shape[2], k.shape[2])
+    acc = _acc_itemsize(q)
+    blocks = torch.get_num_threads() * 2 * q_split * kv_split * acc + q_split * acc
+    return blocks + _dense_copies(torch.contiguous_format, grad_out.transpose(1, 2))
+
+
+def _not_reduced(q: torch.Tensor, target: torch._ops.OpOverload) -> None:
+    if q.dtype in REDUCED_FLOATS:  # packed key/value and reduced-precision copies: not measured yet
+        raise NotImplementedError(f"{target} on {q.dtype} is not in the transient table")
+
+
+Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
+
+#: op name (the overload packet's) -> its entry.
+TABLE: dict[str, Entry] = {
+    **{name: binary_elementwise for name in ELEMENTWISE_BINARY_OPS},
+    "mean": mean,
+    "sum": sum_,
+    "convolution": convolution,
+    "convolution_backward": convolution_backward,
+    "native_batch_norm": batch_norm,
+    "native_batch_norm_backward": batch_norm_backward,
+    "native_layer_norm_backward": layer_norm_backward,
+    "embedding": embedding,
+    "embedding_dense_backward": embedding_dense_backward,
+    "cumsum": cumsum,
+    "_scaled_dot_product_flash_attention_for_cpu": flash_attention,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
+}

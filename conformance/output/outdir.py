@@ -1,0 +1,287 @@
+"""A run's output directory: one run at a time in it, and nothing an earlier run wrote is lost.
+
+* **Lock.** ``DIR/.conformance.lock`` is held (``flock``) for the whole run; a second run on
+  the same directory stops with a one-line error.  The kernel drops the lock when its
+  holder dies, however it dies, so a killed run never leaves the directory locked.
+* **Refuse, unless told.** A directory that already holds anything is refused unless
+  the user says what to do with it: ``overwrite`` (replace the run's own files) or
+  ``resume`` (keep every verdict there and run only the pairs that lack one).
+* **Fresh file, moved into place.** Verdicts are appended, each flushed, to
+  ``results.jsonl.partial`` (and junit to ``junit.xml.partial``); when the run ends --
+  finished, failed or interrupted -- with at least one new verdict, they are moved over
+  ``results.jsonl`` and ``junit.xml`` in one ``rename`` each.  A run that makes no
+  verdict (bad input, nothing selected) leaves the directory as it found it; one killed
+  outright leaves its finished verdicts in the ``.partial`` file, which ``resume`` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance.api.result import Result
+from conformance.output.records import RecordsError, read_records
+from conformance.util.paths import EXISTING_MODES
+
+RESULTS = "results.jsonl"
+JUNIT = "junit.xml"
+PARTIAL = ".partial"
+LOCK = ".conformance.lock"
+MODES = EXISTING_MODES
+
+
+class OutDirError(ValueError):
+    """The output directory cannot be used; the message is one line naming it."""
+
+
+@dataclass
+class RunDir:
+    """A claimed (locked) output directory and the files this run stages in it."""
+
+    path: Path
+    mode: str
+    lock_fd: int
+    created: bool = False  # this run made the directory: removed again if it ends with nothing in it
+    kept: list[Result] = field(default_factory=list)  # resume: verdicts already there
+    kept_from_partial: bool = False  # some came from a killed run's .partial: publishing keeps them
+    warnings: list[str] = field(default_factory=list)
+    staging: bool = False  # this run has started its own staged files (a killed run's are not ours)
+    published: bool = False
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def junit(self) -> Path:
+        return self.path / JUNIT
+
+    @property
+    def staged_results(self) -> Path:
+        return self.path / (RESULTS + PARTIAL)
+
+    @property
+    def staged_junit(self) -> Path:
+        return self.path / (JUNIT + PARTIAL)
+
+    def done(self) -> set[str]:
+        """``case@backend`` of every verdict kept from before (resume)."""
+        return {f"{r.case}@{r.backend}" for r in self.kept}
+
+    def publish(self, new_verdicts: int) -> bool:
+        """Move the staged files into place when they hold anything new; otherwise drop them."""
+        if new_verdicts == 0 and not self.kept_from_partial:
+            self._discard_staged()
+            return False
+        if self.staged_junit.exists():
+            name_junit_classes(self.staged_junit, self.staged_results)
+            if self.mode == "resume" and self.junit.is_file():
+                _combine_junit([self.junit, self.staged_junit], self.staged_junit)
+            os.replace(self.staged_junit, self.junit)
+        os.replace(self.staged_results, self.results)
+        self.published = True
+        return True
+
+    def release(self) -> None:
+        """Drop the lock (idempotent); staged files not published by now are removed."""
+        if self.lock_fd < 0:
+            return
+        if not self.published:
+            self._discard_staged()
+        _CLAIMS.pop(self.path.resolve(), None)
+        (self.path / LOCK).unlink(missing_ok=True)
+        os.close(self.lock_fd)
+        self.lock_fd = -1
+        if self.created and not self.published:
+            with contextlib.suppress(OSError):  # not empty: a backend or plugin wrote there; keep it
+                self.path.rmdir()
+
+    def _discard_staged(self) -> None:
+        if not self.staging:  # a refused run must not delete what a killed run left for --resume
+            return
+        self.staged_results.unlink(missing_ok=True)
+        self.staged_junit.unlink(missing_ok=True)
+
+
+_CLAIMS: dict[Path, RunDir] = {}
+
+
+def held(path: Path) -> RunDir | None:
+    """This process's claim on ``path``, if it holds one (the CLI claims before pytest starts)."""
+    return _CLAIMS.get(path.resolve())
+
+
+def check_target(path: Path, what: str = "--out") -> None:
+    """Fail with one line if ``path`` cannot become a directory we write in (before any work starts)."""
+    if str(path) == "":
+        raise OutDirError(f"{what}: an empty path is not a directory")
+    try:
+        _check_target(path, what)
+    except OSError as exc:  # a name too long, a symlink loop...
+        raise OutDirError(f"{what} {path}: {exc.strerror}") from None
+
+
+def _check_target(path: Path, what: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise OutDirError(f"{what} {path}: exists and is not a directory")
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise OutDirError(f"{what} {path}: {existing} is a file, not a directory")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise OutDirError(f"{what} {path}: {existing} is not writable")
+
+
+def claim(path: Path, mode: str = "refuse") -> RunDir:
+    """Create and lock ``path`` for one run; raises :class:`OutDirError` (one line) when it cannot be used."""
+    if mode not in MODES:
+        raise OutDirError(f"unknown output mode {mode!r}")
+    already = held(path)
+    if already is not None:
+        return already
+    check_target(path)
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutDirError(f"--out {path}: cannot create: {exc.strerror}") from None
+    run_dir = RunDir(path, mode, _lock(path), created=created)
+    try:
+        _prepare(run_dir)
+    except BaseException:
+        run_dir.release()
+        raise
+    _CLAIMS[path.resolve()] = run_dir
+    return run_dir
+
+
+def _lock(path: Path) -> int:
+    """An exclusive lock on ``path/LOCK``; the file exists exactly while a run holds it."""
+    lock = path / LOCK
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutDirError(f"--out {path}: cannot create a lock file: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise OutDirError(f"--out {path}: another run (pid {holder}) is writing there; "
+                              f"wait for it or choose another directory") from None
+        if _same_file(fd, lock):  # not unlinked by a finishing holder between our open and flock
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            return fd
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _prepare(run_dir: RunDir) -> None:
+    """Apply the mode to what the directory holds, then start a fresh staged results file."""
+    for target in (run_dir.results, run_dir.junit, run_dir.staged_results, run_dir.staged_junit):
+        if target.is_dir():
+            raise OutDirError(f"--out {run_dir.path}: {target} is a directory; remove it or choose another --out")
+    contents = sorted(p.name for p in run_dir.path.iterdir() if p.name != LOCK)
+    if contents and run_dir.mode == "refuse":
+        raise OutDirError(_refusal(run_dir, contents))
+    kept_lines = _resume(run_dir) if run_dir.mode == "resume" else []
+    try:
+        run_dir.staging = True
+        run_dir.staged_results.write_bytes(b"".join(line + b"\n" for line in kept_lines))
+    except OSError as exc:
+        raise OutDirError(f"--out {run_dir.path}: cannot write {run_dir.staged_results.name}: {exc.strerror}") from None
+
+
+def _refusal(run_dir: RunDir, contents: list[str]) -> str:
+    if RESULTS in contents or RESULTS + PARTIAL in contents:
+        return (f"--out {run_dir.path} already holds results; pass --overwrite to replace them "
+                f"or --resume to run only the pairs they lack")
+    shown = ", ".join(contents[:3]) + (", ..." if len(contents) > 3 else "")
+    return f"--out {run_dir.path} is not empty ({shown}); choose a new directory or pass --overwrite"
+
+
+def _resume(run_dir: RunDir) -> list[bytes]:
+    """Keep the verdicts in ``results.jsonl`` and a killed run's leftover ``.partial`` (first seen wins).
+
+    Their lines are kept byte for byte; unreadable lines are dropped with a warning naming them.
+    """
+    seen: set[tuple[str, str]] = set()
+    lines: list[bytes] = []
+    for source in (run_dir.results, run_dir.staged_results):
+        if not source.exists():
+            continue
+        try:
+            loaded = read_records(source)
+        except RecordsError as exc:
+            raise OutDirError(f"--resume: {exc}") from None
+        run_dir.warnings.extend(loaded.warnings())
+        for result, line in zip(loaded.results, loaded.lines):
+            if (result.case, result.backend) in seen:
+                continue
+            seen.add((result.case, result.backend))
+            run_dir.kept.append(result)
+            lines.append(line)
+            run_dir.kept_from_partial |= source == run_dir.staged_results
+    return lines
+
+
+def _combine_junit(paths: list[Path], target: Path) -> None:
+    """One ``<testsuites>`` holding the suites of every readable junit file (resume keeps the old ones)."""
+    root = ET.Element("testsuites")
+    for p in paths:
+        try:
+            tree = ET.parse(p).getroot()
+        except (ET.ParseError, OSError):
+            continue  # an unreadable old junit is not worth losing this run's
+        root.extend([tree] if tree.tag == "testsuite" else list(tree.iter("testsuite")))
+    ET.ElementTree(root).write(target, encoding="utf-8", xml_declaration=True)
+
+
+#: The junit testcase pytest writes for a pair: ``test_conformance[case@backend]``.
+_PAIR_TEST = re.compile(r"test_conformance\[(?P<case>.+)@(?P<backend>[^@\]]+)\]")
+
+
+def junit_classname(backend: str, family: str = "") -> str:
+    """A pair's junit ``classname``: ``conformance.<backend>.<family>`` (CI groups tests by it)."""
+    return ".".join(part for part in ("conformance", backend, family) if part)
+
+
+def name_junit_classes(junit: Path, results: Path) -> None:
+    """Give each pair's testcase in ``junit`` its backend and family as ``classname``.
+
+    pytest names the class after the test module's path under the rootdir, and the suite
+    module lies outside the run's directory, so it leaves ``classname`` empty.  The family
+    comes from the pair's verdict in ``results``; a pair without one is named by backend only.
+    The junit is written once, by the controller, also under pytest-xdist, so this sees
+    every pair.  An unreadable junit is left as it is.
+    """
+    try:
+        tree = ET.parse(junit)
+    except (ET.ParseError, OSError):
+        return
+    families: dict[tuple[str, str], str] = {}
+    with contextlib.suppress(RecordsError, OSError):
+        families = {(r.case, r.backend): r.family for r in read_records(results).results}
+    changed = False
+    for testcase in tree.getroot().iter("testcase"):
+        m = _PAIR_TEST.fullmatch(testcase.get("name", ""))
+        if m is None:
+            continue
+        classname = junit_classname(m["backend"], families.get((m["case"], m["backend"]), ""))
+        if testcase.get("classname") != classname:
+            testcase.set("classname", classname)
+            changed = True
+    if changed:
+        tree.write(junit, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,150 @@
+"""Reading ``results.jsonl`` defensively: each line checked against the shipped JSON Schema.
+
+Files reach ``report``, ``merge`` and ``--resume`` from anywhere: a run killed mid-write
+(its last line cut short), a hand edit, another tool.  So every line is validated on
+its own; good records are kept, each bad one is named by its line number, and a
+truncated last line (what a killed writer leaves) is a warning rather than an error.
+The schema is ``conformance/output/schemas/results.schema.json``; docs/results-schema.md
+describes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from conformance.api.result import Result
+
+SCHEMA_PATH = Path(__file__).with_name("schemas") / "results.schema.json"  # package data
+MESSAGE_CHARS = 160  # a schema message quotes the offending value: keep the line readable
+
+
+class RecordsError(ValueError):
+    """A results file that cannot be used at all; the message names it."""
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    line: int
+    message: str
+    truncated: bool = False  # the unterminated last line a killed writer leaves
+
+    def describe(self, path: Path) -> str:
+        return f"{path}:{self.line}: {self.message}"
+
+
+@dataclass
+class RecordFile:
+    """The good records of one file and what was wrong with the rest."""
+
+    path: Path
+    results: list[Result] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)  # each result's line as written (kept verbatim on resume)
+    problems: list[LineProblem] = field(default_factory=list)
+
+    def warnings(self, limit: int = 10) -> list[str]:
+        """One line per problem (at most ``limit``, then a count), each naming file and line."""
+        lines = [p.describe(self.path) + ("" if p.truncated else " (line skipped)") for p in self.problems[:limit]]
+        if len(self.problems) > limit:
+            lines.append(f"{self.path}: {len(self.problems) - limit} more bad lines skipped")
+        return lines
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The shipped JSON Schema of one ``results.jsonl`` record."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    cls = jsonschema.validators.validator_for(schema())
+    return cls(schema())  # type: ignore[no-any-return]
+
+
+def check_record(data: object) -> str | None:
+    """Why ``data`` is not a valid record (the most relevant schema error), or ``None``."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    if error is None:
+        return None
+    where = error.json_path if error.json_path != "$" else "record"
+    return _shorten(f"{where}: {error.message}")
+
+
+def read_records(path: Path) -> RecordFile:
+    """Every valid record of ``path``; raises :class:`RecordsError` only when the file cannot be read."""
+    data = _read_bytes(path)
+    loaded = RecordFile(path)
+    lines = data.split(b"\n")
+    unterminated = len(lines) - 1 if lines[-1].strip() else None  # index of a last line with no newline
+    for index, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        record, problem = _parse(raw)
+        if record is None:
+            cut = index == unterminated and str(problem).startswith("not JSON")
+            message = "truncated last line (the run writing it was killed?); ignored" if cut else str(problem)
+            loaded.problems.append(LineProblem(index + 1, message, truncated=cut))
+            continue
+        loaded.results.append(Result.from_json(record))
+        loaded.lines.append(raw.strip())
+    return loaded
+
+
+def read_results(path: Path) -> list[Result]:
+    """Every record of a results file; raises ValueError naming the first bad line.
+
+    Input from outside the run (``report``, ``merge``) goes through
+    :func:`read_records` instead, which keeps the good lines.
+    """
+    loaded = read_records(path)
+    if loaded.problems:
+        raise ValueError(loaded.problems[0].describe(path))
+    return loaded.results
+
+
+def read_usable(path: Path) -> RecordFile:
+    """:func:`read_records`, but a file without one valid record is an error naming its first problem."""
+    loaded = read_records(path)
+    if not loaded.results:
+        first = f" ({loaded.problems[0].describe(path)})" if loaded.problems else ""
+        raise RecordsError(f"{path}: no valid result records{first}")
+    return loaded
+
+
+def _read_bytes(path: Path) -> bytes:
+    if path.is_dir():
+        raise RecordsError(f"{path}: is a directory, not a results.jsonl file")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise RecordsError(f"{path}: not found (no results.jsonl; run `conformance run` first)") from None
+    except OSError as exc:
+        raise RecordsError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte {exc.start})"
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg} at column {exc.colno})"
+    except RecursionError:
+        return None, "not a results record: nested too deeply"
+    problem = check_record(record)
+    if problem is not None:
+        return None, f"not a results record: {problem}"
+    return record, None
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."

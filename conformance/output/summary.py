@@ -1,0 +1,72 @@
+"""The terminal summary: a Rich table of verdicts per backend, and what went wrong.
+
+Names and reasons come from backends: they are escaped, never read as Rich markup."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from conformance.api.result import STATUSES, Result, Status
+from conformance.util.phases import Breakdown
+from conformance.util.text import plural
+
+STYLE: dict[str, str] = {
+    Status.PASS: "green", Status.XFAIL: "yellow", Status.SKIP: "dim", Status.XPASS: "red",
+    Status.FAIL_COMPILE: "red", Status.FAIL_RUN: "red", Status.FAIL_PARITY: "red", Status.FAIL_PEAK: "red",
+    Status.FAIL_RESIDUAL: "red", Status.CRASH: "red bold", Status.TIMEOUT: "red bold",
+}
+
+
+def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Sequence[str] = (),
+                  cut_short: str = "") -> None:
+    """Verdict counts per backend, then each unexpected verdict; ``cut_short`` says the run did not finish."""
+    console = Console(stderr=True, width=max(120, Console(stderr=True).width))
+    backends = sorted({r.backend for r in results})
+    table = Table(title=f"conformance: {plural(len(results), 'verdict')} in {wall_s:.0f}s")
+    table.add_column("backend")
+    used = [s for s in STATUSES if any(r.status == s for r in results)]
+    for s in used:
+        table.add_column(s, justify="right", style=STYLE.get(s, ""))
+    table.add_column("as expected", justify="right")
+    for b in backends:
+        rs = [r for r in results if r.backend == b]
+        counts = Counter(r.status for r in rs)
+        ok = sum(r.ok for r in rs)
+        table.add_row(escape(b), *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
+    console.print(table)
+    bad = [r for r in results if not r.ok]
+    for r in bad:
+        console.print(f"[red]{r.status}[/red] {escape(f'{r.case}@{r.backend}: {r.reason}')}")
+        console.print(f"    repro: {r.repro}", markup=False, highlight=False)
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    console.print(f"results: {path}  ({_verdict_line(len(bad), cut_short)})", markup=False, highlight=False)
+
+
+def _verdict_line(unexpected: int, cut_short: str) -> str:
+    """Never "all as expected" for a run that did not run everything."""
+    if cut_short:
+        return f"{cut_short}; {unexpected} unexpected among them"
+    return f"{unexpected} unexpected" if unexpected else "all as expected"
+
+
+def profile_table(profile: Breakdown) -> None:
+    """``--profile-harness``: seconds per phase, and each one's share of the wall time (or of pair-seconds)."""
+    console = Console(stderr=True, width=max(120, Console(stderr=True).width))
+    overlapped = profile.workers > 1
+    whole = profile.accounted_s if overlapped else profile.wall_s
+    title = (f"where the time went: {profile.wall_s:.1f}s wall"
+             + (f", {profile.accounted_s:.1f}s over {profile.workers} workers" if overlapped else ""))
+    table = Table(title=title)
+    for column, justify in (("phase", "left"), ("seconds", "right"), ("share", "right"), ("what", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for name, seconds, what in profile.rows:
+        share = f"{100 * seconds / whole:.0f}%" if whole > 0 else ""
+        table.add_row(escape(name), f"{seconds:.2f}", share, escape(what))
+    console.print(table)

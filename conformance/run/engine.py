@@ -1,0 +1,365 @@
+"""Runs one case on one backend and decides its verdict, with the numbers behind it.
+
+A pair's life: compile and run the first call (its results checked against the
+float64 reference), one timed call, then ``steps`` probed calls, each with fresh
+inputs drawn from the case's seed, the last one's results checked for parity too.
+Every check (parity, residual, the generated program, peak, backward inputs, the
+adapter's own contract) is a :class:`~conformance.api.verdict.Check`;
+:func:`~conformance.api.verdict.combine` decides the verdict from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from conformance.api.adapter import Backend, CompiledStep, CompileError
+from conformance.api.case import Case
+from conformance.api.result import DomainFigures, MemoryFigures, Result
+from conformance.api.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.api.verdict import Check, CheckName, Status, combine, passed
+from conformance.checks.judge import (
+    ProbedStep,
+    adapter_check,
+    judge_backward_inputs,
+    judge_peak,
+    judge_program,
+    judge_residual,
+)
+from conformance.checks.parity import ParityReport, compare
+from conformance.models.interpreter import GraphExecutor
+from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
+from conformance.probes.observer import fallback_reason
+from conformance.run.options import RunOptions
+from conformance.util.phases import PhaseClock
+from conformance.util.text import clip, clip_start
+
+
+def repro_command(case: Case, backend: str) -> str:
+    return f"conformance run --case {case.id} --backend {backend}"
+
+
+def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None) -> Result:
+    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro)."""
+    options = options or RunOptions()
+    result = Result(
+        case.id, backend.name, Status.PASS, seed=case.seed, kind=case.kind, family=case.family,
+        versions=backend.versions(), repro=repro_command(case, spec or backend.name),
+    )
+    unavailable = backend.unavailable_reason()
+    if unavailable:
+        return _verdict(result, Status.SKIP, unavailable)
+    missing = backend.capabilities.missing_for(case)
+    if missing:
+        return _verdict(result, Status.SKIP, f"backend lacks capability: {', '.join(missing)}")
+    clock = PhaseClock()
+    t0 = time.perf_counter()
+    try:
+        return _run(case, backend, result, options, clock)
+    finally:
+        with clock.phase("cleanup"):
+            gc.unfreeze()  # what _run froze is collectable again (by Python's own collector, later)
+            torch._dynamo.reset()
+        result.timing.update(clock.timing())
+        result.timing["pair_s"] = time.perf_counter() - t0
+
+
+class _References:
+    """The float64 reference and eager float32 of each call whose results are checked."""
+
+    def __init__(self, case: Case, clock: PhaseClock) -> None:
+        self.case = case
+        self.clock = clock
+
+    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
+        with self.clock.phase("reference"):
+            ref64 = reference_step(self.case, torch.float64, call).named()
+            eager32 = reference_step(self.case, torch.float32, call).named()
+            return compare(actual, ref64, eager32, self.case.tolerance)
+
+
+def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
+    references = _References(case, clock)
+    models = _Models(case)
+    with clock.phase("build"):
+        workload = case.build()
+    t0 = time.perf_counter()
+    stage = "compile"
+    try:
+        with clock.phase("compile"):
+            compiled = backend.compile(case, workload)
+            stage = "first call"
+            first = compiled.run()
+    except Exception as exc:
+        status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
+        return _verdict(result, status, _one_line(exc), traceback.format_exc())
+    result.timing["compile_s"] = time.perf_counter() - t0
+    parity = {0: references.compare(0, first.named())}
+    result.parity = _parity_figures(parity)
+    del first
+    clear_grads(workload.model)
+
+    last_call = 1 + options.steps
+    outputs: dict[str, torch.Tensor] = {}
+    traces: list[tuple[int, list[MemoryTrace]]] = []
+    try:
+        with clock.phase("probe"):
+            workload.inputs = _inputs(case, 1, backend)
+            t1 = time.perf_counter()
+            out = compiled.run()
+            result.timing["run_s"] = time.perf_counter() - t1
+            del out
+            _freeze_survivors()
+            for call in range(2, last_call + 1):
+                workload.inputs = _inputs(case, call, backend)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+                traces.append((call, domain_traces))
+                outputs = snap or outputs
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
+    finally:
+        clear_grads(workload.model)
+    parity[last_call] = references.compare(last_call, outputs)
+    result.parity = _parity_figures(parity)
+
+    with clock.phase("model"):
+        steps, source = _probed_steps(case, compiled, models, traces, result)
+    with clock.phase("judge"):
+        return _judge(backend, compiled, result, steps, source, traces, parity)
+
+
+def _freeze_survivors() -> None:
+    """Move every object alive now out of the collector's sight (``gc.freeze``) for the probed calls.
+
+    A probed call starts with a collection, so no garbage of an earlier call is freed
+    inside its window.  A full collection costs a quarter of a second once torch and a
+    compiler are loaded; after the freeze, a collection sees only what the probed calls
+    made, which is all it needs to see: what was alive before them (garbage included)
+    allocated outside every window, so its frees could only be foreign ones.  The young
+    generations are collected first, so the freeze keeps little garbage; ``run_case``
+    unfreezes when the pair ends."""
+    gc.collect(1)
+    gc.freeze()
+
+
+def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
+           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
+    result.notes.extend(compiled.notes())
+    if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
+        result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
+    checks: list[Check] = [_parity_check(parity)]
+    checks.append(judge_residual(steps))
+    exact_domain = all(all(t.exact for t in ts) for _, ts in traces)
+    program_check = judge_program(steps, exact_domain)
+    if program_check is not None:
+        checks.append(program_check)
+    checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source))
+    memory = result.memory = _memory_figures(backend, steps, source, traces)
+    try:
+        memory.findings = dict(compiled.memory_findings(steps[-1].observation or Observation(),
+                                                        [s.trace for s in steps]))
+        extra = compiled.contract_check()
+    except Exception as exc:
+        result.notes.append(clip_start(traceback.format_exc(), 4000))
+        extra = Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
+    for check in (judge_backward_inputs(memory), adapter_check(extra)):
+        if check is not None:
+            checks.append(check)
+    return _decide(result, checks)
+
+
+def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]:
+    """A call's fresh inputs, on the backend's device, made before (outside) any probe window."""
+    device = backend.capabilities.devices[0] if backend.capabilities.devices else "cpu"
+    inputs = case.inputs_for(call)
+    return inputs if device == "cpu" else tuple(t.to(device) for t in inputs)
+
+
+def _probed_steps(
+    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result
+) -> tuple[list[ProbedStep], str]:
+    steps = []
+    source = "user-graph"
+    for call, domain_traces in traces:
+        trace = domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
+        user, observation = models.user(call)
+        received = models.received(compiled, observation, result)
+        program = models.program(compiled, observation, result)
+        source = "received-graphs" if received is not None else "user-graph"
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation))
+    return steps, source
+
+
+class _Models:
+    """The models each probed call is held to, per observation (loop trip counts differ with inputs)."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
+        self._backend: dict[tuple[str, tuple[int, ...]], LifetimeModel | None] = {}
+
+    def user(self, call: int) -> tuple[LifetimeModel, Observation]:
+        key = call if self.case.kind == "loop" else 0  # only loops depend on the inputs' values
+        if key not in self._user:
+            self._user[key] = user_level_model(self.case, key)
+        return self._user[key]
+
+    def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
+        return self._of_backend("received graphs not modelled ({}); held to the user-level model",
+                                compiled.received_model, observation, result)
+
+    def program(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
+        return self._of_backend("generated program not modelled: {}", compiled.program_model, observation, result)
+
+    def _of_backend(self, why_not: str, build: Callable[[Observation], LifetimeModel | None],
+                    observation: Observation, result: Result) -> LifetimeModel | None:
+        """A model the backend builds (once per trip counts); one it cannot build is a note, not a verdict."""
+        key = (why_not, tuple(observation.trip_counts))
+        if key not in self._backend:
+            try:
+                self._backend[key] = build(_copy(observation))
+            except ModelError as exc:
+                self._backend[key] = None
+                result.notes.append(why_not.format(exc))
+        return self._backend[key]
+
+
+def _copy(observation: Observation) -> Observation:
+    return Observation(list(observation.trip_counts))
+
+
+def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observation]:
+    """The lifetime model of the case's own step on the ``call``-th inputs, with loop trip counts from a real run."""
+    workload = case.build()
+    if call:
+        workload.inputs = case.inputs_for(call)
+    gm, args, _ = trace_step(workload, case.trains)
+    executor = GraphExecutor(label_ranges=False)
+    with torch.no_grad():
+        executor.run(gm, list(args))
+    retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
+    return model_graph(gm, _copy(executor.observation), retained), executor.observation
+
+
+def probed_step(
+    compiled: CompiledStep,
+    model: torch.nn.Module,
+    make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe,
+    keep_results: bool = False,
+) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
+    """One step inside the probes' window; outputs are dropped inside it, grads kept.
+
+    Returns the backend's main probe's trace (the torch CPU allocator unless the backend
+    says otherwise), then one trace per extra domain the step declares; and, with
+    ``keep_results``, copies of the step's results made outside torch's allocators."""
+    clear_grads(model)
+    gc.collect()
+    extras = compiled.extra_probes()
+    kept: dict[str, torch.Tensor] = {}
+    with make_probe() as probe, contextlib.ExitStack() as stack:
+        for extra in extras:
+            stack.enter_context(extra)
+        out: StepOutput | None = compiled.run()
+        if keep_results and out is not None:
+            kept = snapshot(out)
+        del out
+    return [probe.trace, *(extra.trace for extra in extras)], kept
+
+
+def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
+    """The worst checked call's figures (a failing one first), and every checked call's under ``calls``."""
+    worst = min(reports, key=lambda c: (reports[c].ok, -max((t.rel_err for t in reports[c].tensors), default=0)))
+    return {**reports[worst].to_json(), "call": worst, "calls": {str(c): r.to_json() for c, r in reports.items()}}
+
+
+def _parity_check(reports: dict[int, ParityReport]) -> Check:
+    figures = {f"call {call}": report.to_json() for call, report in reports.items()}
+    for call, report in reports.items():
+        if not report.ok:
+            worst = report.worst
+            assert worst is not None
+            return Check(CheckName.PARITY, Status.FAIL_PARITY, f"call {call}: {worst.describe()}", figures)
+    return passed(CheckName.PARITY, **figures)
+
+
+def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,
+                    traces: list[tuple[int, list[MemoryTrace]]]) -> MemoryFigures:
+    """The figures the report and history show: the worst step's timeline against its model."""
+    worst = max(steps, key=lambda s: (s.trace.peak_bytes - s.model.peak_bytes, s.call))
+    trace, model = worst.trace, worst.model
+    exact = backend.capabilities.exact_memory
+    return MemoryFigures(
+        domain=trace.domain,
+        model_source=source,
+        model_peak_bytes=model.peak_bytes,
+        measured_peak_bytes=trace.peak_bytes,
+        model_residual_bytes=steps[-1].model.residual_bytes,
+        measured_residual_bytes=steps[-1].trace.residual_bytes,
+        residual_per_step=[s.trace.residual_bytes for s in steps],
+        peak_per_step=[s.trace.peak_bytes for s in steps],
+        user_model_peak_bytes=worst.user_model.peak_bytes,
+        peak_contract="equal" if exact else f"<= model + {backend.peak_slack_bytes}",
+        peak_event=model.events[model.peak_event] if model.events else None,
+        foreign_free_bytes=trace.foreign_free_bytes,
+        timeline=trace.relative_timeline(),
+        model_timeline=list(zip(model.events, model.live_bytes))[:2000],
+        program_peak_bytes=worst.program.peak_bytes if worst.program is not None else None,
+        program_timeline=(list(zip(worst.program.events, worst.program.live_bytes))[:2000]
+                          if worst.program is not None else None),
+        peak_slack_reason=backend.peak_slack_reason if backend.peak_slack_bytes else None,
+        domains=(domain_summary([ts for _, ts in traces], [s.trace for s in steps])
+                 if any(len(ts) > 1 for _, ts in traces) else None),
+    )
+
+
+def domain_summary(domain_traces: list[list[MemoryTrace]], combined: list[MemoryTrace]) -> dict[str, DomainFigures]:
+    """Peak and residual per domain (worst probed step) and of their sum."""
+    summary: dict[str, DomainFigures] = {}
+    for i, first in enumerate(domain_traces[0]):
+        per_step = [d[i] for d in domain_traces]
+        summary[first.domain] = DomainFigures(max(t.peak_bytes for t in per_step), per_step[-1].residual_bytes,
+                                              [t.residual_bytes for t in per_step])
+    summary["combined"] = DomainFigures(max(t.peak_bytes for t in combined), combined[-1].residual_bytes,
+                                        [t.residual_bytes for t in combined])
+    return summary
+
+
+def _decide(result: Result, checks: list[Check]) -> Result:
+    result.checks = checks
+    deciding = combine(checks)
+    if deciding is not None:
+        if result.memory is not None:
+            result.memory.blamed = deciding.blamed
+        result.excess_bytes = deciding.excess_bytes
+        return _verdict(result, deciding.status, deciding.reason)
+    return _verdict(result, Status.PASS, "")
+
+
+def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> Result:
+    result.status = status
+    result.reason = reason
+    if detail:
+        result.notes.append(clip_start(detail, 4000))
+    return result
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    if isinstance(exc, CompileError):
+        return True
+    mod = type(exc).__module__
+    return mod.startswith(("torch._dynamo", "torch._inductor", "torch._functorch"))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    first = text[0] if text else ""
+    if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
+        first = f"{first} {text[1]}"
+    return clip(f"{type(exc).__name__}: {first}", 500)

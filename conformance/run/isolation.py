@@ -1,0 +1,435 @@
+"""Crash isolation: run each case in a reusable worker process, so a crash costs one verdict.
+
+A backend that segfaults, aborts or hangs (the IREE compiler does the first on
+``while_loop`` graphs) must not take the run down.  :class:`WorkerPool` keeps one
+worker subprocess (a fresh interpreter: no threads inherited from torch or the IREE runtime)
+and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; the worker runs
+:func:`conformance.run.engine.run_case` and sends the :class:`Result` back as JSON.
+
+* The worker dies by a signal (or exits): the case's verdict is ``crash`` with the
+  signal's name and the tail of what the worker wrote to stderr.
+* No verdict within ``timeout_s``: the worker is killed; the verdict is ``timeout``.
+
+Either way the next case gets a fresh worker.
+
+A request may carry a generated program instead of naming a registered case
+(:func:`run_case_isolated`): that is how a shrink (:func:`conformance.run.repro.shrink`) runs
+its candidates, so a backend that crashes or hangs on a shrunk candidate gives that
+candidate a ``crash``/``timeout`` verdict and the shrink goes on with a fresh worker.
+Workers are reused across cases otherwise, so the cost of isolation is one pipe round
+trip per case plus one interpreter start (``import torch``) per worker, not per case.
+
+A worker runs in its own session and process group, so a terminal's Ctrl-C reaches only
+the run, which then ends the worker's whole group itself (with whatever the backend
+spawned).  It also dies with its parent: on Linux the kernel sends it SIGKILL when the
+parent dies (``PR_SET_PDEATHSIG``), elsewhere a watchdog thread notices the orphaning.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from conformance.api.result import Result, Status
+from conformance.run.options import RunOptions
+from conformance.util.text import clip_start
+
+if TYPE_CHECKING:
+    from conformance.api.case import Case
+
+STDERR_TAIL_CHARS = 3000
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ORPHAN_POLL_S = 1.0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this worker when the run that started it ends, even by SIGKILL (no cleanup of its own runs then)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+        os._exit(1)
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
+
+
+def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -> None:
+    """Worker loop: one JSON request per stdin line, one JSON reply line each.
+
+    A request is ``[case_id, backend_spec, options]`` (run the registered case) or
+    ``[case_id, backend_spec, options, {"program": ..., "seed": ...}]`` (run a generated program
+    under that id: a shrink's candidate)."""
+    import faulthandler
+
+    die_with_parent(parent_pid)
+    faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
+    reply = os.fdopen(reply_fd, "w", encoding="utf-8")
+
+    def send(kind: str, payload: Any) -> None:
+        reply.write(json.dumps([kind, payload], default=str) + "\n")
+        reply.flush()
+
+    from conformance.api.adapter import discover
+    from conformance.run.engine import run_case
+
+    registry = discover()
+    if warm is not None:
+        from conformance.api.case import all_cases
+
+        all_cases()  # the case registry (the zoo's model libraries, Hypothesis for generated ones)
+        _warm_up(registry, warm)
+    send("ready", os.getpid())  # a case's clock starts after interpreter start-up
+    for line in sys.stdin:
+        case_id, spec, *rest = json.loads(line)
+        try:
+            case = _program_case(case_id, rest[1]) if len(rest) > 1 else _case(case_id)
+            result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
+            send("ok", result.to_json())
+        except Exception as exc:  # an error outside the engine's own handling
+            send("error", f"{type(exc).__name__}: {exc}")
+
+
+def _warm_up(registry: Any, specs: list[str]) -> None:
+    """Each backend's one-time start-up costs (``Backend.warm_up``), every usable one without ``specs``.
+
+    A warm-up that fails is left for the pairs to meet: it decides nothing."""
+    try:
+        backends = [registry.get(s) for s in specs] if specs else registry.usable()
+    except Exception:
+        return
+    for backend in backends:
+        try:
+            if backend.unavailable_reason() is None:
+                backend.warm_up()
+        except Exception:
+            pass
+
+
+def _program_case(case_id: str, program: dict[str, Any]) -> Case:
+    """A generated program sent with the request (a shrink's candidate), as a case under ``case_id``."""
+    from conformance.cases import generated
+
+    return generated.case_from_program(generated.Program.from_json(program["program"]), case_id,
+                                       int(program["seed"]))
+
+
+def _case(case_id: str) -> Case:
+    """The case the run selected, by its id: the run's selection is not made again here."""
+    from conformance.api.case import CaseError, resolve
+
+    case = resolve(case_id)
+    if case is None:
+        raise CaseError(f"unknown case {case_id!r}")
+    return case
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen[bytes]
+    replies: IO[bytes]
+    stderr_path: Path
+    cases_run: int = 0
+    ready: bool = False  # it said "ready": imports done, backends discovered
+    warming: bool = False  # it warms backends up before saying so
+
+    def stderr_tail(self, offset: int = 0) -> str:
+        try:
+            with self.stderr_path.open("rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError:
+            return ""
+        return clip_start(data.decode("utf-8", errors="replace"), STDERR_TAIL_CHARS)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class WorkerPool:
+    """One reusable worker subprocess, respawned after a crash or a timeout."""
+
+    start_timeout_s: float = 300.0  # interpreter start-up (imports torch), not counted against a case
+    #: backends the next worker warms up before it says it is ready ([] every usable one, None none)
+    warm: list[str] | None = None
+    spawn_count: int = 0
+    startup_wait_s: float = 0.0  # time the run waited for workers to start (beyond what overlapped)
+    _worker: _Worker | None = field(default=None, repr=False)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the worker now and wait until it is ready (otherwise the first case starts it)."""
+        self._ensure()
+
+    def spawn(self) -> None:
+        """Start the worker without waiting for it: its imports overlap whatever the run does first."""
+        if self._worker is None or not self._worker.alive():
+            self._discard()
+            self._worker = self._spawn()
+
+    def _ensure(self) -> _Worker:
+        if self._worker is not None and self._worker.alive() and self._worker.ready:
+            return self._worker
+        self.spawn()
+        worker = self._worker
+        assert worker is not None
+        t0 = time.perf_counter()
+        got = _wait(worker, self.start_timeout_s)
+        self.startup_wait_s += time.perf_counter() - t0
+        if got is None or got[0] != "ready":
+            tail = worker.stderr_tail()
+            self._discard()
+            if worker.warming:  # a warm-up decides nothing: start one without it
+                return self._ensure()
+            raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
+        worker.ready = True
+        return worker
+
+    def _spawn(self) -> _Worker:
+        rfd, wfd = os.pipe()
+        fd, path = tempfile.mkstemp(prefix="conformance-worker-", suffix=".log")
+        env = dict(os.environ)
+        # The worker imports what the parent can: planted test adapters, ad hoc module:Class specs.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "conformance.run.isolation", "--worker", str(wfd), str(os.getpid()),
+                 *(["--warm", *self.warm] if self.warm is not None else [])],
+                stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(wfd,), env=env,
+                start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
+            )
+        finally:
+            os.close(wfd)
+            os.close(fd)
+        self.spawn_count += 1
+        warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
+        return _Worker(process, os.fdopen(rfd, "rb"), Path(path), warming=warming)
+
+    def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
+        """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
+
+        The clock starts before the request is written: the worker may begin at once."""
+        worker = self._ensure()
+        offset = worker.stderr_path.stat().st_size
+        assert worker.process.stdin is not None
+        t0 = time.perf_counter()
+        worker.process.stdin.write((json.dumps(request) + "\n").encode())
+        worker.process.stdin.flush()
+        got = _wait(worker, timeout_s)
+        return worker, offset, got, time.perf_counter() - t0
+
+    def _failed(self, worker: _Worker, elapsed: float, timeout_s: float, offset: int = 0) -> tuple[str | None, str]:
+        """After no reply: discard the worker.  Returns its exit described (``None`` when it hung and was
+        killed) and what it wrote on stderr since ``offset``."""
+        if elapsed < timeout_s:  # the reply pipe closed: the worker is exiting; let it finish dying
+            try:
+                worker.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        hung = worker.alive()
+        code = None if hung else worker.process.wait()
+        tail = worker.stderr_tail(offset)
+        self._discard()
+        return (None if code is None else describe_exit(code)), tail
+
+    def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None,
+            program: dict[str, Any] | None = None) -> Result:
+        """The verdict of one case, ``crash``/``timeout`` included; never raises for the backend's faults.
+
+        ``program`` (``{"program": Program.to_json(), "seed": int}``): run that generated program
+        under ``case_id`` instead of the registered case of that id."""
+        request: list[Any] = [case_id, backend, (options or RunOptions()).to_json()]
+        if program is not None:
+            request.append(program)
+        worker, offset, got, elapsed = self._ask(request, timeout_s)
+        worker.cases_run += 1
+        if got is not None:
+            kind, payload = got
+            if kind == "ok":
+                result = Result.from_json(payload)
+                result.timing["isolated_wall_s"] = elapsed
+                return result
+            return _placeholder(case_id, backend, Status.FAIL_RUN, f"worker error outside the engine: {payload}")
+        what, tail = self._failed(worker, elapsed, timeout_s, offset)
+        if what is None:
+            return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",
+                                elapsed=elapsed)
+        return _placeholder(case_id, backend, Status.CRASH, what, tail, elapsed)
+
+    def close(self, kill: bool = False) -> None:
+        """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
+        worker = self._worker
+        if not kill and worker is not None and worker.alive() and worker.process.stdin is not None:
+            try:
+                worker.process.stdin.close()  # EOF: the worker loop ends
+                worker.process.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._discard()
+
+    def _discard(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        _kill_group(worker.process)  # SIGKILL: a hung native call ignores SIGTERM
+        worker.process.wait()
+        if worker.process.stdin is not None:
+            try:
+                worker.process.stdin.close()
+            except OSError:
+                pass
+        worker.replies.close()
+        worker.stderr_path.unlink(missing_ok=True)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group: the worker and anything its backend started.
+
+    Only while the worker is not yet reaped: until then its pid, the group's id, cannot be reused.
+    """
+    if process.returncode is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait(worker: _Worker, timeout_s: float) -> list[Any] | None:
+    """The worker's next reply, or ``None`` if it died or the time ran out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([worker.replies], [], [], min(left, 0.5))
+        if ready:
+            line = worker.replies.readline()
+            if not line:  # EOF: the worker is gone
+                return None
+            try:
+                return json.loads(line)  # type: ignore[no-any-return]
+            except json.JSONDecodeError:  # died mid-write
+                return None
+        elif not worker.alive():
+            return None
+
+
+def describe_exit(code: int | None) -> str:
+    """``-11`` -> ``worker killed by signal SIGSEGV (11)``."""
+    if code is None:
+        return "worker vanished (exit status unknown)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker killed by signal {name} ({-code})"
+    return f"worker exited with status {code} before giving a verdict"
+
+
+def _placeholder(
+    case_id: str, backend: str, status: Status, reason: str, detail: str = "", elapsed: float | None = None
+) -> Result:
+    """A result for a case whose worker gave none, with what the parent knows of the case."""
+    from conformance.run.engine import repro_command
+
+    result = Result(case_id, backend, status, reason)
+    try:
+        case = _case(case_id)
+        result.seed, result.kind, result.family = case.seed, case.kind, case.family
+        result.repro = repro_command(case, backend)
+    except Exception:  # an unknown case id still gets its verdict line
+        pass
+    if elapsed is not None:
+        result.timing["isolated_wall_s"] = elapsed
+    if detail:
+        result.notes.append(detail)
+    return result
+
+
+_DEFAULT_POOL: WorkerPool | None = None
+
+
+def run_environment(parallel_pairs: bool) -> None:
+    """Settings a run's processes share, set before any worker is spawned (workers inherit them).
+
+    Where pairs run in parallel (pytest-xdist's ``-n``), inductor compiles in its worker's own
+    thread: a pool of compile subprocesses per worker would oversubscribe the cores ``-n`` already
+    shares out.  A single worker keeps inductor's parallel compile, as a user's script would."""
+    if parallel_pairs:
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+def prestart(warm: list[str]) -> None:
+    """Spawn the shared worker now, so its start-up overlaps the run's own: torch, the compilers, and
+    the ``warm`` backends' first-use costs (every usable backend when empty)."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool(warm=warm)
+    _DEFAULT_POOL.spawn()
+
+
+def startup_wait_s() -> float:
+    """Seconds this process waited for its shared worker to start."""
+    return _DEFAULT_POOL.startup_wait_s if _DEFAULT_POOL is not None else 0.0
+
+
+def run_isolated(case_id: str, backend_name_or_spec: str, timeout_s: float,
+                 options: RunOptions | None = None) -> Result:
+    """Run one case in the module's shared worker pool (reused across calls)."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool()
+    return _DEFAULT_POOL.run(case_id, backend_name_or_spec, timeout_s, options)
+
+
+def run_case_isolated(case: Case, backend_name_or_spec: str, timeout_s: float,
+                      options: RunOptions | None = None) -> Result:
+    """Run ``case`` in the shared worker; a generated case travels as its program (a shrunk candidate
+    has no id the worker could resolve)."""
+    program = {"program": case.program.to_json(), "seed": case.seed} if case.program is not None else None
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = WorkerPool()
+    result = _DEFAULT_POOL.run(case.id, backend_name_or_spec, timeout_s, options, program)
+    result.kind, result.family, result.seed = case.kind, case.family, case.seed  # also for crash and timeout
+    return result
+
+
+def shutdown(kill: bool = False) -> None:
+    """Stop the shared worker: gracefully, or at once (``kill``) when the run was interrupted."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is not None:
+        _DEFAULT_POOL.close(kill=kill)
+        _DEFAULT_POOL = None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "--worker" and (len(sys.argv) == 4 or sys.argv[4] == "--warm"):
+        worker_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5:] if len(sys.argv) > 4 else None)
+    else:
+        sys.exit("usage: python -m conformance.run.isolation --worker REPLY_FD PARENT_PID (started by WorkerPool)")

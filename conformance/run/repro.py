@@ -1,0 +1,668 @@
+"""Shrinking failing cases and writing repro scripts that check the check that failed.
+
+A generated case that fails on a backend is shrunk by Hypothesis: the choice
+sequence that draws its program (:func:`conformance.cases.generated.choices_of`)
+is saved in a Hypothesis example database under a key naming the case and the
+backend, and :func:`hypothesis.find` replays it (``Phase.reuse``) and shrinks it
+(``Phase.shrink``) with the predicate "the engine still gives the same failing
+verdict".  The database is a plain directory (``.hypothesis/`` under the results
+directory by default), so shrunk examples survive between runs.
+
+Every script records the check that failed (``FAILED_CHECK``: ``parity``, ``peak``,
+``residual``, ``program``, ``backward-inputs``, ``pool``, ``baseline``, or ``None`` when
+the verdict came from no check: ``fail-compile``, ``fail-run``) and exits 1 exactly when
+that check still fails, 0 when it passes.  Two kinds:
+
+* standalone (a generated case whose failing check is parity, peak or residual, or a
+  compile or run error): imports torch (and, for adapter backends other than inductor, the
+  backend's module), rebuilds the model from the program as plain torch code, runs the step
+  like the harness does, and checks the failure against numbers embedded from the harness
+  (model peak and residual, or the float64 reference at the case's tolerance);
+* harness-based (a case that is not generated, or a check plain torch cannot observe: the
+  generated program's lifetimes, backward inputs, pools, the baseline): says so in its
+  docstring, imports the installed harness, rebuilds the case (from its embedded program, or
+  by id) and runs it on the backend with :func:`conformance.run.engine.run_case`.  Not shrunk
+  when the case is not generated.
+
+Both carry the exact harness rerun command.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, find
+from hypothesis import settings as Settings
+from hypothesis.database import DirectoryBasedExampleDatabase, choices_to_bytes
+from hypothesis.errors import NoSuchExample
+
+from conformance.api.adapter import Backend, discover
+from conformance.api.case import Case, CaseError, resolve
+from conformance.api.result import MemoryFigures, Result
+from conformance.api.verdict import Status, combine
+from conformance.run.engine import run_case
+from conformance.run.options import DEFAULT_TIMEOUT_S
+from conformance.util.text import plural
+
+DEFAULT_DB = Path("results") / ".hypothesis"
+#: Engine runs a shrink may spend (each is a full ``run_case``).
+DEFAULT_MAX_RUNS = 80
+#: ``conformance repro``'s exit status when the case does not fail on the backend (nothing written).
+EXIT_NOTHING_TO_REPRODUCE = 3
+#: Checks a standalone (torch-only) script checks itself; any other check needs the harness.
+STANDALONE_CHECKS = frozenset({"parity", "peak", "residual"})
+#: A progress line every this many shrink runs (and one per improvement).
+PROGRESS_EVERY = 5
+#: Shrunk candidates that may crash or hang (when the original did not) before a shrink stops:
+#: each costs a fresh worker, and a backend that crashes on smaller programs is a finding of its own.
+MAX_CANDIDATE_CRASHES = 3
+
+#: A shrunk candidate's time limit when isolated: this many times what the original pair took, at
+#: least :data:`CANDIDATE_MIN_TIMEOUT_S` (a cold compile) and at most the run's own limit, so a
+#: backend that hangs on smaller programs costs minutes, not the run's limit three times over.
+CANDIDATE_TIMEOUT_FACTOR = 10
+CANDIDATE_MIN_TIMEOUT_S = 60.0
+
+#: How a shrink gets a candidate's verdict: in this process, or in the isolation worker.
+RunCase = Callable[[Case], Result]
+
+
+@dataclass
+class Shrunk:
+    """A shrunk failing case, its verdict, and how the shrink went."""
+
+    case: Case
+    result: Result
+    original: Result
+    runs: int
+    shrunk: bool
+    #: candidates that crashed or hung (when the original did not), with the first one's reason
+    crashed: int = 0
+    crash_reason: str = ""
+
+    def note(self) -> str | None:
+        """What a result should say about the shrink beyond its repro (crashing candidates)."""
+        if not self.crashed:
+            return None
+        return (f"shrink: {plural(self.crashed, 'smaller candidate')} crashed or hung the backend ({self.crash_reason})"
+                + ("; the repro is of the unshrunk case" if not self.shrunk else ""))
+
+
+def _ok(result: Result) -> bool:
+    return result.ok
+
+
+def fails(result: Result) -> bool:
+    """The backend's own verdict (before a manifest) is a failure: something to reproduce."""
+    return Status.parse(result.raw_status or result.status).is_failure
+
+
+def failing_check(result: Result) -> str | None:
+    """The check that decided a failing verdict; ``None`` for a verdict no check made (compile, run errors)."""
+    deciding = combine(result.checks)
+    return deciding.name.value if deciding is not None else None
+
+
+def _n_ops(program: Any) -> int:
+    return len(program.ops) + len(program.body)
+
+
+def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: int = DEFAULT_MAX_RUNS,
+           original: Result | None = None, progress: Callable[[str], None] | None = None,
+           run: RunCase | None = None) -> Shrunk:
+    """Shrink a failing generated case to a minimal program with the same verdict and failing check.
+
+    A case that passes, or that is not generated, comes back unchanged.  ``progress`` gets
+    a line per smaller failing program found and one every :data:`PROGRESS_EVERY` runs.
+    ``run`` gives each candidate's verdict (default: :func:`run_case` in this process;
+    :func:`isolated` runs them in the isolation worker, where a crash is a ``crash`` verdict).
+    A crash shrinks like any other verdict; when the original did not crash, the shrink stops
+    after :data:`MAX_CANDIDATE_CRASHES` candidates that did.
+    """
+    from conformance.cases import generated
+
+    run = run or (lambda c: run_case(c, backend))
+    original = original or run(case)
+    program, choices = case.program, generated.choices_of(case)
+    if not fails(original) or program is None or choices is None:
+        return Shrunk(case, original, original, 1, False)
+    db_dir.mkdir(parents=True, exist_ok=True)
+    db = DirectoryBasedExampleDatabase(str(db_dir))
+    key = f"conformance-shrink:{case.id}@{backend.name}".encode()
+    # The secondary corpus: replayed, and shrunk (a primary entry counts as already shrunk).
+    db.save(key + b".secondary", choices_to_bytes(tuple(choices)))
+    runs = 0
+    crashes: list[str] = []
+    last: dict[str, Any] = {}
+
+    # memoised: Hypothesis replays the saved example first and the minimal one at the end; the
+    # saved one is the original, whose verdict is known
+    verdicts: dict[str, bool] = {repr(program): True}
+    last[repr(program)] = (case, original)
+    want = (original.raw_status or original.status, failing_check(original))
+    best = _n_ops(program)
+
+    def report(improved: bool) -> None:
+        if progress is not None and (improved or runs % PROGRESS_EVERY == 0):
+            progress(f"shrinking {case.id} on {backend.name}: run {runs}/{max_runs}, {plural(best, 'op')} left"
+                     + (" (smaller program still fails)" if improved else ""))
+
+    def still_fails(candidate: generated.Program) -> bool:
+        nonlocal runs, best
+        key_ = repr(candidate)
+        if key_ in verdicts:
+            return verdicts[key_]
+        if runs >= max_runs or len(crashes) >= MAX_CANDIDATE_CRASHES:  # out of budget: nothing new counts
+            return False
+        runs += 1
+        shrunk_case = generated.case_from_program(candidate, f"{case.id}-shrunk", case.seed)
+        try:
+            result = run(shrunk_case)
+        except Exception:  # a candidate the reference itself cannot run is not our failure
+            verdicts[key_] = False
+            report(False)
+            return False
+        status = result.raw_status or result.status
+        if status in (Status.CRASH, Status.TIMEOUT) and status != want[0]:
+            crashes.append(result.reason)
+        verdicts[key_] = (status, failing_check(result)) == want
+        improved = verdicts[key_] and _n_ops(candidate) < best
+        if verdicts[key_]:
+            last[key_] = (shrunk_case, result)
+            best = min(best, _n_ops(candidate))
+        report(improved)
+        return verdicts[key_]
+
+    settings = Settings(database=db, phases=[Phase.reuse, Phase.shrink], max_examples=1, deadline=None,
+                        suppress_health_check=list(HealthCheck))
+    try:
+        minimal = find(generated.programs(program.family, program.train), still_fails, settings=settings,
+                       database_key=key)
+    except NoSuchExample:  # the saved choices did not replay (should not happen): keep the original
+        return Shrunk(case, original, original, runs, False, len(crashes), crashes[0] if crashes else "")
+    shrunk_case, result = last.get(repr(minimal)) or (case, original)
+    if shrunk_case is not case:
+        shrunk_case = generated.case_from_program(minimal, f"{case.id}-shrunk", case.seed,
+                                                  f"shrunk from {case.id}: " + shrunk_case.description)
+    return Shrunk(shrunk_case, result, original, runs, minimal != program, len(crashes),
+                  crashes[0] if crashes else "")
+
+
+def candidate_timeout_s(original: Result, timeout_s: float) -> float:
+    """The time limit of each shrunk candidate of ``original`` (see :data:`CANDIDATE_TIMEOUT_FACTOR`)."""
+    took = original.timing.get("isolated_wall_s", original.timing.get("pair_s"))
+    if took is None:
+        return timeout_s
+    return min(timeout_s, max(CANDIDATE_MIN_TIMEOUT_S, CANDIDATE_TIMEOUT_FACTOR * took))
+
+
+def isolated(spec: str, timeout_s: float) -> RunCase:
+    """Verdicts from the shared isolation worker (``spec`` names the backend there): a crash or hang of
+    the backend is that case's ``crash``/``timeout`` verdict, never this process's end."""
+    from conformance.run.isolation import run_case_isolated
+
+    return lambda case: run_case_isolated(case, spec, timeout_s)
+
+
+# -- the standalone script -----------------------------------------------------------------
+
+_RUNNER = '''
+
+# ---- how the harness runs one step ------------------------------------------------------
+def compile_step(model, inputs):
+    """A function running one step on the backend; returns what the step leaves to drop."""
+{compile_body}
+
+
+def run_step(call, model, inputs):
+    if not TRAIN:
+        with torch.no_grad():
+            return call(*inputs)
+    loss = call(*inputs)
+    loss.backward()  # gradients stay on .grad, as in a training loop
+    return loss.detach()
+
+
+def measure(step, model):
+    """Peak and residual bytes of the torch CPU allocator during one step (outputs dropped inside)."""
+    import gc
+
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    for p in model.parameters():
+        p.grad = None
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = step()
+        del out
+    events = []
+
+    def walk(event):
+        kind, fields = event.typed
+        if kind == _EventType.Allocation:
+            if fields.device.type == "cpu":
+                events.append((event.start_time_ns, fields.ptr, fields.alloc_size))
+            return
+        for child in event.children:
+            walk(child)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    live = peak = 0
+    sizes = {{}}
+    for _, ptr, size in sorted(events):
+        if size > 0:
+            sizes[ptr] = size
+            live += size
+        elif ptr in sizes:  # frees of memory allocated before the window do not count
+            live -= sizes.pop(ptr)
+        peak = max(peak, live)
+    return peak, live
+
+
+def flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in out for t in flat(o)]
+
+
+def named_results(out, model):
+    named = {{f"output[{{i}}]": t.detach() for i, t in enumerate(flat(out))}}
+    if TRAIN:
+        named.update({{f"grad[{{n}}]": p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}})
+    return named
+
+
+def check_step():
+    """Every check this script can make: {{check name: [faults]}} (an empty list: the check passed)."""
+    torch.manual_seed(SEED)
+    model = make_model()
+    inputs = make_inputs()
+    model.train(TRAIN)
+    faults = {{"parity": [], "peak": [], "residual": []}}
+
+    # parity against the float64 reference, run eagerly
+    ref_model = copy.deepcopy(model).double()
+    ref_inputs = tuple(t.double() if t.is_floating_point() else t.clone() for t in inputs)
+    reference = named_results(run_step(ref_model, ref_model, ref_inputs), ref_model)
+    call = compile_step(model, inputs)
+    got = named_results(run_step(call, model, inputs), model)
+    for name, ref in reference.items():
+        ok = name in got and torch.allclose(got[name].double(), ref, rtol=RTOL, atol=ATOL, equal_nan=True)
+        err = (got[name].double() - ref).abs().max().item() if name in got else float("inf")
+        print(f"parity {{name}}: max_abs_err {{err:.3g}} (rtol {{RTOL}}, atol {{ATOL}}) {{'ok' if ok else 'MISMATCH'}}")
+        if not ok:
+            faults["parity"].append(f"{{name}} differs from the float64 reference (max abs err {{err:.3g}})")
+
+    # memory: warm step, then two measured steps, as the harness does
+    for p in model.parameters():
+        p.grad = None
+    del got
+    out = run_step(call, model, inputs)
+    del out
+    if MODEL_PEAK_BYTES is not None:
+        for step_no in range(2):
+            peak, residual = measure(lambda: run_step(call, model, inputs), model)
+            print(f"step {{step_no}}: peak {{peak}} B (model {{MODEL_PEAK_BYTES}} B), "
+                  f"residual {{residual}} B (model {{MODEL_RESIDUAL_BYTES}} B)")
+            if (peak != MODEL_PEAK_BYTES) if EXACT else (peak > MODEL_PEAK_BYTES + PEAK_SLACK_BYTES):
+                faults["peak"].append(f"peak {{peak}} B {{'!=' if EXACT else '>'}} model peak {{MODEL_PEAK_BYTES}} B"
+                                      + (f" + slack {{PEAK_SLACK_BYTES}} B" if PEAK_SLACK_BYTES else ""))
+            if residual != MODEL_RESIDUAL_BYTES:
+                faults["residual"].append(f"residual {{residual}} B != model residual {{MODEL_RESIDUAL_BYTES}} B")
+    return faults
+
+
+def main():
+    try:
+        faults = check_step()
+    except Exception as exc:
+        if FAILED_CHECK is not None:
+            raise  # the repro is for a check, not for an error: an error here is something else
+        import traceback
+
+        traceback.print_exc()
+        print(f"FAULT: {{FAILED_STATUS}}: {{type(exc).__name__}}: {{exc}}")
+        sys.exit(1)
+    if FAILED_CHECK is None and FAILED_STATUS in ("fail-compile", "fail-run"):
+        print(f"no fault: the step compiled and ran (the harness saw {{FAILED_STATUS}})")
+        return
+    checked = [FAILED_CHECK] if FAILED_CHECK is not None else list(faults)
+    failing = [f for name in checked for f in faults.get(name, [])]
+    others = [f for name, fs in faults.items() if name not in checked for f in fs]
+    if others:
+        print("also (not the check this repro is for): " + "; ".join(dict.fromkeys(others)))
+    if failing:
+        print(f"FAULT ({{FAILED_CHECK or 'any check'}}): " + "; ".join(dict.fromkeys(failing)))
+        sys.exit(1)
+    print(f"no fault: the {{FAILED_CHECK or 'parity, peak and residual'}} check passes")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+_HARNESS_RUNNER = '''
+
+# ---- the check, run by the harness ------------------------------------------------------
+import os
+
+sys.path[:0] = [p for p in SEARCH_PATH if os.path.isdir(p)]  # the harness and the backend's module
+if CASE_SOURCES:  # cases registered by --cases sources
+    os.environ.setdefault("CONFORMANCE_CASES", CASE_SOURCES)
+
+
+def load_case():
+    if PROGRAM is None:
+        from conformance.api.case import resolve
+
+        case = resolve(CASE_ID)
+        if case is None:
+            sys.exit(f"unknown case {{CASE_ID!r}}: is the package that registers it installed?")
+        return case
+    from conformance.cases import generated
+
+    return generated.case_from_program(generated.Program.from_json(PROGRAM), CASE_ID, SEED)
+
+
+def verdict(case, backend):
+    if FAILED_STATUS in ("crash", "timeout"):  # shown by the harness's isolation worker dying, not this script
+        from conformance.run.isolation import run_case_isolated, shutdown
+
+        try:
+            return run_case_isolated(case, BACKEND_SPEC, TIMEOUT_S)
+        finally:
+            shutdown(kill=True)
+    from conformance.run.engine import run_case
+
+    return run_case(case, backend)
+
+
+def main():
+    from conformance.api.adapter import discover
+
+    case = load_case()
+    backend = discover().get(BACKEND_SPEC)
+    result = verdict(case, backend)
+    status = str(result.raw_status or result.status)
+    print(f"{{case.id}} on {{backend.name}}: {{status}}" + (f": {{result.reason}}" if result.reason else ""))
+    if FAILED_CHECK is None:
+        still = status == FAILED_STATUS
+        what = f"verdict {{FAILED_STATUS}}"
+    else:
+        check = result.check(FAILED_CHECK)
+        print(f"check {{FAILED_CHECK}}: " + (f"{{check.status}} {{check.reason}}" if check else "not made"))
+        still = check is not None and check.failed
+        what = f"check {{FAILED_CHECK}}"
+    if still:
+        print(f"FAULT: {{what}} still fails")
+        sys.exit(1)
+    print(f"no fault: the {{what}} no longer fails")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_INDUCTOR = '''    # plain torch.compile, as `backend="inductor"` runs it
+    compiled = torch.compile(model, backend="inductor", dynamic=False)
+    return compiled'''
+
+_ADAPTER = '''    # the backend's own adapter (torch-conformance adapter API)
+    sys.path.insert(0, {root!r})
+    from {module} import {cls}
+    from conformance.api.case import Case, Workload
+
+    workload = Workload(model, tuple(inputs))
+    case = Case({case_id!r}, {kind!r}, {family!r}, SEED, lambda seed: workload, trains=TRAIN)
+    compiled = {cls}().compile(case, workload)
+
+    def call(*args):
+        out = compiled.run()  # runs the whole step (backward included) on the workload's inputs
+        return out.outputs[0] if TRAIN else out.outputs
+
+    if TRAIN:  # the adapter's step already ran backward: make the harness's backward a no-op
+        class _Done:
+            def __init__(self, t):
+                self.t = t
+
+            def backward(self):
+                pass
+
+            def detach(self):
+                return self.t
+
+        return lambda *args: _Done(call(*args))
+    return call'''
+
+
+def _module_root(module_name: str) -> str:
+    """The directory ``module_name`` is imported from (what goes on ``sys.path`` to import it again)."""
+    file = Path(inspect.getfile(sys.modules[module_name])).resolve()
+    root = file.parent
+    for _ in range(module_name.count(".")):
+        root = root.parent
+    return str(root)
+
+
+def _compile_body(case: Case, backend: Backend) -> str:
+    if backend.name == "inductor":
+        return _INDUCTOR
+    cls = type(backend)
+    return _ADAPTER.format(root=_module_root(cls.__module__), module=cls.__module__, cls=cls.__qualname__,
+                           case_id=case.id, kind=case.kind, family=case.family)
+
+
+def backend_spec(backend: Backend) -> str:
+    """How a run names ``backend``: its registered name, or ``module:Class`` for an ad hoc one."""
+    cls = type(backend)
+    try:
+        if type(discover().get(backend.name)) is cls:
+            return backend.name
+    except Exception:  # not registered (a planted test backend, a --backend module:Class)
+        pass
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _docsafe(text: str) -> str:
+    return text.replace(chr(92), "/").replace(chr(34) * 3, chr(39) * 3)
+
+
+def rerun_command(case_id: str, spec: str) -> str:
+    import shlex
+
+    return shlex.join(["conformance", "run", "--case", case_id, "--backend", spec])
+
+
+def repro_source(case: Case, backend: Backend, result: Result, spec: str | None = None,
+                 original_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """The script for ``case`` failing on ``backend`` with ``result``: exits 1 while the failing check fails.
+
+    ``spec`` names the backend as the run did (default: :func:`backend_spec`); ``original_id``
+    is the case the run failed on, when ``case`` was shrunk from it (for the rerun command);
+    ``timeout_s`` the limit of a harness-based script's isolated run (a crash or a timeout).
+    """
+    from conformance.cases import gen_ops, generated
+
+    spec = spec or backend_spec(backend)
+    program = case.program if isinstance(case.program, generated.Program) else None
+    check = failing_check(result) if fails(result) else None
+    status = str(result.raw_status or result.status)
+    # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
+    standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
+                  and status not in ("crash", "timeout"))
+    memory = result.memory or MemoryFigures()
+    rerun = rerun_command(original_id or case.id, spec)
+    if standalone:
+        how = "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
+    else:
+        why = (f"the {check!r} check needs the harness: a torch-only script cannot observe it"
+               if program is not None else "the case is not generated: it is built by its registered builder")
+        how = f"Harness-based ({why}); it runs the installed torch-conformance on the case"
+    header = (
+        f'"""Repro: {case.id} on backend {backend.name!r}: {result.raw_status or result.status}'
+        f"{f' (check {check})' if check else ''}.\n\n"
+        f"{_docsafe(result.reason)}\n\n"
+        f"{_docsafe(case.description)}\n"
+        f"Written by torch-conformance (torch {result.versions.get('torch', '?')}); "
+        f"run it with plain `python`: exit status 1 means the failing check "
+        f"({check or status}) still fails, 0 that it passes.\n"
+        f"{how}.\n"
+        f"Rerun in the harness: {rerun}\n"
+        + (f"Program: {json.dumps(program.to_json(), separators=(',', ':'))}\n" if program is not None else "")
+        + '"""\n'
+    )
+    consts = [
+        "import copy",
+        "import json",
+        "import sys",
+        "",
+        "import torch",
+        "",
+        f"CASE_ID = {case.id!r}",
+        f"SEED = {case.seed}",
+        f"TRAIN = {case.trains}",
+        f"FAILED_CHECK = {check!r}  # the check this repro is for: exit 1 while it fails",
+        f"FAILED_STATUS = {status!r}",
+        f"RERUN = {rerun!r}",
+    ]
+    if not standalone:
+        harness_root = str(Path(__file__).resolve().parents[2])  # the directory holding conformance/
+        roots = list(dict.fromkeys([harness_root, _module_root(type(backend).__module__)]))
+        program_json = json.dumps(program.to_json(), separators=(",", ":")) if program is not None else None
+        consts += [
+            f"BACKEND_SPEC = {spec!r}",
+            f"SEARCH_PATH = {roots!r}",
+            f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
+            f"PROGRAM = {f'json.loads({program_json!r})' if program_json else None}",
+            f"TIMEOUT_S = {timeout_s!r}  # a crash or timeout is run in the harness's isolation worker",
+            "",
+        ]
+        return "\n".join([header, "\n".join(consts), _HARNESS_RUNNER.format()])
+    assert program is not None
+    consts += [
+        f"RTOL, ATOL = {case.tolerance.rtol!r}, {case.tolerance.atol!r}",
+        f"MODEL_PEAK_BYTES = {memory.model_peak_bytes!r}  # lifetime model ({memory.model_source})",
+        f"MODEL_RESIDUAL_BYTES = {memory.model_residual_bytes!r}",
+        f"HARNESS_MEASURED = {{'peak': {memory.measured_peak_bytes!r}, "
+        f"'residual_per_step': {memory.residual_per_step!r}}}",
+        f"EXACT = {backend.capabilities.exact_memory!r}  # exact backends must match the model byte for byte",
+        f"PEAK_SLACK_BYTES = {backend.peak_slack_bytes!r}",
+        "",
+    ]
+    parts = [header, "\n".join(consts)]
+    if program.uses_custom_ops:
+        parts.append("# ---- custom ops used by the program (plain torch.library) ----\n"
+                     + inspect.getsource(gen_ops).split('"""', 2)[2].replace("import torch\n", "", 1))
+    source = generated.program_source(program).replace("import torch\n", "", 1)
+    parts.append("# ---- the program, as plain torch ----\n" + source)
+    parts.append(_RUNNER.format(compile_body=_compile_body(case, backend)))
+    return "\n".join(parts)
+
+
+def write_repro(case: Case, backend_name: str | Backend, result: Result, path: Path | str,
+                spec: str | None = None, original_id: str | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
+    """Write the repro script for ``case``'s ``result`` on the backend to ``path``."""
+    backend = discover().get(backend_name) if isinstance(backend_name, str) else backend_name
+    if spec is None and isinstance(backend_name, str):
+        spec = backend_name
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(repro_source(case, backend, result, spec, original_id, timeout_s), encoding="utf-8")
+    return path
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Path | str = DEFAULT_DB,
+               max_runs: int = DEFAULT_MAX_RUNS, no_shrink: bool = False,
+               progress: Callable[[str], None] | None = _stderr, timeout_s: float | None = None) -> int:
+    """``conformance repro CASE --backend B -o repro.py``: run, shrink (generated cases), write.
+
+    0 when written; :data:`EXIT_NOTHING_TO_REPRODUCE` (nothing written) when the case does not
+    fail on the backend.  Shrink progress goes to ``progress`` (stderr by default).  With
+    ``timeout_s`` every run (the case's and each candidate's) is made in the isolation worker with
+    that limit, so a backend that crashes or hangs gives a verdict (which shrinks like any other)
+    instead of ending the command; a backend object (not a name or spec) runs in this process.
+    """
+
+    case = resolve(case_id)
+    if case is None:
+        raise CaseError(f"unknown case {case_id!r}")
+    spec = backend if isinstance(backend, str) else None
+    backend_obj = discover().get(backend) if isinstance(backend, str) else backend
+    run: RunCase = (isolated(spec, timeout_s) if spec is not None and timeout_s is not None
+                    else lambda c: run_case(c, backend_obj, spec=spec))
+    original = run(case)
+    if not fails(original):
+        print(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
+              f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
+        return EXIT_NOTHING_TO_REPRODUCE
+    program = case.program
+    if no_shrink or program is None:
+        shrunk = Shrunk(case, original, original, 1, False)
+    else:
+        candidates = (isolated(spec, candidate_timeout_s(original, timeout_s))
+                      if spec is not None and timeout_s is not None else run)
+        shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress, candidates)
+    path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id, timeout_s or DEFAULT_TIMEOUT_S)
+    check = failing_check(original)
+    print(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
+          f"{original.reason}")
+    if program is None:
+        print("not shrunk: the case is not generated")
+    elif not no_shrink:
+        print(f"shrunk in {plural(shrunk.runs, 'run')} to {plural(_n_ops(shrunk.case.program), 'op')}: "
+              f"{shrunk.result.status}: {shrunk.result.reason}")
+    if (note := shrunk.note()) is not None:
+        print(note)
+    print(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
+          f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")
+    return 0
+
+
+def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path | str,
+               max_runs: int = 20, spec: str | None = None,
+               progress: Callable[[str], None] | None = None,
+               run: RunCase | None = None) -> tuple[Path | None, str | None]:
+    """For the run's plugin: write a failing case's repro next to the results, shrunk if generated.
+
+    Writes ``<results_dir>/repros/<case>@<backend>.py`` (Hypothesis database in
+    ``<results_dir>/.hypothesis``).  Returns the path (``None`` when the backend's verdict is no
+    failure) and a note about the shrink, if any.  A generated case's shrink costs up to ``max_runs``
+    extra engine runs, made by ``run`` (see :func:`shrink`).
+    """
+    if not fails(result):
+        return None, None
+    results_dir = Path(results_dir)
+    shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result, progress, run)
+    path = write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py",
+                       spec, case.id)
+    return path, shrunk.note()
+
+
+def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_dir: Path | str,
+              isolate: bool, timeout_s: float) -> tuple[str | None, str | None]:
+    """:func:`auto_repro` for a run: when the run isolates, every shrink candidate runs in the isolation
+    worker, so a backend that crashes or hangs on one costs that candidate, not the run.
+    Returns ``(path, note)``."""
+    if not fails(result):  # an unexpected pass (xpass): nothing to reproduce
+        return None, None
+    try:
+        path, note = auto_repro(case, backend, result, results_dir, spec=spec,
+                                run=isolated(spec, candidate_timeout_s(result, timeout_s)) if isolate else None)
+    except Exception as exc:  # a repro that cannot be made must not cost the verdict
+        return None, f"repro not written: {type(exc).__name__}: {exc}"
+    return (str(path) if path is not None else None), note

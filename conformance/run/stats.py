@@ -1,0 +1,31 @@
+"""How a session ended: what the plugin hands the ``conformance`` command, and the runner fills in.
+
+Its own module so that the light plugin (:mod:`conformance.run.plugin`) and the runner it turns on
+can both name it without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.util.text import plural
+
+
+@dataclass
+class RunStats:
+    """How the session ended, for the CLI (exit code, report banner) once pytest returns."""
+
+    total: int  # pairs this session set out to run (after -k, --shard and --resume)
+    finished: int  # verdicts it made
+    kept: int  # verdicts kept from before (--resume)
+    interrupted: bool
+    published: bool  # results.jsonl (and junit.xml) moved into place
+
+    @property
+    def cut_short(self) -> str:
+        """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``."""
+        if self.interrupted:
+            return f"interrupted after {self.finished} of {plural(self.total, 'pair')}"
+        if self.finished < self.total:
+            return f"stopped after {self.finished} of {plural(self.total, 'pair')}"
+        return ""
