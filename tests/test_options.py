@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from conformance.cli.main import main as cli
-from conformance.cli.main import options, plugin
+from conformance.cli import main as cli
+from conformance.run import options, plugin
 from conformance.run.options import OPTIONS, PYTEST_OPTIONS, Option
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,7 +191,8 @@ def test_any_conformance_option_turns_the_plugin_on(tmp_path: Path) -> None:
 
 
 def test_isolation_worker_finds_the_case_by_id_without_selecting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.api import case, isolation
+    from conformance.api import case
+    from conformance.run import isolation
 
     def no_selection(*args: object) -> None:
         raise AssertionError("the worker re-ran the case selection")
