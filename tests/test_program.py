@@ -195,3 +195,42 @@ def test_what_the_interpreter_does_not_know_is_an_error_naming_the_line(line: st
 def test_a_wrapper_without_a_call_function_is_refused() -> None:
     with pytest.raises(ProgramError, match="no `call` function"):
         WrapperProgram(PREAMBLE)
+
+
+RENAMED_CHECKS = """
+from tests.wrapper_checks import assert_tensor_metadata
+assert_size_stride_grouped = torch._C._dynamo.guards.assert_size_stride
+assert_alignment_v2 = torch._C._dynamo.guards.assert_alignment
+"""
+
+
+@pytest.mark.parametrize("check", [
+    "assert_size_stride(buf1, (16, 16), (16, 1))",
+    "assert_size_stride_grouped(buf1, (16, 16), (16, 1))",
+    "assert_alignment_v2(buf1, 16)",
+    "assert_tensor_metadata(buf1, dtype=torch.float32)",
+    "torch.ops.aten._assert_tensor_metadata.default(buf1, (16, 16), (16, 1), torch.float32)",
+    "assert_size_stride(buf0, (16, 16), (16, 1))",
+])
+def test_a_check_is_neither_work_nor_a_use_whatever_it_is_called(check: str) -> None:
+    """Checks are known by what they do on fake tensors (look, write nothing, return no tensor),
+    not by name: on torch 2.15 `assert_size_stride_grouped` and `assert_tensor_metadata` were taken
+    for work, and buf0, freed after them, for a late `del`."""
+    checked = CLEAN.replace("    del buf0\n", f"    {check}\n    del buf0\n")
+    model, late, refs = findings(checked, (16, 16), extra=RENAMED_CHECKS)
+    clean, _, _ = findings(CLEAN, (16, 16), extra=RENAMED_CHECKS)
+    assert late == [] and refs == []
+    assert model.peak_bytes == clean.peak_bytes and len(model.work_events) == len(clean.work_events)
+
+
+@pytest.mark.parametrize("call", ["extern_kernels.mm(buf0, buf0, out=buf1)", "buf1.add_(1)",
+                                  "torch.ops.aten.add_.Tensor(buf1, buf0)"])
+def test_a_call_that_writes_an_argument_is_work(call: str) -> None:
+    """The other side of the rule: a call that returns nothing but writes an operand still works."""
+    late_body = CLEAN.replace("    del buf0\n", f"    {call}\n    del buf0\n")
+    model, late, _ = findings(late_body, (16, 16), extra=RENAMED_CHECKS)
+    clean, _, _ = findings(CLEAN, (16, 16), extra=RENAMED_CHECKS)
+    assert len(model.work_events) == len(clean.work_events) + 1
+    if "buf0" not in call:
+        (f,) = late  # buf0's last use was the mm before it: freed after this work, late
+        assert f.storage.producer.endswith("buf0")

@@ -94,8 +94,10 @@ _ALLOCATORS: dict[str, Callable[..., Any]] = {
     "empty_strided_mtia": _empty_strided("mtia"),
     "empty_strided": _empty_strided("cpu"),
 }
-_BOOKKEEPING = ("assert_size_stride", "assert_alignment", "run_intermediate_hooks", "get_raw_stream",
-                "check_memory_pool", "maybe_profile")
+#: Handles and hooks the wrapper calls for their side effects outside memory.  Checks (asserts on
+#: sizes, strides, alignment, metadata, however a release names them) are not listed: a call is
+#: a check by what it does on fake tensors (:func:`_is_check`).
+_BOOKKEEPING = ("run_intermediate_hooks", "get_raw_stream", "check_memory_pool", "maybe_profile")
 
 
 @dataclass
@@ -514,14 +516,25 @@ class _Interpreter:
         return self._op(node, func, args, kwargs)
 
     def _op(self, node: ast.Call, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """An extern kernel or a fallback op, run on fake tensors: what it returns that is new is allocated."""
+        """An extern kernel or a fallback op, run on fake tensors: what it returns that is new is allocated.
+
+        A call that returns no tensor and writes none of its arguments is a check of their
+        metadata (an assert, whatever its name): it is neither work nor a use of its arguments."""
         name = _dotted(node.func)
-        self._work(node, args, kwargs, name)
+        operands = list(_tensors((args, kwargs)))
+        versions = [t._version for t in operands]
         try:
             with self.fake:
                 result = func(*args, **kwargs)
+        except AssertionError:
+            if _writes_nothing(func, operands, versions):
+                return None  # a check that fake metadata cannot satisfy (alignment of a fake pointer)
+            raise self._error(node, f"{name} failed an assertion on fake tensors") from None
         except Exception as exc:
             raise self._error(node, f"{name} did not run on fake tensors: {type(exc).__name__}: {exc}") from exc
+        if _is_check(func, result, operands, versions):
+            return result
+        self._work(node, args, kwargs, name)
         return self._born(node, result, name)
 
     def _work(self, node: ast.Call, args: list[Any], kwargs: dict[str, Any], name: str) -> None:
@@ -634,6 +647,21 @@ class _Interpreter:
     def _error(self, node: ast.AST, what: str) -> ProgramError:
         lineno = getattr(node, "lineno", 0)
         return ProgramError(f"{self.prefix}line {lineno}: {what}: {self.program.line(lineno)!r}")
+
+
+def _writes_nothing(func: Any, operands: Sequence[torch.Tensor], versions: Sequence[int]) -> bool:
+    """No operand's version moved, and the op (where it has a schema) declares no argument it writes."""
+    if any(t._version != v for t, v in zip(operands, versions)):
+        return False
+    schema = getattr(func, "_schema", None)
+    if schema is not None:
+        return not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    return not isinstance(func, torch._ops.OpOverloadPacket)  # its overload is decided at the call
+
+
+def _is_check(func: Any, result: Any, operands: Sequence[torch.Tensor], versions: Sequence[int]) -> bool:
+    """A call that allocates nothing, returns no tensor and writes no argument: it only looks."""
+    return not any(True for _ in _tensors(result)) and _writes_nothing(func, operands, versions)
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
