@@ -47,10 +47,16 @@ def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
     return matched
 
 
+#: what blame says of an allocation made while no operator was running (Python-level code, a
+#: runtime's own buffers): a name a reader can act on, never ``None``
+OUTSIDE_OPERATORS = "(outside any operator)"
+
+
 def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_death: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": a.op, "measured_death": measured_death}
+    op = a.op or OUTSIDE_OPERATORS
+    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": op, "measured_death": measured_death}
     if s is None:
-        entry.update({"producer": a.label or a.op, "op": a.op, "shape": None, "model_death": "not in model"})
+        entry.update({"producer": a.label or op, "op": op, "shape": None, "model_death": "not in model"})
         return entry
     entry.update(s.describe())
     if s.death is not None:
