@@ -41,6 +41,7 @@ from conformance.run.options import (
 from conformance.run.runner import Selection, select
 from conformance.run.stats import RunStats
 from conformance.util import phases
+from conformance.util.paths import caches_outside_tmp
 from conformance.util.text import printable
 
 EXIT_USAGE = 2
@@ -409,6 +410,7 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    caches_outside_tmp()
     if hasattr(signal, "SIGPIPE"):  # `conformance list cases | head` should not trace back
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = _parser()

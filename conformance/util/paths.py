@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -56,3 +57,17 @@ def inside(base: Path, name: str) -> Path:
         raise ValueError(f"{name!r} would be written outside {base}")
     return path
 
+
+def cache_home() -> Path:
+    """``$XDG_CACHE_HOME/torch-conformance`` (``~/.cache/torch-conformance``): the harness's caches."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "torch-conformance"
+
+
+def caches_outside_tmp() -> None:
+    """A run leaves nothing in the temporary directory: inductor's compile cache, which torch keeps there
+    (``$TMPDIR/torchinductor_<user>``) unless told otherwise, goes under :func:`cache_home` instead.
+
+    Set in the environment before torch's compilers load, so every process of the run (isolation
+    workers, pytest-xdist workers) inherits it; a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_home() / "torchinductor"))
