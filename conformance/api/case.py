@@ -113,6 +113,10 @@ class CaseError(ValueError):
     """Bad case selection or a case that failed to build."""
 
 
+class CaseIdError(CaseError):
+    """A case registered under an id outside :data:`ID_CHARS` or longer than :data:`MAX_ID_LENGTH`."""
+
+
 _REGISTRY: dict[str, Case] = {}
 #: Functions that build a case from an id nobody registered (generated cases: ``gen-dag-1234``).
 _RESOLVERS: list[Callable[[str], Case | None]] = []
@@ -175,7 +179,7 @@ def register(case: Case) -> Case:
     if problem is not None:
         shown = repr(case.id)
         shown = shown if len(shown) <= 60 else shown[:59] + "…"
-        raise CaseError(f"case id {shown} registered by {_registrant()}: {problem}")
+        raise CaseIdError(f"case id {shown} registered by {_registrant()}: {problem}")
     if case.id in _REGISTRY:
         raise CaseError(f"case id {case.id!r} registered twice (again by {_registrant()})")
     if case.kind not in KINDS:
@@ -224,8 +228,8 @@ def _load_plugins() -> None:
             loaded = ep.load()
             if callable(loaded):
                 loaded()
-        except CaseError as exc:  # a case it registers is bad: said, like a bad --cases source's
-            raise CaseError(f"case plugin {ep.name} ({ep.value}): {exc}") from None
+        except CaseIdError as exc:  # an id that could name a path: an error, like a bad --cases source's
+            raise CaseIdError(f"case plugin {ep.name} ({ep.value}): {exc}") from None
         except Exception as exc:
             if ep.value == BUILTIN_CASES:
                 raise  # a broken installation, not a broken plugin
