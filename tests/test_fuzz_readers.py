@@ -6,8 +6,9 @@ tolerances), ``--cases`` modules (``load_source``) and run options (the CLI's ch
 
 Property: a reader either returns (a bad line or entry skipped with a warning) or raises the
 harness's own one-line error (RecordsError, ManifestError, HistoryError, BaselineError, CaseError,
-OptionError, OutDirError, or the CLI's exit 2 with one line); never another exception, a hang
-(every example has a deadline through the suite's timeout), or a write outside its directory.
+OptionError, OutDirError, or the CLI's exit 2 with one line); never another exception or a write
+outside its directory.  A hang shows as a test that does not finish (the CLI examples have a
+120 s subprocess timeout; in-process examples have no per-example deadline).
 
 Readers are called in-process (fast); the CLI runs as a subprocess for a few examples only.
 Example counts are set per test (``EXAMPLES``); the whole file takes well under a minute on 2 cores.
