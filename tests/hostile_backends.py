@@ -74,3 +74,16 @@ class HostileNameBackend(EagerBackend):
     """A backend whose name is markup: the report must show it as text."""
 
     name = HOSTILE_NAME
+
+
+#: clears the screen, retitles the terminal, turns text red, moves the cursor up and erases a line
+CONTROL_MESSAGE = "\x1b[2J\x1b]0;pwned\x07\x1b[31mred\x1b[0m\x1b[1A\x1b[2K\rhidden\x9b31m\x08"
+
+
+class ControlSequenceBackend(EagerBackend):
+    """Its compile fails with a message made of terminal control sequences."""
+
+    name = "hostile-control"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        raise RuntimeError(CONTROL_MESSAGE)

@@ -518,6 +518,7 @@ class HangingRun:
     out: Path
     tag: str
     log: Path
+    tmp: Path  # the run's TMPDIR: empty again once it has ended, however it ended
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")
@@ -548,13 +549,15 @@ def hanging_run(tmp_path: Path) -> Iterator[HangingRun]:
     tag = f"CONFORMANCE_TEST_TAG={uuid.uuid4().hex}"
     key, value = tag.split("=")
     log = tmp_path / "run.log"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "conformance.cli", "run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out"],
-            cwd=tmp_path, stdout=sink, stderr=sink, env=child_env(**{key: value}),
+            cwd=tmp_path, stdout=sink, stderr=sink, env=child_env(**{key: value}, TMPDIR=str(tmp)),
             start_new_session=True,  # like a shell job: its own process group, so Ctrl-C can be sent to it
         )
-    run = HangingRun(process, tmp_path / "out", tag, log)
+    run = HangingRun(process, tmp_path / "out", tag, log, tmp)
     yield run
     if process.poll() is None:  # a failed assertion: do not leave it behind
         os.killpg(process.pid, signal.SIGKILL)
@@ -580,6 +583,7 @@ def assert_clean_interrupted_run(run: HangingRun, code: int, expected_code: int,
     while tagged_processes(run.tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert tagged_processes(run.tag) == [], "a process of the run outlived it"
+    assert sorted(p.name for p in run.tmp.iterdir()) == []  # no worker log, no compiler cache
 
 
 def test_sigterm_keeps_verdicts_and_ends_the_hung_worker(hanging_run: HangingRun, tmp_path: Path) -> None:
@@ -622,6 +626,7 @@ def test_sigkill_leaves_verdicts_for_resume_and_no_worker(hanging_run: HangingRu
     while tagged_processes(hanging_run.tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert tagged_processes(hanging_run.tag) == [], "the worker outlived a killed run"
+    assert sorted(p.name for p in hanging_run.tmp.iterdir()) == []  # its worker's log had no name to leave
     assert (hanging_run.out / ".conformance.lock").exists()  # left behind, but no longer held by anyone
     before = without_lock(snapshot(hanging_run.out))
     assert read_records(hanging_run.out / "results.jsonl.partial").results  # what it finished is on disk

@@ -14,6 +14,7 @@ import fnmatch
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import zlib
 from collections.abc import Callable, Iterable
@@ -112,6 +113,10 @@ class CaseError(ValueError):
     """Bad case selection or a case that failed to build."""
 
 
+class CaseIdError(CaseError):
+    """A case registered under an id outside :data:`ID_CHARS` or longer than :data:`MAX_ID_LENGTH`."""
+
+
 _REGISTRY: dict[str, Case] = {}
 #: Functions that build a case from an id nobody registered (generated cases: ``gen-dag-1234``).
 _RESOLVERS: list[Callable[[str], Case | None]] = []
@@ -131,9 +136,52 @@ def resolve(case_id: str) -> Case | None:
     return next((c for r in _RESOLVERS if (c := r(case_id)) is not None), None)
 
 
+#: what a case id may hold: it names files (repros), pytest node ids (``case@backend``) and shell words
+ID_CHARS = "[A-Za-z0-9][A-Za-z0-9._+=-]*"
+_ID = re.compile(ID_CHARS)
+MAX_ID_LENGTH = 128
+
+
+def id_problem(case_id: object) -> str | None:
+    """Why ``case_id`` cannot be a case id, or ``None`` when it can."""
+    if not isinstance(case_id, str):
+        return f"is a {type(case_id).__name__}, not a string"
+    if not case_id:
+        return "is empty"
+    if len(case_id) > MAX_ID_LENGTH:
+        return f"has {len(case_id)} characters, more than {MAX_ID_LENGTH}"
+    if not _ID.fullmatch(case_id):
+        bad = next((c for c in case_id if not re.fullmatch("[A-Za-z0-9._+=-]", c)), None)
+        what = f"holds {bad!r}" if bad is not None else f"starts with {case_id[0]!r}"
+        return f"{what}; an id is {ID_CHARS} (at most {MAX_ID_LENGTH} characters)"
+    return None
+
+
+def _registrant() -> str:
+    """The module that called :func:`register`: a ``--cases`` file by its path, others by their name."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "?"
+    name = str(frame.f_globals.get("__name__", "?"))
+    file = frame.f_globals.get("__file__")
+    if name.startswith(_FILE_MODULE_PREFIX) and file:
+        relative = os.path.relpath(file)
+        return str(file) if relative.startswith("..") else relative
+    return name
+
+
 def register(case: Case) -> Case:
+    """Add ``case`` to the registry; a bad id, a kind or a second case of the same id is a :class:`CaseError`
+    (one line naming the module that registered it)."""
+    problem = id_problem(case.id)
+    if problem is not None:
+        shown = repr(case.id)
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"
+        raise CaseIdError(f"case id {shown} registered by {_registrant()}: {problem}")
     if case.id in _REGISTRY:
-        raise CaseError(f"case id {case.id!r} registered twice")
+        raise CaseError(f"case id {case.id!r} registered twice (again by {_registrant()})")
     if case.kind not in KINDS:
         raise CaseError(f"case {case.id}: unknown kind {case.kind!r}")
     _REGISTRY[case.id] = case
@@ -180,6 +228,8 @@ def _load_plugins() -> None:
             loaded = ep.load()
             if callable(loaded):
                 loaded()
+        except CaseIdError as exc:  # an id that could name a path: an error, like a bad --cases source's
+            raise CaseIdError(f"case plugin {ep.name} ({ep.value}): {exc}") from None
         except Exception as exc:
             if ep.value == BUILTIN_CASES:
                 raise  # a broken installation, not a broken plugin
@@ -206,8 +256,8 @@ def load_source(source: str) -> None:
             if os.getcwd() not in sys.path:  # like `python -m`: modules next to where the run starts
                 sys.path.insert(0, os.getcwd())
             importlib.import_module(key)
-    except CaseError:
-        raise
+    except CaseError as exc:
+        raise CaseError(str(exc) if str(exc).startswith("--cases ") else f"--cases {source}: {exc}") from None
     except Exception as exc:
         _LOADED_SOURCES.discard(key)
         raise CaseError(f"--cases {source}: {type(exc).__name__}: {exc}") from exc
@@ -226,8 +276,11 @@ def _source_key(source: str) -> str:
     return source
 
 
+_FILE_MODULE_PREFIX = "conformance_cases_"
+
+
 def _import_file(path: Path) -> None:
-    name = f"conformance_cases_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    name = f"{_FILE_MODULE_PREFIX}{path.stem}_{zlib.crc32(str(path).encode()):08x}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise CaseError(f"--cases {path}: not a Python file")

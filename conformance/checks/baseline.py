@@ -19,6 +19,7 @@ from typing import Any
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
 from conformance.output.records import read_results
+from conformance.util.text import printable
 
 
 class BaselineError(ValueError):
@@ -177,5 +178,5 @@ def format_diff(changes: Sequence[PairChange], show_all: bool = False) -> list[s
 def main_diff(a: Path, b: Path, show_all: bool = False) -> int:
     before, after = load_baseline(a), load_baseline(b)
     for line in format_diff(diff(before.values(), after.values()), show_all):
-        print(line)
+        print(printable(line))
     return 0

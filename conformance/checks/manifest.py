@@ -28,6 +28,8 @@ from packaging.utils import canonicalize_name
 
 from conformance.api.result import FAILURES, Result
 from conformance.api.verdict import Status
+from conformance.util.paths import inside, safe_name
+from conformance.util.text import printable
 
 
 class ManifestError(ValueError):
@@ -197,12 +199,14 @@ def _read_text(path: Path) -> str:
 
 
 def manifest_location(backend: str) -> Path:
-    """Where a built-in backend's manifest lives (whether or not it exists yet)."""
+    """Where a built-in backend's manifest lives (whether or not it exists yet): ``<name>.toml`` in the
+    manifests directory, the name made safe (:func:`safe_name`) so that none points elsewhere."""
     import conformance.backends as pkg
 
     dirs = [Path(base) / "manifests" for base in pkg.__path__]
-    found = [d / f"{backend}.toml" for d in dirs if (d / f"{backend}.toml").exists()]
-    return found[0] if found else dirs[0] / f"{backend}.toml"
+    name = safe_name(backend) + ".toml"
+    found = [d / name for d in dirs if (d / name).exists()]
+    return inside(found[0].parent if found else dirs[0], name)
 
 
 def apply(result: Result, manifest: Manifest) -> Result:
@@ -336,7 +340,7 @@ def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | No
     if not new.entries and not target.exists():
         return target, ["nothing expected to fail: no manifest written"]
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(dump(new, header_of(manifest.path) or f"# Expected non-pass verdicts for `{manifest.backend}`."),
-                      encoding="utf-8")
+    header = header_of(manifest.path) or f"# Expected non-pass verdicts for `{printable(manifest.backend)}`."
+    target.write_text(dump(new, header), encoding="utf-8")
     load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
     return target, notes

@@ -16,6 +16,7 @@ import sys
 import time
 
 from conformance.util import phases
+from conformance.util.paths import caches_outside_tmp
 
 _NO_PRESTART = re.compile(
     r"^(-n.*|--numprocesses.*|--workers.*|--dist.*|--no-isolate|--cases.*|-h|--help|--collect-only|--co)$")
@@ -40,6 +41,7 @@ def named_backends(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     phases.STARTED = time.perf_counter()
+    caches_outside_tmp()  # before the worker starts: it loads the compilers
     if prestarts(argv):
         from conformance.run.isolation import prestart, run_environment
 

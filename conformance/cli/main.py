@@ -41,6 +41,8 @@ from conformance.run.options import (
 from conformance.run.runner import Selection, select
 from conformance.run.stats import RunStats
 from conformance.util import phases
+from conformance.util.paths import caches_outside_tmp
+from conformance.util.text import printable
 
 EXIT_USAGE = 2
 #: pytest's exit codes the CLI translates.
@@ -270,9 +272,9 @@ def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> N
     hist = None if args.no_history or stats.interrupted else _history_path(args, out)  # history: complete runs
     try:
         index = build_report([out], site, hist, note=note,
-                             warn=lambda line: print(f"conformance: warning: {line}", file=sys.stderr))
+                             warn=lambda line: print(f"conformance: warning: {printable(line)}", file=sys.stderr))
     except Exception as exc:  # a report problem must not hide the verdicts
-        print(f"conformance: warning: report not built: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(printable(f"conformance: warning: report not built: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return
     print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
 
@@ -317,7 +319,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from conformance.output.merge import MergeError, merge
 
     def warn(line: str) -> None:
-        print(f"conformance merge: warning: {line}", file=sys.stderr)
+        print(f"conformance merge: warning: {printable(line)}", file=sys.stderr)
 
     try:
         results = merge([Path(d) for d in args.dirs], Path(args.out), overwrite=args.overwrite, warn=warn)
@@ -371,17 +373,17 @@ def cmd_list(args: argparse.Namespace) -> int:
                               seed=args.hypothesis_seed)
         cases = selection.cases
         n_gen = sum(c.id.startswith("gen-") for c in cases)
-        print(f"{len(cases)} cases, {n_gen} of them generated (ids carry family and seed; widen with "
-              f"--generated N --hypothesis-seed S)")
+        _say(f"{len(cases)} cases, {n_gen} of them generated (ids carry family and seed; widen with "
+             f"--generated N --hypothesis-seed S)")
         for c in cases:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
-            print(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
+            _say(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
         from conformance.api.case import BROKEN_PLUGINS, UNAVAILABLE
 
         for family, reason in UNAVAILABLE.items():
-            print(f"family {family}: not registered here: {reason}")
+            _say(f"family {family}: not registered here: {reason}")
         for name, problem in BROKEN_PLUGINS.items():
-            print(f"case plugin {name}: broken: {problem}")
+            _say(f"case plugin {name}: broken: {problem}")
         return 0
     try:
         selection = select(args.backend, ["*"] if not args.case else args.case)
@@ -393,16 +395,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         why = b.unavailable_reason()
         state = "usable" if why is None else f"cannot run here: {why}"
         versions = ", ".join(f"{k} {v}" for k, v in b.versions().items()) if why is None else ""
-        print(f"{b.name:16s} {state}")
-        print(f"{'':16s} capabilities: {', '.join(b.capabilities.describe())}")
+        _say(f"{b.name:16s} {state}")
+        _say(f"{'':16s} capabilities: {', '.join(b.capabilities.describe())}")
         if versions:
-            print(f"{'':16s} versions: {versions}")
+            _say(f"{'':16s} versions: {versions}")
     for name, problem in registry.broken.items():
-        print(f"{name:16s} broken plugin: {problem}")
+        _say(f"{name:16s} broken plugin: {problem}")
     return 0
 
 
+def _say(line: str) -> None:
+    """A listing line: names, descriptions and problems come from case and backend packages."""
+    print(printable(line))
+
+
 def main(argv: list[str] | None = None) -> int:
+    caches_outside_tmp()
     if hasattr(signal, "SIGPIPE"):  # `conformance list cases | head` should not trace back
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = _parser()
@@ -430,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             return main_report(args)
         return cmd_list(args)
     except UsageFailure as exc:
-        print(f"conformance: error: {exc}", file=sys.stderr)
+        print(f"conformance: error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted as exc:
         print(f"conformance: interrupted ({signal.Signals(exc.signum).name})", file=sys.stderr)
@@ -440,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
     except OSError as exc:  # a path the checks above did not foresee: still one line naming it
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        print(f"conformance: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(printable(f"conformance: error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return EXIT_USAGE
 
 

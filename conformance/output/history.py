@@ -16,14 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from conformance.api.result import MemoryFigures, Result, Status
+from conformance.api.result import STATUSES, MemoryFigures, Result, Status
 from conformance.api.verdict import rates
 
 T = TypeVar("T")
@@ -208,7 +208,7 @@ def runs(path: Path) -> list[Run]:
     if not path.exists():
         return []
     with closing(connect(path)) as db:
-        found = [Run(*row) for row in db.execute("SELECT id, started_at, label FROM runs")]
+        found = [Run(*row) for row in _typed(db.execute("SELECT id, started_at, label FROM runs"), int, str, str)]
     return sorted(found, key=lambda r: (_when(r.started_at), r.id))
 
 
@@ -236,7 +236,9 @@ def backend_trends(path: Path) -> dict[str, list[tuple[int, float]]]:
             "SELECT backend, run_id, status, COUNT(*) FROM results "
             "GROUP BY backend, run_id, status ORDER BY backend, run_id"
         )
-        for backend, run_id, status, n in rows:
+        for backend, run_id, status, n in _typed(rows, str, int, str, int):
+            if status not in STATUSES:
+                continue
             counts.setdefault(backend, {}).setdefault(run_id, {})[status] = n
     trends: dict[str, list[tuple[int, float]]] = {}
     for backend, by_run in counts.items():
@@ -257,7 +259,7 @@ def case_trends(path: Path) -> dict[tuple[str, str], list[tuple[int, int]]]:
             "SELECT case_id, backend, run_id, measured_peak_bytes FROM results "
             "WHERE measured_peak_bytes IS NOT NULL ORDER BY case_id, backend, run_id"
         )
-        for case, backend, run_id, peak in rows:
+        for case, backend, run_id, peak in _typed(rows, str, str, int, int):
             trends.setdefault((case, backend), []).append((run_id, peak))
     return {key: _by_run_time(path, points) for key, points in trends.items()}
 
@@ -299,4 +301,18 @@ def _statuses(db: sqlite3.Connection, run_id: int) -> dict[tuple[str, str], tupl
     rows = db.execute(
         "SELECT case_id, backend, status, measured_peak_bytes FROM results WHERE run_id = ?", (run_id,)
     )
-    return {(case, backend): (status, peak) for case, backend, status, peak in rows}
+    return {(case, backend): (status, peak) for case, backend, status, peak in _typed(rows, str, str, str, (int, None))
+            if status in STATUSES}
+
+
+def _typed(rows: Iterable[tuple[Any, ...]], *types: type | tuple[type | None, ...]) -> Iterator[tuple[Any, ...]]:
+    """The rows whose values have the types the harness writes; a row another program or a hand edit left
+    in another shape (SQLite keeps any value in any column) is skipped, not a traceback."""
+    for row in rows:
+        if len(row) == len(types) and all(_is(value, t) for value, t in zip(row, types)):
+            yield row
+
+
+def _is(value: object, expected: type | tuple[type | None, ...]) -> bool:
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    return any(value is None if k is None else isinstance(value, k) and not isinstance(value, bool) for k in kinds)

@@ -37,7 +37,7 @@ from conformance.output.outdir import OutDirError, check_target
 from conformance.output.records import RecordsError, read_usable
 from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.paths import path_arg
-from conformance.util.text import clip
+from conformance.util.text import clip, printable
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
 SHORT: dict[str, str] = {
@@ -80,7 +80,7 @@ def all_results(results_dirs: Sequence[Path]) -> list[Result]:
 
 
 def _warn(line: str) -> None:
-    print(f"conformance report: warning: {line}", file=sys.stderr)
+    print(f"conformance report: warning: {printable(line)}", file=sys.stderr)
 
 
 def results_time(results_dirs: Sequence[Path]) -> str:
@@ -464,10 +464,10 @@ def main_report(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
             hist.check(history)
         index = build_report(list(args.results), args.output, history)
     except (RecordsError, OutDirError, hist.HistoryError) as exc:  # each names its file
-        print(f"conformance report: error: {exc}", file=sys.stderr)
+        print(f"conformance report: error: {printable(exc)}", file=sys.stderr)
         return 2
     except (OSError, sqlite3.Error) as exc:
-        print(f"conformance report: error: {_describe_os_error(exc)}", file=sys.stderr)
+        print(f"conformance report: error: {printable(_describe_os_error(exc))}", file=sys.stderr)
         return 2
     print(f"report: {index.resolve().as_uri()}")
     return 0

@@ -1,6 +1,7 @@
 """The terminal summary: a Rich table of verdicts per backend, and what went wrong.
 
-Names and reasons come from backends: they are escaped, never read as Rich markup."""
+Names and reasons come from backends: they are escaped, never read as Rich markup, and their control
+characters are shown escaped (:func:`printable`), never sent to the terminal."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from conformance.api.result import STATUSES, Result, Status
 from conformance.util.phases import Breakdown
-from conformance.util.text import plural
+from conformance.util.text import plural, printable
 
 STYLE: dict[str, str] = {
     Status.PASS: "green", Status.XFAIL: "yellow", Status.SKIP: "dim", Status.XPASS: "red",
@@ -38,15 +39,17 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
         rs = [r for r in results if r.backend == b]
         counts = Counter(r.status for r in rs)
         ok = sum(r.ok for r in rs)
-        table.add_row(escape(b), *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
+        table.add_row(escape(printable(b)), *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
     console.print(table)
     bad = [r for r in results if not r.ok]
     for r in bad:
-        console.print(f"[red]{r.status}[/red] {escape(f'{r.case}@{r.backend}: {r.reason}')}")
-        console.print(f"    repro: {r.repro}", markup=False, highlight=False)
+        what = escape(printable(f"{r.case}@{r.backend}: {r.reason}"))
+        console.print(f"[red]{escape(printable(r.status))}[/red] {what}")
+        console.print(printable(f"    repro: {r.repro}"), markup=False, highlight=False)
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
-    console.print(f"results: {path}  ({_verdict_line(len(bad), cut_short)})", markup=False, highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(printable(w))}")
+    console.print(printable(f"results: {path}  ({_verdict_line(len(bad), cut_short)})"), markup=False,
+                  highlight=False)
 
 
 def _verdict_line(unexpected: int, cut_short: str) -> str:
@@ -68,5 +71,5 @@ def profile_table(profile: Breakdown) -> None:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for name, seconds, what in profile.rows:
         share = f"{100 * seconds / whole:.0f}%" if whole > 0 else ""
-        table.add_row(escape(name), f"{seconds:.2f}", share, escape(what))
+        table.add_row(escape(printable(name)), f"{seconds:.2f}", share, escape(printable(what)))
     console.print(table)

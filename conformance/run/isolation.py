@@ -12,6 +12,11 @@ and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; th
 
 Either way the next case gets a fresh worker.
 
+What a worker writes on stdout and stderr goes to a temporary file that has no name
+(``tempfile.TemporaryFile``: ``O_TMPFILE`` on Linux, unlinked at once elsewhere), read back
+for a crash's stderr tail: the temporary directory holds nothing of a run, however it ends
+(passed, failed, interrupted, or killed outright).
+
 A request may carry a generated program instead of naming a registered case
 (:func:`run_case_isolated`): that is how a shrink (:func:`conformance.run.repro.shrink`) runs
 its candidates, so a backend that crashes or hangs on a shrunk candidate gives that
@@ -38,11 +43,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from conformance.api.result import Result, Status
 from conformance.run.options import RunOptions
+from conformance.util.paths import caches_outside_tmp
 from conformance.util.text import clip_start
 
 if TYPE_CHECKING:
@@ -144,17 +149,20 @@ def _case(case_id: str) -> Case:
 class _Worker:
     process: subprocess.Popen[bytes]
     replies: IO[bytes]
-    stderr_path: Path
+    log: IO[bytes]  # the worker's stdout and stderr: a nameless temporary file, read with pread
     cases_run: int = 0
     ready: bool = False  # it said "ready": imports done, backends discovered
     warming: bool = False  # it warms backends up before saying so
 
+    def stderr_size(self) -> int:
+        return os.fstat(self.log.fileno()).st_size
+
     def stderr_tail(self, offset: int = 0) -> str:
         try:
-            with self.stderr_path.open("rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
-        except OSError:
+            size = self.stderr_size()
+            start = max(offset, size - 4 * STDERR_TAIL_CHARS)  # UTF-8: at most 4 bytes a character
+            data = os.pread(self.log.fileno(), size - start, start)
+        except (OSError, ValueError):
             return ""
         return clip_start(data.decode("utf-8", errors="replace"), STDERR_TAIL_CHARS)
 
@@ -209,7 +217,7 @@ class WorkerPool:
 
     def _spawn(self) -> _Worker:
         rfd, wfd = os.pipe()
-        fd, path = tempfile.mkstemp(prefix="conformance-worker-", suffix=".log")
+        log = tempfile.TemporaryFile(prefix="conformance-worker-", suffix=".log")
         env = dict(os.environ)
         # The worker imports what the parent can: planted test adapters, ad hoc module:Class specs.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
@@ -218,22 +226,25 @@ class WorkerPool:
             process = subprocess.Popen(
                 [sys.executable, "-m", "conformance.run.isolation", "--worker", str(wfd), str(os.getpid()),
                  *(["--warm", *self.warm] if self.warm is not None else [])],
-                stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(wfd,), env=env,
+                stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(wfd,), env=env,
                 start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
             )
+        except BaseException:
+            os.close(rfd)
+            log.close()
+            raise
         finally:
             os.close(wfd)
-            os.close(fd)
         self.spawn_count += 1
         warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
-        return _Worker(process, os.fdopen(rfd, "rb"), Path(path), warming=warming)
+        return _Worker(process, os.fdopen(rfd, "rb"), log, warming=warming)
 
     def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
 
         The clock starts before the request is written: the worker may begin at once."""
         worker = self._ensure()
-        offset = worker.stderr_path.stat().st_size
+        offset = worker.stderr_size()
         assert worker.process.stdin is not None
         t0 = time.perf_counter()
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
@@ -302,7 +313,7 @@ class WorkerPool:
             except OSError:
                 pass
         worker.replies.close()
-        worker.stderr_path.unlink(missing_ok=True)
+        worker.log.close()
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -379,7 +390,9 @@ def run_environment(parallel_pairs: bool) -> None:
 
     Where pairs run in parallel (pytest-xdist's ``-n``), inductor compiles in its worker's own
     thread: a pool of compile subprocesses per worker would oversubscribe the cores ``-n`` already
-    shares out.  A single worker keeps inductor's parallel compile, as a user's script would."""
+    shares out.  A single worker keeps inductor's parallel compile, as a user's script would.
+    Inductor's cache goes outside the temporary directory (:func:`caches_outside_tmp`)."""
+    caches_outside_tmp()
     if parallel_pairs:
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 

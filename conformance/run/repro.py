@@ -49,7 +49,8 @@ from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Status, combine
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_TIMEOUT_S
-from conformance.util.text import plural
+from conformance.util.paths import inside, pair_file_name
+from conformance.util.text import plural, printable
 
 DEFAULT_DB = Path("results") / ".hypothesis"
 #: Engine runs a shrink may spend (each is a full ``run_case``).
@@ -583,7 +584,12 @@ def write_repro(case: Case, backend_name: str | Backend, result: Result, path: P
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(printable(line), file=sys.stderr, flush=True)
+
+
+def _say(line: str) -> None:
+    """A line for the terminal: ids, names and reasons come from cases and backends."""
+    print(printable(line))
 
 
 def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Path | str = DEFAULT_DB,
@@ -607,8 +613,8 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
                     else lambda c: run_case(c, backend_obj, spec=spec))
     original = run(case)
     if not fails(original):
-        print(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
-              f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
+        _say(f"{case.id} on {backend_obj.name}: {original.status}: no failing check on this backend, "
+             f"nothing to reproduce (exit {EXIT_NOTHING_TO_REPRODUCE}, nothing written)")
         return EXIT_NOTHING_TO_REPRODUCE
     program = case.program
     if no_shrink or program is None:
@@ -619,17 +625,17 @@ def main_repro(case_id: str, backend: str | Backend, out: Path | str, db_dir: Pa
         shrunk = shrink(case, backend_obj, Path(db_dir), max_runs, original, progress, candidates)
     path = write_repro(shrunk.case, backend_obj, shrunk.result, out, spec, case.id, timeout_s or DEFAULT_TIMEOUT_S)
     check = failing_check(original)
-    print(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
-          f"{original.reason}")
+    _say(f"{case.id} on {backend_obj.name}: {original.status}{f' (check {check})' if check else ''}: "
+         f"{original.reason}")
     if program is None:
-        print("not shrunk: the case is not generated")
+        _say("not shrunk: the case is not generated")
     elif not no_shrink:
-        print(f"shrunk in {plural(shrunk.runs, 'run')} to {plural(_n_ops(shrunk.case.program), 'op')}: "
-              f"{shrunk.result.status}: {shrunk.result.reason}")
+        _say(f"shrunk in {plural(shrunk.runs, 'run')} to {plural(_n_ops(shrunk.case.program), 'op')}: "
+             f"{shrunk.result.status}: {shrunk.result.reason}")
     if (note := shrunk.note()) is not None:
-        print(note)
-    print(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
-          f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")
+        _say(note)
+    _say(f"wrote {path} (exit 1 while {check or original.status} fails); rerun in the harness: "
+         f"{rerun_command(case.id, spec or backend_spec(backend_obj))}")
     return 0
 
 
@@ -639,7 +645,7 @@ def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path |
                run: RunCase | None = None) -> tuple[Path | None, str | None]:
     """For the run's plugin: write a failing case's repro next to the results, shrunk if generated.
 
-    Writes ``<results_dir>/repros/<case>@<backend>.py`` (Hypothesis database in
+    Writes ``<results_dir>/repros/<case>@<backend>.py`` (:func:`repro_path`; Hypothesis database in
     ``<results_dir>/.hypothesis``).  Returns the path (``None`` when the backend's verdict is no
     failure) and a note about the shrink, if any.  A generated case's shrink costs up to ``max_runs``
     extra engine runs, made by ``run`` (see :func:`shrink`).
@@ -648,9 +654,15 @@ def auto_repro(case: Case, backend: Backend, result: Result, results_dir: Path |
         return None, None
     results_dir = Path(results_dir)
     shrunk = shrink(case, backend, results_dir / ".hypothesis", max_runs, result, progress, run)
-    path = write_repro(shrunk.case, backend, shrunk.result, results_dir / "repros" / f"{case.id}@{backend.name}.py",
+    path = write_repro(shrunk.case, backend, shrunk.result, repro_path(results_dir, case.id, backend.name),
                        spec, case.id)
     return path, shrunk.note()
+
+
+def repro_path(results_dir: Path, case_id: str, backend_name: str) -> Path:
+    """``<results_dir>/repros/<case>@<backend>.py``, of safe names (:func:`pair_file_name`): whatever the
+    id and the name hold, the file lies in that directory, and two pairs never share one."""
+    return inside(results_dir / "repros", pair_file_name(case_id, backend_name, ".py"))
 
 
 def run_repro(case: Case, backend: Backend, spec: str, result: Result, results_dir: Path | str,

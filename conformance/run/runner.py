@@ -47,7 +47,7 @@ from conformance.output.outdir import OutDirError, RunDir, claim, held
 from conformance.run.options import RunOptions
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
-from conformance.util.text import clip, plural
+from conformance.util.text import clip, plural, printable
 
 RESULT_ATTR = "conformance_result"
 PLUGIN = "conformance-run"
@@ -299,11 +299,12 @@ def execute_pair(pair: Pair, item: pytest.Item) -> None:
     item.stash[RESULT_KEY] = result  # pytest_runtest_makereport puts it on the report
     if result.status == "pass":
         return
+    # pytest prints these on the terminal; results.jsonl keeps the raw reason
     if result.status == "skip":
-        pytest.skip(result.reason)
+        pytest.skip(printable(result.reason))
     if result.status == "xfail":
-        pytest.xfail(result.reason)
-    pytest.fail(f"{result.status}: {result.reason}", pytrace=False)
+        pytest.xfail(printable(result.reason))
+    pytest.fail(f"{result.status}: {printable(result.reason)}", pytrace=False)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -380,7 +381,10 @@ class ResultWriter:
             self.bar.start()
             self.task = self.bar.add_task("starting", total=self.total)
         if self.bar is not None and "[" in nodeid:
-            self.bar.update(self.task, description=f"running {nodeid.split('[', 1)[1][:-1]}")
+            from rich.markup import escape
+
+            pair = escape(printable(nodeid.split("[", 1)[1][:-1]))  # a Rich column: markup escaped too
+            self.bar.update(self.task, description=f"running {pair}")
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -414,7 +418,7 @@ class ResultWriter:
         line = (f"[{len(self.results)}/{self.total}] {mark} {result.case}@{result.backend}: "
                 f"{result.status} ({t:.1f}s){' - ' + clip(result.reason, 160) if result.reason else ''}")
         if self.bar is not None:
-            self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.console.print(printable(line), markup=False, highlight=False)
             self.bar.advance(self.task)
         else:
             _echo(line)
@@ -505,7 +509,8 @@ def _gist(text: str) -> str:
 
 
 def _echo(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line on the terminal: names, ids and reasons in it come from cases, backends and manifests."""
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 class ConformanceRun:

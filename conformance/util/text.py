@@ -1,8 +1,33 @@
-"""Short text for people: a reason cut to a length says so, and a count agrees with its noun."""
+"""Short text for people: a reason cut to a length says so, a count agrees with its noun, and text
+from cases, backends and manifests reaches a terminal as text, never as control sequences."""
 
 from __future__ import annotations
 
+import re
+
 ELLIPSIS = "…"
+
+#: what a terminal would act on instead of showing: C0 and C1 controls (ESC among them), DEL,
+#: Unicode's line and paragraph separators and its bidirectional overrides (text shown reordered)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group(0)
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def printable(text: object, newlines: bool = False) -> str:
+    """``text`` as a terminal should show it: every control character escaped (``ESC`` as ``\\x1b``).
+
+    For the terminal boundary only (progress lines, the summary, error lines); results.jsonl keeps
+    the raw text.  ``newlines`` keeps line breaks where several lines are meant (a traceback)."""
+    text = str(text)
+    if not newlines:
+        return _CONTROL.sub(_escaped, text)
+    return "\n".join(_CONTROL.sub(_escaped, line) for line in text.split("\n"))
 
 
 def clip(text: str, n: int) -> str:

@@ -1,0 +1,343 @@
+"""Property-based fuzzing of every reader of outside input, with Hypothesis.
+
+Readers: results.jsonl (``read_records``/``read_usable``), manifests (``load_manifest``), junit
+(``name_junit_classes``, resume's merge), run history (``history``), baselines (``load_baseline``,
+tolerances), ``--cases`` modules (``load_source``) and run options (the CLI's checks).
+
+Property: a reader either returns (a bad line or entry skipped with a warning) or raises the
+harness's own one-line error (RecordsError, ManifestError, HistoryError, BaselineError, CaseError,
+OptionError, OutDirError, or the CLI's exit 2 with one line); never another exception or a write
+outside its directory.  A hang shows as a test that does not finish (the CLI examples have a
+120 s subprocess timeout; in-process examples have no per-example deadline).
+
+Readers are called in-process (fast); the CLI runs as a subprocess for a few examples only.
+Example counts are set per test (``EXAMPLES``); the whole file takes well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.api.result import Result
+from conformance.checks.baseline import BaselineError, Tolerance, load_baseline
+from conformance.checks.manifest import ManifestError, load_manifest
+from conformance.output import history
+from conformance.output.outdir import OutDirError, claim, name_junit_classes
+from conformance.output.records import RecordsError, read_records, read_usable
+from tests.test_bad_inputs import child_env
+
+#: examples per property (CI runs these; the subprocess one runs a handful)
+EXAMPLES = {"records": 400, "manifest": 300, "junit": 200, "history": 100, "baseline": 200, "cases": 100,
+            "options": 60, "cli": 6}
+FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+GOOD = {"case": "mlp-s-infer", "backend": "eager", "status": "pass", "reason": "", "kind": "inference",
+        "family": "mlp", "seed": 0}
+
+# --------------------------------------------------------------------------- strategies
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=12)
+record_keys = st.sampled_from([*Result("c", "b", "pass").to_json().keys(), "memory", "timing", "checks", "x"])
+
+
+@st.composite
+def record_line(draw: st.DrawFn) -> bytes:
+    """A results line: a valid record with fields replaced or added, JSON that is not a record, or bytes."""
+    kind = draw(st.sampled_from(["mutated", "mutated", "json", "bytes"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200)).replace(b"\n", b" ")
+    if kind == "json":
+        return json.dumps(draw(json_values)).encode()
+    record: dict[str, Any] = dict(GOOD)
+    for key, value in draw(st.dictionaries(record_keys, json_values, max_size=4)).items():
+        record[key] = value
+    for key in draw(st.lists(st.sampled_from(sorted(GOOD)), max_size=2)):
+        record.pop(key, None)
+    return json.dumps(record).encode()
+
+
+results_files = st.lists(record_line(), max_size=6).map(lambda lines: b"\n".join(lines) + b"\n")
+toml_strings = st.text(max_size=30).map(json.dumps)  # JSON strings are TOML basic strings (mostly)
+toml_values = st.one_of(toml_strings, st.integers(-10**20, 10**20).map(str), st.sampled_from(
+    ["true", "[]", "['a', 1]", "{x = 1}", "1.5", "nan", "1979-05-27", "'fail-peak'", "\"pass\""]))
+
+
+@st.composite
+def manifest_text(draw: st.DrawFn) -> str:
+    if draw(st.booleans()):
+        return draw(st.text(max_size=200))
+    keys = ["case", "status", "reason", "issue", "excess", "max_excess", "when", "owner"]
+    parts = []
+    for _ in range(draw(st.integers(0, 3))):
+        parts.append("[[expect]]")
+        for key in draw(st.lists(st.sampled_from(keys), max_size=6, unique=True)):
+            parts.append(f"{key} = {draw(toml_values)}")
+    return "\n".join(parts) + "\n"
+
+
+def _no_writes_outside(root: Path, allowed: Path) -> None:
+    """Nothing under ``root`` appeared outside ``allowed``."""
+    stray = [p for p in root.rglob("*") if allowed not in p.parents and p != allowed]
+    assert stray == [], stray
+
+
+# --------------------------------------------------------------------------- results.jsonl
+
+
+@settings(max_examples=EXAMPLES["records"], **FUZZ)
+@given(data=results_files)
+def test_results_reader(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(data)
+    loaded = read_records(path)
+    for problem in loaded.problems:
+        line = problem.describe(path)
+        assert "\n" not in line and str(path) in line
+    assert len(loaded.results) + len(loaded.problems) == sum(1 for ln in data.split(b"\n") if ln.strip())
+    for result in loaded.results:  # what was kept can be used: rendered, hashed, written back
+        json.dumps(result.to_json(), default=str)
+    try:
+        read_usable(path)
+    except RecordsError as exc:
+        assert "\n" not in str(exc)
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+@settings(max_examples=EXAMPLES["manifest"], **FUZZ)
+@given(text=manifest_text(), versions=st.dictionaries(st.sampled_from(["torch", "iree-base-compiler"]),
+                                                     st.text(max_size=10), max_size=2))
+def test_manifest_reader(tmp_path: Path, text: str, versions: dict[str, str]) -> None:
+    path = tmp_path / "fuzz.toml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        manifest = load_manifest("fuzz", path, versions)
+    except ManifestError as exc:
+        assert "\n" not in str(exc).strip(), str(exc)
+        return
+    for entry in manifest.entries:
+        manifest.lookup(entry.case)
+
+
+# --------------------------------------------------------------------------- junit
+
+xml_text = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda name, cls, body: f'<testsuites><testsuite tests="{body}"><testcase name={json.dumps(name)} '
+                                      f'classname={json.dumps(cls)}/></testsuite></testsuites>',
+              st.one_of(st.text(max_size=40), st.text(max_size=20).map(lambda s: f"test_conformance[{s}]")),
+              st.text(max_size=10), st.text(max_size=5)),
+)
+
+
+@settings(max_examples=EXAMPLES["junit"], **FUZZ)
+@given(junit=xml_text, results=results_files)
+def test_junit_reader(tmp_path: Path, junit: str, results: bytes) -> None:
+    (tmp_path / "junit.xml").write_text(junit, encoding="utf-8", errors="surrogatepass")
+    (tmp_path / "results.jsonl").write_bytes(results)
+    name_junit_classes(tmp_path / "junit.xml", tmp_path / "results.jsonl")  # never raises: a bad junit is kept
+
+
+@settings(max_examples=EXAMPLES["junit"] // 2, **FUZZ)
+@given(junit=xml_text, results=results_files)
+def test_resume_reads_any_earlier_run(tmp_path: Path, junit: str, results: bytes) -> None:
+    root = tmp_path / uuid.uuid4().hex[:8]
+    out = root / "out"
+    out.mkdir(parents=True)
+    (out / "junit.xml").write_text(junit, encoding="utf-8", errors="surrogatepass")
+    (out / "results.jsonl").write_bytes(results)
+    try:
+        run_dir = claim(out, "resume")
+    except OutDirError as exc:
+        assert "\n" not in str(exc)
+        return
+    try:
+        run_dir.publish(1)
+    finally:
+        run_dir.release()
+    _no_writes_outside(root, out)
+
+
+# --------------------------------------------------------------------------- history
+
+
+sql_values = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=20),
+                       st.binary(max_size=10))
+
+
+@settings(max_examples=EXAMPLES["history"], **FUZZ)
+@given(kind=st.sampled_from(["bytes", "sqlite", "real"]), garbage=st.binary(max_size=300),
+       column=st.sampled_from(["started_at", "label", "fingerprint", "backend", "case_id", "status",
+                               "measured_peak_bytes", "model_peak_bytes", "run_id"]),
+       value=sql_values)
+def test_history_reader(tmp_path: Path, kind: str, garbage: bytes, column: str, value: object) -> None:
+    path = tmp_path / f"h-{uuid.uuid4().hex[:8]}.sqlite"
+    if kind == "bytes":
+        path.write_bytes(garbage)
+    elif kind == "sqlite":
+        path.write_bytes(b"SQLite format 3\x00" + garbage)
+    else:
+        history.record_run(path, [Result("mlp-s-infer", "eager", "pass"), Result("mlp-s-train", "eager", "crash")])
+        history.record_run(path, [Result("mlp-s-infer", "eager", "fail-peak")])
+        with sqlite3.connect(path) as db:
+            table = "runs" if column in ("started_at", "label", "fingerprint") else "results"
+            try:
+                db.execute(f"UPDATE {table} SET {column} = ?", (value,))
+            except sqlite3.IntegrityError:
+                pass
+    try:
+        history.check(path)
+        history.runs(path)
+        history.backend_trends(path)
+        history.case_trends(path)
+        history.changes(path)
+    except history.HistoryError as exc:
+        assert "\n" not in str(exc)
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+@settings(max_examples=EXAMPLES["baseline"], **FUZZ)
+@given(results=results_files, tolerance=st.text(max_size=12), as_dir=st.booleans())
+def test_baseline_reader(tmp_path: Path, results: bytes, tolerance: str, as_dir: bool) -> None:
+    (tmp_path / "results.jsonl").write_bytes(results)
+    try:
+        load_baseline(tmp_path if as_dir else tmp_path / "results.jsonl")
+    except BaselineError as exc:
+        assert "\n" not in str(exc)
+    try:
+        Tolerance.parse(tolerance)
+    except BaselineError as exc:
+        assert "\n" not in str(exc)
+
+
+# --------------------------------------------------------------------------- --cases modules
+
+case_ids = st.one_of(st.text(max_size=140), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,20}", fullmatch=True))
+REGISTERING = """
+from conformance.api.case import Case, register, resolve
+
+base = resolve("mlp-s-infer")
+register(Case({case_id!r}, {kind!r}, "fuzz", 0, base.builder))
+"""
+
+
+@pytest.fixture
+def case_registry() -> Any:
+    """The registry and ``--cases`` bookkeeping as they were: fuzzed sources must not leak into other tests."""
+    from conformance.api import case as case_mod
+
+    case_mod.all_cases()
+    registry, loaded, env = dict(case_mod._REGISTRY), set(case_mod._LOADED_SOURCES), os.environ.get(
+        case_mod.SOURCES_ENV)
+
+    def restore() -> None:
+        case_mod._REGISTRY.clear()
+        case_mod._REGISTRY.update(registry)
+        case_mod._LOADED_SOURCES.clear()
+        case_mod._LOADED_SOURCES.update(loaded)
+        if env is None:
+            os.environ.pop(case_mod.SOURCES_ENV, None)
+        else:
+            os.environ[case_mod.SOURCES_ENV] = env
+
+    yield case_mod, restore
+    restore()
+
+
+@settings(max_examples=EXAMPLES["cases"], **FUZZ)
+@given(source=st.one_of(st.text(max_size=120),
+                        st.builds(lambda i, k: REGISTERING.format(case_id=i, kind=k), case_ids,
+                                  st.sampled_from(["inference", "train_step", "loop", "bogus"]))))
+def test_cases_module_reader(tmp_path: Path, case_registry: Any, source: str) -> None:
+    case_mod, restore = case_registry
+    path = tmp_path / f"fuzz_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(source, encoding="utf-8", errors="surrogatepass")
+    try:
+        case_mod.load_source(str(path))
+    except case_mod.CaseError as exc:
+        assert "\n" not in str(exc).strip(), str(exc)
+    else:
+        assert all(case_mod.id_problem(c.id) is None for c in case_mod._REGISTRY.values())
+    finally:
+        restore()
+
+
+# --------------------------------------------------------------------------- run options
+
+
+class ReachedPytest(Exception):
+    """The options were good: the run got as far as starting pytest."""
+
+
+OPTION_FLAGS = ["--timeout", "--steps", "--shard", "--baseline-tolerance", "--generated", "--hypothesis-seed",
+                "--out", "--baseline", "--history", "--report", "--shard-durations", "-n"]
+
+
+@settings(max_examples=EXAMPLES["options"], **FUZZ)
+@given(options=st.lists(st.tuples(st.sampled_from(OPTION_FLAGS),
+                                  st.one_of(st.text(max_size=20), st.integers(-5, 10**6).map(str),
+                                            st.sampled_from(["0", "1/2", "3/2", "auto", "5%", "nan", "inf",
+                                                             "-1", "..", "/", "results.jsonl"]))),
+                        min_size=1, max_size=3))
+def test_run_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                     options: list[tuple[str, str]]) -> None:
+    from conformance.cli import main as cli_main
+
+    def reached(*args: object, **kwargs: object) -> int:
+        raise ReachedPytest
+
+    work = tmp_path / f"w-{uuid.uuid4().hex[:8]}"
+    work.mkdir()
+    (work / "in").write_text("not a results file\n")
+    monkeypatch.setattr(cli_main.pytest, "main", reached)
+    monkeypatch.chdir(work)
+    argv = ["run", "--backend", "eager", "--case", "mlp-s-infer", "--no-isolate", "--out", "out"]
+    argv += [part for flag, value in options for part in (flag, value)]
+    capsys.readouterr()
+    try:
+        code = cli_main.main(argv)
+    except SystemExit as exc:  # argparse: a value of the wrong type
+        code = exc.code
+    except ReachedPytest:
+        return
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1 and "Traceback" not in err, err
+    assert not any(p.name.startswith("results.jsonl") for p in work.rglob("*")), err
+
+
+# --------------------------------------------------------------------------- the CLI, end to end
+
+
+@settings(max_examples=EXAMPLES["cli"], **FUZZ)
+@given(results=results_files, command=st.sampled_from(["report", "diff", "merge"]))
+def test_cli_readers_end_to_end(tmp_path: Path, results: bytes, command: str) -> None:
+    work = tmp_path / f"w-{uuid.uuid4().hex[:8]}"
+    (work / "a").mkdir(parents=True)
+    (work / "a" / "results.jsonl").write_bytes(results)
+    args = {"report": ["report", "a", "-o", "site", "--no-history"], "diff": ["diff", "a", "a"],
+            "merge": ["merge", "a", "-o", "merged"]}[command]
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=work, capture_output=True,
+                          text=True, timeout=120, env=child_env())
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 2), proc.stderr
+    if proc.returncode == 2:
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert {p.name for p in work.iterdir()} <= {"a", "site", "merged"}
