@@ -37,6 +37,7 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
+from conformance.run import pristine
 from conformance.run.options import RunOptions
 from conformance.util.phases import PhaseClock
 from conformance.util.text import clip, clip_start
@@ -46,9 +47,33 @@ def repro_command(case: Case, backend: str) -> str:
     return f"conformance run --case {case.id} --backend {backend}"
 
 
-def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None) -> Result:
-    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro)."""
-    options = options or RunOptions()
+#: set when a pair left state changed that could not be restored: the isolation worker is recycled
+NEEDS_RECYCLE = False
+
+
+def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None,
+             recyclable: bool = False) -> Result:
+    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro).
+
+    The process state the pair found is restored when it ends (:mod:`conformance.run.pristine`), and
+    the pair gets a note naming what it changed; ``recyclable``: the caller is an isolation worker
+    that ends after this pair when something could not be restored (``NEEDS_RECYCLE``)."""
+    global NEEDS_RECYCLE
+    before = pristine.snapshot()
+    result: Result | None = None
+    try:
+        result = _run_case(case, backend, options or RunOptions(), spec)
+        return result
+    finally:
+        changes = pristine.diff(before, pristine.snapshot())
+        failed = pristine.restore(before, changes)
+        NEEDS_RECYCLE = NEEDS_RECYCLE or (bool(failed) and recyclable)
+        said = pristine.note(changes, failed, recyclable)
+        if said and result is not None:
+            result.notes.append(said)
+
+
+def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | None) -> Result:
     result = Result(
         case.id, backend.name, Status.PASS, seed=case.seed, kind=case.kind, family=case.family,
         versions=backend.versions(), repro=repro_command(case, spec or backend.name),

@@ -82,12 +82,12 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
     faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
-    def send(kind: str, payload: Any) -> None:
-        reply.write(json.dumps([kind, payload], default=str) + "\n")
+    def send(kind: str, payload: Any, *more: str) -> None:
+        reply.write(json.dumps([kind, payload, *more], default=str) + "\n")
         reply.flush()
 
     from conformance.api.adapter import discover
-    from conformance.run.engine import run_case
+    from conformance.run import engine
 
     registry = discover()
     if warm is not None:
@@ -100,10 +100,13 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
         case_id, spec, *rest = json.loads(line)
         try:
             case = _program_case(case_id, rest[1]) if len(rest) > 1 else _case(case_id)
-            result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
-            send("ok", result.to_json())
+            result = engine.run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None),
+                                     spec, recyclable=True)
+            send("ok", result.to_json(), *(["recycle"] if engine.NEEDS_RECYCLE else []))
         except Exception as exc:  # an error outside the engine's own handling
-            send("error", f"{type(exc).__name__}: {exc}")
+            send("error", f"{type(exc).__name__}: {exc}", *(["recycle"] if engine.NEEDS_RECYCLE else []))
+        if engine.NEEDS_RECYCLE:  # a pair left state that could not be restored: this worker ends here
+            break
 
 
 def _warm_up(registry: Any, specs: list[str]) -> None:
@@ -239,7 +242,11 @@ class WorkerPool:
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
         worker.process.stdin.flush()
         got = _wait(worker, timeout_s)
-        return worker, offset, got, time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if got is not None and len(got) > 2 and got[2] == "recycle":
+            # the pair left state the worker could not restore: the next pair gets a fresh worker
+            self._discard()
+        return worker, offset, got, elapsed
 
     def _failed(self, worker: _Worker, elapsed: float, timeout_s: float, offset: int = 0) -> tuple[str | None, str]:
         """After no reply: discard the worker.  Returns its exit described (``None`` when it hung and was
@@ -267,7 +274,7 @@ class WorkerPool:
         worker, offset, got, elapsed = self._ask(request, timeout_s)
         worker.cases_run += 1
         if got is not None:
-            kind, payload = got
+            kind, payload = got[0], got[1]
             if kind == "ok":
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
