@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from conformance.cli.main import main as cli
+import conformance.cli.main as cli
 from conformance.output.records import read_records
 from tests.hostile_backends import HANG_CASE, HOSTILE_NAME
 
