@@ -122,3 +122,38 @@ class BadModelBackend(EagerBackend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         return _BadModelStep(case, workload, None)
+
+
+#: where the spawning adapters below write the pid of the process they leave running
+PIDFILE_ENV = "CONFORMANCE_TEST_PIDFILE"
+
+
+def _leave_a_daemon() -> None:
+    """A ``sleep`` in a new session whose parent has exited (a double fork): an orphan from the start."""
+    import os
+    import subprocess
+
+    pidfile = os.environ[PIDFILE_ENV]
+    subprocess.run(["setsid", "sh", "-c", f'sleep 300 >/dev/null 2>&1 & echo $! > "{pidfile}"'], check=True)
+
+
+class SetsidChildBackend(EagerBackend):
+    """Starts a daemon in a new session in ``compile`` and leaves it running."""
+
+    name = "hostile-setsid-child"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        _leave_a_daemon()
+        return super().compile(case, workload)
+
+
+class ExitWithChildBackend(EagerBackend):
+    """Starts a daemon, then the worker exits mid-pair: the daemon must not outlive it."""
+
+    name = "hostile-exit-with-child"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        import os
+
+        _leave_a_daemon()
+        os._exit(3)

@@ -37,7 +37,7 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
-from conformance.run import boundary, pristine
+from conformance.run import boundary, pristine, reaper
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.util.phases import PhaseClock
@@ -57,15 +57,21 @@ def run_case(case: Case, backend: Backend, options: RunOptions | None = None, sp
     """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro).
 
     The process state the pair found is restored when it ends (:mod:`conformance.run.pristine`), and
-    the pair gets a note naming what it changed; ``recyclable``: the caller is an isolation worker
+    the pair gets a note naming what it changed; so does one that leaves a process running, which is
+    killed (:mod:`conformance.run.reaper`); ``recyclable``: the caller is an isolation worker
     that ends after this pair when something could not be restored (``NEEDS_RECYCLE``)."""
     global NEEDS_RECYCLE
+    reaper.become_subreaper()  # orphans of what the pair starts stay in this process's tree
+    processes = reaper.descendants()
     before = pristine.snapshot()
     result: Result | None = None
     try:
         result = _run_case(case, backend, options or RunOptions(), spec)
         return result
     finally:
+        left = reaper.note(reaper.sweep(processes))  # no process outlives its pair
+        if left and result is not None:
+            result.notes.append(left)
         changes = pristine.diff(before, pristine.snapshot())
         failed = pristine.restore(before, changes)
         NEEDS_RECYCLE = NEEDS_RECYCLE or (bool(failed) and recyclable)

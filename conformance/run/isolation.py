@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from conformance.api.result import Result, Status
+from conformance.run import reaper
 from conformance.run.options import RunOptions
 from conformance.util.text import clip_start
 
@@ -150,6 +151,8 @@ class _Worker:
     stderr_path: Path
     cases_run: int = 0
     ready: bool = False  # it said "ready": imports done, backends discovered
+    #: this process's descendants before the worker started: any other one left when it is gone was its
+    before: set[int] = field(default_factory=set)
     warming: bool = False  # it warms backends up before saying so
 
     def stderr_tail(self, offset: int = 0) -> str:
@@ -211,6 +214,8 @@ class WorkerPool:
         return worker
 
     def _spawn(self) -> _Worker:
+        reaper.become_subreaper()  # a dying worker's orphans (its backend's children) come to us, not init
+        before = reaper.descendants()
         rfd, wfd = os.pipe()
         fd, path = tempfile.mkstemp(prefix="conformance-worker-", suffix=".log")
         env = dict(os.environ)
@@ -229,7 +234,7 @@ class WorkerPool:
             os.close(fd)
         self.spawn_count += 1
         warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
-        return _Worker(process, os.fdopen(rfd, "rb"), Path(path), warming=warming)
+        return _Worker(process, os.fdopen(rfd, "rb"), Path(path), warming=warming, before=before)
 
     def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
@@ -259,7 +264,9 @@ class WorkerPool:
         hung = worker.alive()
         code = None if hung else worker.process.wait()
         tail = worker.stderr_tail(offset)
-        self._discard()
+        killed = self._discard()
+        if killed:
+            tail = f"{tail}\n{reaper.note(killed)}" if tail else reaper.note(killed) or ""
         return (None if code is None else describe_exit(code)), tail
 
     def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None,
@@ -297,12 +304,17 @@ class WorkerPool:
                 pass
         self._discard()
 
-    def _discard(self) -> None:
+    def _discard(self) -> list[str]:
+        """End the worker and everything it left running; returns what was left besides it (described)."""
         worker, self._worker = self._worker, None
         if worker is None:
-            return
+            return []
+        tree = reaper.descendants(worker.process.pid) if worker.alive() else set()
         _kill_group(worker.process)  # SIGKILL: a hung native call ignores SIGTERM
+        killed = reaper.kill(tree)  # in other sessions too, which the group misses
         worker.process.wait()
+        # what it left when it died first: adopted by this process (a subreaper), killed here
+        killed += reaper.sweep(worker.before | {worker.process.pid})
         if worker.process.stdin is not None:
             try:
                 worker.process.stdin.close()
@@ -310,6 +322,7 @@ class WorkerPool:
                 pass
         worker.replies.close()
         worker.stderr_path.unlink(missing_ok=True)
+        return killed
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
