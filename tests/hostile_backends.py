@@ -7,6 +7,7 @@ Each is a real adapter (or a real non-adapter), selected as
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from conformance.api.adapter import Backend, CompiledStep
 from conformance.api.case import Case, Workload
@@ -87,3 +88,85 @@ class ControlSequenceBackend(EagerBackend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         raise RuntimeError(CONTROL_MESSAGE)
+
+
+class _BadNotesStep(EagerStep):
+    def notes(self) -> list[str]:
+        return ["fine", 42]  # type: ignore[list-item]  # the fault: a note that is not a str
+
+
+class NonStringNotesBackend(EagerBackend):
+    """Its step's ``notes()`` holds an int: the record must not carry it (the schema's reader rejects it)."""
+
+    name = "hostile-non-string-notes"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _BadNotesStep(case, workload, None)
+
+
+class _ClobberingStep(EagerStep):
+    def memory_findings(self, observation: Any, traces: Any) -> dict[str, Any]:
+        return {"timeline": "not a list", "measured_peak_bytes": 0}  # the harness's own figures
+
+
+class ClobberFindingsBackend(EagerBackend):
+    """Its findings are named like the engine's figures: they must never replace them."""
+
+    name = "hostile-clobber-findings"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _ClobberingStep(case, workload, None)
+
+
+class BadVersionsBackend(EagerBackend):
+    name = "hostile-bad-versions"
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": ["2", "13"]}  # type: ignore[dict-item]
+
+
+class _BadModelStep(EagerStep):
+    def program_model(self, observation: Any) -> Any:
+        return "a model"
+
+
+class BadModelBackend(EagerBackend):
+    name = "hostile-bad-model"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _BadModelStep(case, workload, None)
+
+
+#: where the spawning adapters below write the pid of the process they leave running
+PIDFILE_ENV = "CONFORMANCE_TEST_PIDFILE"
+
+
+def _leave_a_daemon() -> None:
+    """A ``sleep`` in a new session whose parent has exited (a double fork): an orphan from the start."""
+    import os
+    import subprocess
+
+    pidfile = os.environ[PIDFILE_ENV]
+    subprocess.run(["setsid", "sh", "-c", f'sleep 300 >/dev/null 2>&1 & echo $! > "{pidfile}"'], check=True)
+
+
+class SetsidChildBackend(EagerBackend):
+    """Starts a daemon in a new session in ``compile`` and leaves it running."""
+
+    name = "hostile-setsid-child"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        _leave_a_daemon()
+        return super().compile(case, workload)
+
+
+class ExitWithChildBackend(EagerBackend):
+    """Starts a daemon, then the worker exits mid-pair: the daemon must not outlive it."""
+
+    name = "hostile-exit-with-child"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        import os
+
+        _leave_a_daemon()
+        os._exit(3)

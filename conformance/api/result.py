@@ -90,8 +90,10 @@ class MemoryFigures:
             return None
         names = {f.name for f in fields(cls)} - {"findings"}
         known = {k: v for k, v in data.items() if k in names}
-        if isinstance(known.get("domains"), dict):
-            known["domains"] = {name: DomainFigures(**d) for name, d in known["domains"].items()}
+        if isinstance(known.get("domains"), dict):  # a domain's keys this version does not know are ignored
+            names_d = {f.name for f in fields(DomainFigures)}
+            known["domains"] = {name: DomainFigures(**{k: v for k, v in d.items() if k in names_d})
+                                for name, d in known["domains"].items() if isinstance(d, dict)}
         for key in ("timeline", "model_timeline", "program_timeline"):
             if isinstance(known.get(key), list):
                 known[key] = [tuple(point) for point in known[key]]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from conformance.api.result import Result, append_result
-from conformance.output.outdir import JUNIT, RESULTS, check_target
+from conformance.output.outdir import JUNIT, RESULTS, check_target, locked
 from conformance.output.records import RecordsError, read_usable
 
 MERGED_FROM = "merged-from.txt"
@@ -31,9 +31,11 @@ def merge(inputs: Sequence[Path], out: Path, overwrite: bool = False,
     merged = _merged_results(inputs, warn or (lambda line: None))
     suites = _junit_suites([d / JUNIT for d in inputs])
     out.mkdir(parents=True, exist_ok=True)
-    _write_results(out / RESULTS, merged)
-    _write_atomically(out / JUNIT, lambda staged: _write_junit(suites, staged))
-    _write_atomically(out / MERGED_FROM, lambda staged: _write_sources(inputs, staged))
+    with locked(out, "-o"):  # a run writing there (or another merge) refuses this one
+        _check_output(inputs, out, overwrite)  # again, now that no one else can write there
+        _write_results(out / RESULTS, merged)
+        _write_atomically(out / JUNIT, lambda staged: _write_junit(suites, staged))
+        _write_atomically(out / MERGED_FROM, lambda staged: _write_sources(inputs, staged))
     return merged
 
 

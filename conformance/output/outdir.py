@@ -21,6 +21,7 @@ import fcntl
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,20 +160,66 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
     return run_dir
 
 
-def _lock(path: Path) -> int:
-    """An exclusive lock on ``path/LOCK``; the file exists exactly while a run holds it."""
+@contextlib.contextmanager
+def locked(path: Path, what: str = "-o") -> Iterator[None]:
+    """Hold ``path``'s lock (the one a run holds) while a command writes there: ``merge`` and ``report``.
+
+    The directory must exist.  Refused with one line (:class:`OutDirError`) while anyone else holds it,
+    or, for a directory inside another one (a report's site under a run's results), while anyone else
+    holds the enclosing directory's lock.  A lock this process already holds (a run building its own
+    report) is not taken again."""
+    if held(path) is not None:
+        yield
+        return
+    parent = path.resolve().parent
+    if held(parent) is None and (parent / LOCK).exists():
+        _probe(parent, what, path)
+    fd = _lock(path, what)
+    try:
+        yield
+    finally:
+        (path / LOCK).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _probe(directory: Path, what: str, inside: Path) -> None:
+    """Refuse when someone holds ``directory``'s lock; take it for no longer than the test."""
+    try:
+        fd = os.open(directory / LOCK, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(directory / LOCK)
+        raise OutDirError(f"{what} {inside}: a conformance run (pid {holder}) is writing in {directory}; "
+                          f"wait for it or choose another directory") from None
+    finally:
+        os.close(fd)
+
+
+def _holder(lock: Path) -> str:
+    try:
+        return lock.read_text(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _lock(path: Path, what: str = "--out") -> int:
+    """An exclusive lock on ``path/LOCK``; the file exists exactly while a run (or a merge, a report) holds it."""
     lock = path / LOCK
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise OutDirError(f"--out {path}: cannot create a lock file: {exc.strerror}") from None
+            raise OutDirError(f"{what} {path}: cannot create a lock file: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise OutDirError(f"--out {path}: another run (pid {holder}) is writing there; "
+            who = "another run" if what == "--out" else "a conformance command"
+            raise OutDirError(f"{what} {path}: {who} (pid {holder}) is writing there; "
                               f"wait for it or choose another directory") from None
         if _same_file(fd, lock):  # not unlinked by a finishing holder between our open and flock
             os.ftruncate(fd, 0)

@@ -33,7 +33,7 @@ from markupsafe import Markup
 from conformance.api.result import STATUSES, MemoryFigures, Result
 from conformance.api.verdict import Rates, Status, rates
 from conformance.output import history as hist
-from conformance.output.outdir import OutDirError, check_target
+from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
 from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.paths import path_arg
@@ -419,15 +419,15 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     """
     check_target(out_dir, "-o")
     results = load_results(results_dirs, warn)
-    page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs),
-                      note=note)
-    page.by_version = version_matrix(all_results(results_dirs))
-    html_text = render(page)
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
     staged = out_dir / "index.html.partial"
-    staged.write_text(html_text, encoding="utf-8")
-    os.replace(staged, index)
+    with locked(out_dir, "-o"):  # a run or another report writing there refuses this one
+        page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs),
+                          note=note)
+        page.by_version = version_matrix(all_results(results_dirs))
+        staged.write_text(render(page), encoding="utf-8")
+        os.replace(staged, index)
     return index
 
 

@@ -37,6 +37,8 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
+from conformance.run import boundary, pristine, reaper
+from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.util.phases import PhaseClock
 from conformance.util.text import clip, clip_start
@@ -46,13 +48,47 @@ def repro_command(case: Case, backend: str) -> str:
     return f"conformance run --case {case.id} --backend {backend}"
 
 
-def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None) -> Result:
-    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro)."""
-    options = options or RunOptions()
+#: set when a pair left state changed that could not be restored: the isolation worker is recycled
+NEEDS_RECYCLE = False
+
+
+def run_case(case: Case, backend: Backend, options: RunOptions | None = None, spec: str | None = None,
+             recyclable: bool = False) -> Result:
+    """The verdict of ``case`` on ``backend``; ``spec`` is how the run named the backend (for the repro).
+
+    The process state the pair found is restored when it ends (:mod:`conformance.run.pristine`), and
+    the pair gets a note naming what it changed; so does one that leaves a process running, which is
+    killed (:mod:`conformance.run.reaper`); ``recyclable``: the caller is an isolation worker
+    that ends after this pair when something could not be restored (``NEEDS_RECYCLE``)."""
+    global NEEDS_RECYCLE
+    reaper.become_subreaper()  # orphans of what the pair starts stay in this process's tree
+    processes = reaper.descendants()
+    before = pristine.snapshot()
+    result: Result | None = None
+    try:
+        result = _run_case(case, backend, options or RunOptions(), spec)
+        return result
+    finally:
+        left = reaper.note(reaper.sweep(processes))  # no process outlives its pair
+        if left and result is not None:
+            result.notes.append(left)
+        changes = pristine.diff(before, pristine.snapshot())
+        failed = pristine.restore(before, changes)
+        NEEDS_RECYCLE = NEEDS_RECYCLE or (bool(failed) and recyclable)
+        said = pristine.note(changes, failed, recyclable)
+        if said and result is not None:
+            result.notes.append(said)
+
+
+def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | None) -> Result:
     result = Result(
         case.id, backend.name, Status.PASS, seed=case.seed, kind=case.kind, family=case.family,
-        versions=backend.versions(), repro=repro_command(case, spec or backend.name),
+        repro=repro_command(case, spec or backend.name),
     )
+    try:
+        result.versions = boundary.versions(backend.versions())
+    except HookError as exc:
+        return _verdict(result, Status.FAIL_RUN, str(exc))
     unavailable = backend.unavailable_reason()
     if unavailable:
         return _verdict(result, Status.SKIP, unavailable)
@@ -129,10 +165,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     parity[last_call] = references.compare(last_call, outputs)
     result.parity = _parity_figures(parity)
 
-    with clock.phase("model"):
-        steps, source = _probed_steps(case, compiled, models, traces, result)
-    with clock.phase("judge"):
-        return _judge(backend, compiled, result, steps, source, traces, parity)
+    try:
+        with clock.phase("model"):
+            steps, source = _probed_steps(case, compiled, models, traces, result)
+        with clock.phase("judge"):
+            return _judge(backend, compiled, result, steps, source, traces, parity)
+    except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
+        return _verdict(result, Status.FAIL_RUN, str(exc))
 
 
 def _freeze_survivors() -> None:
@@ -151,7 +190,7 @@ def _freeze_survivors() -> None:
 
 def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
            source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
-    result.notes.extend(compiled.notes())
+    result.notes.extend(boundary.notes(compiled.notes()))
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
     checks: list[Check] = [_parity_check(parity)]
@@ -163,12 +202,14 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source))
     memory = result.memory = _memory_figures(backend, steps, source, traces)
     try:
-        memory.findings = dict(compiled.memory_findings(steps[-1].observation or Observation(),
-                                                        [s.trace for s in steps]))
+        found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
         extra = compiled.contract_check()
     except Exception as exc:
         result.notes.append(clip_start(traceback.format_exc(), 4000))
-        extra = Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
+        found, extra = {}, Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
+    result.checks = checks  # a hook's bad return below is the verdict; the checks made so far stay on record
+    memory.findings = boundary.findings(found)
+    extra = boundary.contract(extra)
     for check in (judge_backward_inputs(memory), adapter_check(extra)):
         if check is not None:
             checks.append(check)
@@ -224,11 +265,15 @@ class _Models:
         key = (why_not, tuple(observation.trip_counts))
         if key not in self._backend:
             try:
-                self._backend[key] = build(_copy(observation))
+                self._backend[key] = boundary.model(build(_copy(observation)), _hook_name(build))
             except ModelError as exc:
                 self._backend[key] = None
                 result.notes.append(why_not.format(exc))
         return self._backend[key]
+
+
+def _hook_name(build: Callable[..., Any]) -> str:
+    return f"CompiledStep.{getattr(build, '__name__', 'model')}()"
 
 
 def _copy(observation: Observation) -> Observation:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from conformance.api.result import Result, Status
+from conformance.run import reaper
 from conformance.run.options import RunOptions
 from conformance.util.paths import caches_outside_tmp
 from conformance.util.text import clip_start
@@ -87,12 +88,12 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
     faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
-    def send(kind: str, payload: Any) -> None:
-        reply.write(json.dumps([kind, payload], default=str) + "\n")
+    def send(kind: str, payload: Any, *more: str) -> None:
+        reply.write(json.dumps([kind, payload, *more], default=str) + "\n")
         reply.flush()
 
     from conformance.api.adapter import discover
-    from conformance.run.engine import run_case
+    from conformance.run import engine
 
     registry = discover()
     if warm is not None:
@@ -105,10 +106,13 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
         case_id, spec, *rest = json.loads(line)
         try:
             case = _program_case(case_id, rest[1]) if len(rest) > 1 else _case(case_id)
-            result = run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None), spec)
-            send("ok", result.to_json())
+            result = engine.run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None),
+                                     spec, recyclable=True)
+            send("ok", result.to_json(), *(["recycle"] if engine.NEEDS_RECYCLE else []))
         except Exception as exc:  # an error outside the engine's own handling
-            send("error", f"{type(exc).__name__}: {exc}")
+            send("error", f"{type(exc).__name__}: {exc}", *(["recycle"] if engine.NEEDS_RECYCLE else []))
+        if engine.NEEDS_RECYCLE:  # a pair left state that could not be restored: this worker ends here
+            break
 
 
 def _warm_up(registry: Any, specs: list[str]) -> None:
@@ -152,6 +156,8 @@ class _Worker:
     log: IO[bytes]  # the worker's stdout and stderr: a nameless temporary file, read with pread
     cases_run: int = 0
     ready: bool = False  # it said "ready": imports done, backends discovered
+    #: this process's descendants before the worker started: any other one left when it is gone was its
+    before: set[int] = field(default_factory=set)
     warming: bool = False  # it warms backends up before saying so
 
     def stderr_size(self) -> int:
@@ -216,6 +222,8 @@ class WorkerPool:
         return worker
 
     def _spawn(self) -> _Worker:
+        reaper.become_subreaper()  # a dying worker's orphans (its backend's children) come to us, not init
+        before = reaper.descendants()
         rfd, wfd = os.pipe()
         log = tempfile.TemporaryFile(prefix="conformance-worker-", suffix=".log")
         env = dict(os.environ)
@@ -237,7 +245,7 @@ class WorkerPool:
             os.close(wfd)
         self.spawn_count += 1
         warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
-        return _Worker(process, os.fdopen(rfd, "rb"), log, warming=warming)
+        return _Worker(process, os.fdopen(rfd, "rb"), log, warming=warming, before=before)
 
     def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
@@ -250,7 +258,11 @@ class WorkerPool:
         worker.process.stdin.write((json.dumps(request) + "\n").encode())
         worker.process.stdin.flush()
         got = _wait(worker, timeout_s)
-        return worker, offset, got, time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if got is not None and len(got) > 2 and got[2] == "recycle":
+            # the pair left state the worker could not restore: the next pair gets a fresh worker
+            self._discard()
+        return worker, offset, got, elapsed
 
     def _failed(self, worker: _Worker, elapsed: float, timeout_s: float, offset: int = 0) -> tuple[str | None, str]:
         """After no reply: discard the worker.  Returns its exit described (``None`` when it hung and was
@@ -263,7 +275,9 @@ class WorkerPool:
         hung = worker.alive()
         code = None if hung else worker.process.wait()
         tail = worker.stderr_tail(offset)
-        self._discard()
+        killed = self._discard()
+        if killed:
+            tail = f"{tail}\n{reaper.note(killed)}" if tail else reaper.note(killed) or ""
         return (None if code is None else describe_exit(code)), tail
 
     def run(self, case_id: str, backend: str, timeout_s: float, options: RunOptions | None = None,
@@ -278,7 +292,7 @@ class WorkerPool:
         worker, offset, got, elapsed = self._ask(request, timeout_s)
         worker.cases_run += 1
         if got is not None:
-            kind, payload = got
+            kind, payload = got[0], got[1]
             if kind == "ok":
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
@@ -301,12 +315,17 @@ class WorkerPool:
                 pass
         self._discard()
 
-    def _discard(self) -> None:
+    def _discard(self) -> list[str]:
+        """End the worker and everything it left running; returns what was left besides it (described)."""
         worker, self._worker = self._worker, None
         if worker is None:
-            return
+            return []
+        tree = reaper.descendants(worker.process.pid) if worker.alive() else set()
         _kill_group(worker.process)  # SIGKILL: a hung native call ignores SIGTERM
+        killed = reaper.kill(tree)  # in other sessions too, which the group misses
         worker.process.wait()
+        # what it left when it died first: adopted by this process (a subreaper), killed here
+        killed += reaper.sweep(worker.before | {worker.process.pid})
         if worker.process.stdin is not None:
             try:
                 worker.process.stdin.close()
@@ -314,6 +333,7 @@ class WorkerPool:
                 pass
         worker.replies.close()
         worker.log.close()
+        return killed
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
