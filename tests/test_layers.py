@@ -39,21 +39,23 @@ def test_the_tree_keeps_every_contract() -> None:
     assert "3 kept, 0 broken" in proc.stdout
 
 
-def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+def _planted(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """The contracts on a copy of the package with ``line`` added to ``module`` (a path under conformance/)."""
     tree = _copy(tmp_path)
-    program = tree / "conformance" / "models" / "program.py"
-    program.write_text(program.read_text() + "\nfrom conformance.run import engine  # planted\n")
-    proc = _lint(tree)
+    path = tree / "conformance" / module
+    path.write_text(path.read_text() + f"\n{line}  # planted\n")
+    return _lint(tree)
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+    proc = _planted(tmp_path, "models/program.py", "from conformance.run import engine")
     assert proc.returncode == 1
     assert "Layers: each imports only the layers below it BROKEN" in proc.stdout
     assert "conformance.models.program -> conformance.run.engine" in proc.stdout
 
 
 def test_a_cycle_inside_a_layer_is_caught(tmp_path: Path) -> None:
-    tree = _copy(tmp_path)
-    sizes = tree / "conformance" / "models" / "lifetime" / "model.py"
-    sizes.write_text(sizes.read_text() + "\nfrom conformance.models.lifetime import steps  # planted\n")
-    proc = _lint(tree)
+    proc = _planted(tmp_path, "models/lifetime/model.py", "from conformance.models.lifetime import steps")
     assert proc.returncode == 1
     assert "No import cycles, at any depth BROKEN" in proc.stdout
     assert "Layers: each imports only the layers below it KEPT" in proc.stdout
