@@ -79,6 +79,14 @@ class CompiledStep(ABC):
         """
         return None
 
+    def program_files(self) -> frozenset[str]:
+        """The files the generated program's Python code runs from (inductor: its wrapper modules).
+
+        The CPU probe marks the span of each of their statements, so what an opaque op the program
+        calls allocates and frees inside its own call is set apart as that op's, on every release,
+        with or without a profiler range for the op (:mod:`conformance.probes.statements`)."""
+        return frozenset()
+
     def notes(self) -> list[str]:
         return []
 

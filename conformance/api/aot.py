@@ -41,6 +41,9 @@ class ReceivedGraph:
     is_backward: bool
     #: what the backend generated for it, where it shows it (inductor: its Python wrapper's source)
     source: str | None = None
+    #: the file its generated Python code runs from, where it has one (statement spans: see
+    #: :meth:`conformance.api.adapter.CompiledStep.program_files`)
+    code_file: str | None = None
 
 
 def snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -45,6 +45,7 @@ class RecordingCompiler:
             received = self.recorder.record(gm, is_backward)
             compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
             received.source = getattr(compiled, "source_code", None)  # the same on a cache hit
+            received.code_file = _code_file(compiled)
             return self.recorder.watch(compiled, gm) if is_backward else compiled
 
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
@@ -58,6 +59,15 @@ class InductorStep(AotStep):
 
     def program_model(self, observation: Observation) -> LifetimeModel | None:
         return model_of_programs(self.recorder.graphs, observation)
+
+    def program_files(self) -> frozenset[str]:
+        return frozenset(g.code_file for g in self.recorder.graphs if g.code_file)
+
+
+def _code_file(compiled: Any) -> str | None:
+    """The wrapper module's file: its ``call`` (a function, or a ``Runner`` method from 2.14 on)."""
+    code = getattr(getattr(compiled, "current_callable", None), "__code__", None)
+    return code.co_filename if code is not None else None
 
 
 def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:

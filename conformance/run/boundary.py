@@ -42,6 +42,15 @@ def notes(value: object, hook: str = "CompiledStep.notes()") -> list[str]:
     return list(value)
 
 
+def files(value: object, hook: str = "CompiledStep.program_files()") -> frozenset[str]:
+    if not isinstance(value, set | frozenset | list | tuple):
+        raise HookError(f"{hook} returned {_shown(value)}, not a set of file names")
+    for item in value:
+        if not isinstance(item, str):
+            raise HookError(f"{hook} returned a set holding {_shown(item)}, not a str")
+    return frozenset(value)
+
+
 def findings(value: object, hook: str = "CompiledStep.memory_findings()") -> dict[str, Any]:
     """A dict of JSON values under keys of the backend's own: never one of the engine's figures."""
     if not isinstance(value, Mapping):

@@ -37,6 +37,7 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
+from conformance.probes.statements import StatementTracer, attribute
 from conformance.run import boundary, pristine, reaper
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
@@ -307,15 +308,18 @@ def probed_step(
     clear_grads(model)
     gc.collect()
     extras = compiled.extra_probes()
+    files = boundary.files(compiled.program_files())
     kept: dict[str, torch.Tensor] = {}
     with make_probe() as probe, contextlib.ExitStack() as stack:
         for extra in extras:
             stack.enter_context(extra)
+        statements = stack.enter_context(StatementTracer(files))
         out: StepOutput | None = compiled.run()
         if keep_results and out is not None:
             kept = snapshot(out)
         del out
-    return [probe.trace, *(extra.trace for extra in extras)], kept
+    main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
+    return [main, *(extra.trace for extra in extras)], kept
 
 
 def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
