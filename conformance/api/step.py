@@ -16,6 +16,7 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.case import Case, Workload
+from conformance.models.transients import reference_kernels
 
 
 @dataclass
@@ -106,9 +107,15 @@ def functional_step(workload: Workload, trains: bool) -> tuple[Callable[..., Any
 
 
 def trace_step(workload: Workload, trains: bool) -> tuple[torch.fx.GraphModule, list[torch.Tensor], list[str]]:
-    """Trace the whole step to one ATen graph with fake tensors (nothing real runs)."""
+    """Trace the whole step to one ATen graph with fake tensors (nothing real runs).
+
+    Traced on the kernels the reference executor runs and the transient table models (oneDNN
+    off, :func:`conformance.models.transients.reference_kernels`): with oneDNN on, ``nn.LSTM``
+    traces to ``mkldnn_rnn_layer``, whose workspace layout oneDNN picks from the CPU's vector
+    ISA; with it off, to the native cell's ATen ops, whose sizes the graph says."""
     step, args, names = functional_step(workload, trains)
-    gm = make_fx(step, tracing_mode="fake")(*args)
+    with reference_kernels():
+        gm = make_fx(step, tracing_mode="fake")(*args)
     return gm, args, names
 
 

@@ -68,6 +68,25 @@ def kernel_transient_bytes(node: torch.fx.Node) -> int:
     return entry(target, operands, node.meta.get("val"))
 
 
+def kernel_storage_slack(node: torch.fx.Node, t: Any) -> int:
+    """Bytes the eager CPU kernel of ``node`` allocates for its output ``t`` beyond what ``t``'s
+    storage says (a buffer allocated larger, then resized down in place: the storage keeps its size)."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0
+    entry = STORAGE_SLACK.get(target.overloadpacket.__name__)
+    if entry is None:
+        return 0
+    return entry(target, [_val(a) for a in node.args], node.meta.get("val"), t)
+
+
+def embedding_bag_offset2bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``offset2bag`` is the ``cumsum`` of ``n + 1`` elements resized to ``n``: one int64 more."""
+    if not isinstance(out, (list, tuple)) or len(out) < 2 or out[1] is not t or t.numel() == 0:
+        return 0
+    return 8
+
+
 def _val(arg: Any) -> Any:
     if isinstance(arg, torch.fx.Node):
         return arg.meta.get("val")
@@ -335,6 +354,57 @@ def embedding_dense_backward(target: torch._ops.OpOverload, operands: Sequence[A
     return _dense_copies(torch.contiguous_format, operands[0], operands[1])
 
 
+def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_embedding_bag`` / ``_embedding_bag_forward_only`` on CPU (EmbeddingBag.cpp), 1-D indices.
+
+    ``sum`` without per-sample weights takes the fast path: its outputs only.  Otherwise the
+    kernel builds ``offset2bag`` from ``n + 1`` zeros and their ``cumsum`` (both int64, alive
+    together beside the result), keeps the cumsum as the output (a storage of ``n + 1``
+    elements: 8 bytes more than the ``n`` its shape says), and then, for ``mean``, divides by
+    ``max(bag_size, 1)`` (a copy of the bag sizes, the maximum, and a divisor per bag in the
+    weight's dtype), or, for ``max``, keeps a scratch index per bag while ``max_indices`` is
+    made.  The op's peak is the larger of the two moments."""
+    weight, indices, offsets = operands[:3]
+    mode = int(operands[4]) if len(operands) > 4 else 0
+    per_sample = operands[6] if len(operands) > 6 else None
+    last_offset = bool(operands[7]) if len(operands) > 7 else False
+    if not isinstance(out, (list, tuple)) or indices.dim() != 1 or (mode == 0 and per_sample is None):
+        return 0
+    n, bags = int(indices.numel()), int(offsets.numel()) - int(last_offset)
+    index = 8
+    result, offset2bag, bag_size, max_indices = (_nbytes(t) for t in out[:4])
+    zeros_and_cumsum = result + 2 * (n + 1) * index
+    if mode == 1:
+        after = result + (n + 1) * index + bag_size + max_indices + 2 * bags * index + bags * weight.element_size()
+    elif mode == 2:
+        after = result + (n + 1) * index + bag_size + bags * index + max_indices
+    else:
+        return 0
+    kept = offset2bag + (index if offset2bag else 0)  # the model's offset2bag: see STORAGE_SLACK
+    return max(zeros_and_cumsum, after) - (result + kept + bag_size + max_indices)
+
+
+def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_embedding_bag_backward`` (dense) on CPU: ``sum`` and ``mean`` sort the indices (sorted
+    values and their order) and gather the bag of each, three int64 copies of the ``n`` indices
+    alive at once (``sum``, whose forward kept no ``offset2bag``, first rebuilds it: ``n + 1``
+    elements); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
+    gradients, and the nonempty bags' positions."""
+    grad, indices, offsets, offset2bag = operands[:4]
+    mode = int(operands[8]) if len(operands) > 8 else 0
+    sparse = bool(operands[7]) if len(operands) > 7 else False
+    if sparse or not isinstance(grad, torch.Tensor) or indices.dim() != 1:
+        return 0
+    n, index = int(indices.numel()), 8
+    if mode in (0, 1):
+        rebuilt = (n + 1) * index if offset2bag.numel() == 0 else 0
+        return rebuilt + 3 * n * index
+    if mode == 2:
+        bags = int(grad.shape[0])
+        return bags * int(grad.shape[1]) * (index + grad.element_size()) + bags * index
+    return 0
+
+
 def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``cumsum`` into another dtype (a bool mask summed as int64) scans a cast copy of the input."""
     x = operands[0]
@@ -395,6 +465,15 @@ TABLE: dict[str, Entry] = {
     "embedding": embedding,
     "embedding_dense_backward": embedding_dense_backward,
     "cumsum": cumsum,
+    "_embedding_bag": embedding_bag,
+    "_embedding_bag_forward_only": embedding_bag,
+    "_embedding_bag_backward": embedding_bag_backward,
     "_scaled_dot_product_flash_attention_for_cpu": flash_attention,
     "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
+}
+
+#: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
+STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, Any], int]] = {
+    "_embedding_bag": embedding_bag_offset2bag,
+    "_embedding_bag_forward_only": embedding_bag_offset2bag,
 }

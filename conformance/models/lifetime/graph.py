@@ -17,7 +17,7 @@ from conformance.models.lifetime.loops import is_while_loop, unroll_while_loop
 from conformance.models.lifetime.model import ModelError, Storage, op_name
 from conformance.models.lifetime.sizes import storage_nbytes
 from conformance.models.lifetime.staging import IDEAL, Call, CallingConvention
-from conformance.models.transients import kernel_transient_bytes
+from conformance.models.transients import kernel_storage_slack, kernel_transient_bytes
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,10 @@ class GraphWalker:
         the buffer the call allocated for it at its start, else a new storage."""
 
         def allocate(t: torch.Tensor) -> Storage:
-            return call.take_result(node) or self.builder.new_storage(
-                storage_nbytes(t, self.builder.symbols), label, op_name(node), t, "intermediate")
+            nbytes = storage_nbytes(t, self.builder.symbols)
+            if self.kernel_transients:
+                nbytes += kernel_storage_slack(node, t)
+            return call.take_result(node) or self.builder.new_storage(nbytes, label, op_name(node), t, "intermediate")
 
         value = aliases.resolve(node.meta.get("val"), allocate)
         self.builder.acquire(value)
