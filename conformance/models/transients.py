@@ -43,6 +43,10 @@ _WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
 REDUCED_FLOATS = (torch.bfloat16, torch.float16)
 
 
+class KernelNotModelled(NotImplementedError):
+    """An op whose eager kernel's workspace this table cannot say for these operands."""
+
+
 @contextlib.contextmanager
 def reference_kernels() -> Iterator[None]:
     """Run ops on the kernels this table models: ATen's native CPU convolutions (oneDNN off)."""
@@ -198,6 +202,12 @@ def _conv_backend(x: torch.Tensor, weight: torch.Tensor, bias: Any, stride: Sequ
         return str(backend.name), torch._C._conv_determine_backend_memory_format(x, weight, backend)
 
 
+def _transposed_columns(x: torch.Tensor, weight: torch.Tensor, samples: int) -> int:
+    """A transposed convolution's columns: ``C_out x prod(kernel)`` rows per input position."""
+    return (samples * int(weight.shape[1]) * math.prod(int(k) for k in weight.shape[2:])
+            * math.prod(int(d) for d in x.shape[2:]) * x.element_size())
+
+
 def _grouped(workspace: int, copies: int, outputs: int, groups: int) -> int:
     """A native kernel without group support runs once per group on contiguous slices, then
     concatenates: at the last group, the earlier groups' results, the slices, the workspace and
@@ -230,8 +240,15 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
         workspace = geo.columns(1)
     elif backend == "NnpackSpatial":
         workspace = geo.c_out * 4 if bias is None else 0
+    elif backend in ("SlowTranspose2d", "SlowTranspose3d") and groups == 1:
+        # col2im from columns of C_out x prod(kernel) x prod(input spatial): the whole batch at once in
+        # 2d; one sample at a time in 3d, beside a row of ones over the output's positions for the bias
+        if backend == "SlowTranspose2d":
+            return _dense_copies(layout, x, weight) + _transposed_columns(x, weight, geo.batch)
+        ones = math.prod(geo.out_spatial) * geo.itemsize if bias is not None else 0
+        return _dense_copies(layout, x, weight) + _transposed_columns(x, weight, 1) + ones
     else:
-        raise NotImplementedError(f"convolution on ATen's {backend} backend is not in the transient table")
+        raise KernelNotModelled(f"convolution on ATen's {backend} backend is not in the transient table")
     dense = _dense_copies(layout, x, weight)
     if backend == "Slow3d":
         return dense + workspace
@@ -264,8 +281,12 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
     elif backend in ("SlowDilated2d", "NnpackSpatial"):
         workspace = (geo.columns(1) if want_input or want_weight else 0) + (
             geo.c_out * geo.itemsize if want_bias else 0)
+    elif backend in ("SlowTranspose2d", "SlowTranspose3d") and groups == 1:
+        # one sample's columns, for either gradient, one at a time
+        workspace = _transposed_columns(x, weight, 1) if want_input or want_weight else 0
+        return _dense_copies(layout, grad_out, x, weight) + workspace
     else:
-        raise NotImplementedError(f"convolution_backward on ATen's {backend} backend is not in the transient table")
+        raise KernelNotModelled(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
     dense = _dense_copies(layout, grad_out, x, weight)
@@ -390,7 +411,7 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     alive at once (``sum``, whose forward kept no ``offset2bag``, first rebuilds it: ``n + 1``
     elements); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
     gradients, and the nonempty bags' positions."""
-    grad, indices, offsets, offset2bag = operands[:4]
+    grad, indices, _offsets, offset2bag = operands[:4]
     mode = int(operands[8]) if len(operands) > 8 else 0
     sparse = bool(operands[7]) if len(operands) > 7 else False
     if sparse or not isinstance(grad, torch.Tensor) or indices.dim() != 1:
@@ -447,7 +468,7 @@ def flash_attention_backward(target: torch._ops.OpOverload, operands: Sequence[A
 
 def _not_reduced(q: torch.Tensor, target: torch._ops.OpOverload) -> None:
     if q.dtype in REDUCED_FLOATS:  # packed key/value and reduced-precision copies: not measured yet
-        raise NotImplementedError(f"{target} on {q.dtype} is not in the transient table")
+        raise KernelNotModelled(f"{target} on {q.dtype} is not in the transient table")
 
 
 Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]

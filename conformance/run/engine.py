@@ -35,6 +35,7 @@ from conformance.checks.judge import (
 from conformance.checks.parity import ParityReport, compare
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.models.transients import KernelNotModelled
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
 from conformance.probes.statements import StatementTracer, attribute
@@ -173,6 +174,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             return _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
+    except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
+        return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
+                        traceback.format_exc())
 
 
 def _freeze_survivors() -> None:
