@@ -60,6 +60,10 @@ class SweptModule:
     note: str = ""
 
 
+def _with(cls: type[nn.Module], *args: object) -> Callable[[], nn.Module]:
+    return lambda: cls(*args)
+
+
 def _loss_inputs(n: int = 6, classes: int = 5) -> Inputs:
     return lambda: (torch.randn(n, classes), torch.randint(0, classes, (n,)))
 
@@ -109,16 +113,16 @@ MODULES: tuple[SweptModule, ...] = (
     SweptModule("LocalResponseNorm", lambda: nn.LocalResponseNorm(3), IMG2),
     SweptModule("CrossMapLRN2d", lambda: nn.CrossMapLRN2d(3), IMG2),
     # dropout (p = 0 when training: a random mask would make the references disagree)
-    *(SweptModule(cls.__name__, lambda cls=cls: cls(0.0), shape) for cls, shape in (
+    *(SweptModule(cls.__name__, _with(cls, 0.0), shape) for cls, shape in (
         (nn.Dropout, VEC), (nn.Dropout1d, IMG1), (nn.Dropout2d, IMG2), (nn.Dropout3d, IMG3),
         (nn.AlphaDropout, VEC), (nn.FeatureAlphaDropout, IMG2))),
     # padding
-    *(SweptModule(cls.__name__, lambda cls=cls: cls(1), shape) for cls, shape in (
+    *(SweptModule(cls.__name__, _with(cls, 1), shape) for cls, shape in (
         (nn.ReflectionPad1d, IMG1), (nn.ReflectionPad2d, IMG2), (nn.ReflectionPad3d, IMG3),
         (nn.ReplicationPad1d, IMG1), (nn.ReplicationPad2d, IMG2), (nn.ReplicationPad3d, IMG3),
         (nn.ZeroPad1d, IMG1), (nn.ZeroPad2d, IMG2), (nn.ZeroPad3d, IMG3),
         (nn.CircularPad1d, IMG1), (nn.CircularPad2d, IMG2), (nn.CircularPad3d, IMG3))),
-    *(SweptModule(cls.__name__, lambda cls=cls: cls(1, 0.5), shape) for cls, shape in (
+    *(SweptModule(cls.__name__, _with(cls, 1, 0.5), shape) for cls, shape in (
         (nn.ConstantPad1d, IMG1), (nn.ConstantPad2d, IMG2), (nn.ConstantPad3d, IMG3))),
     # embeddings
     SweptModule("Embedding", lambda: nn.Embedding(20, 8), lambda: (torch.randint(0, 20, (4, 6)),)),
