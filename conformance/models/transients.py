@@ -426,6 +426,111 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     return 0
 
 
+MEAN, SUM = 1, 2  # at::Reduction
+
+
+def _reduction(operands: Sequence[Any], position: int) -> int:
+    return int(operands[position]) if len(operands) > position and operands[position] is not None else MEAN
+
+
+def _mean_scalar(x: torch.Tensor) -> int:
+    """``mean`` divides in place by the element count: a wrapped float64 scalar, cast to the dtype."""
+    return 8 + (x.element_size() if x.dtype != torch.float64 else 0)
+
+
+def pointwise_loss(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """Losses computed elementwise into a buffer of the input's size, then reduced (Loss.cpp):
+    ``mse_loss`` and ``smooth_l1_loss`` reduce a temporary into their result (whose storage is
+    the input-sized buffer: :data:`STORAGE_SLACK`); ``huber_loss`` reduces a temporary into a
+    fresh scalar; ``binary_cross_entropy_with_logits`` builds two temporaries (the log-sigmoid
+    terms) before its elementwise loss; ``soft_margin_loss`` and ``binary_cross_entropy``
+    compute into their result's buffer and reduce into a scalar they copy back."""
+    x = operands[0]
+    name = target.overloadpacket.__name__
+    position = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4}.get(name, 2)
+    reduction = _reduction(operands, position)
+    elements = _nbytes(x)
+    mean = _mean_scalar(x) if reduction == MEAN else 0
+    if name == "binary_cross_entropy_with_logits":
+        return elements if reduction not in (MEAN, SUM) else 2 * elements + mean
+    if reduction not in (MEAN, SUM):
+        return 0
+    if name in ("soft_margin_loss", "binary_cross_entropy"):
+        return x.element_size() + mean
+    return elements + mean  # mse_loss, smooth_l1_loss, huber_loss
+
+
+def pointwise_loss_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``soft_margin_loss_backward``: ``-y * exp(-y x) / (1 + exp(-y x))`` through two input-sized
+    temporaries at once; ``binary_cross_entropy_backward`` scales by ``1 / numel`` for ``mean``."""
+    name = target.overloadpacket.__name__
+    x = operands[1]
+    reduction = _reduction(operands, 4 if name == "binary_cross_entropy_backward" else 3)
+    if name == "soft_margin_loss_backward":
+        return 2 * _nbytes(x)
+    return _mean_scalar(x) if reduction == MEAN else 0
+
+
+def multilabel_margin(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``multilabel_margin_loss_forward``/``_backward`` on CPU: a 0-dim int64 scratch, made twice in
+    turn (one alive at a time), whatever the shapes and reduction."""
+    return 8
+
+
+def im2col(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``im2col`` (``nn.Unfold``) unfolds from a contiguous copy of its input, made even when the
+    input is contiguous already."""
+    return _nbytes(operands[0])
+
+
+def col2im_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``col2im`` (``nn.Fold``) allocates its result at the size of its columns and resizes it down
+    in place: the result keeps that storage."""
+    return max(_nbytes(operands[0]) - _nbytes(t), 0) if out is t else 0
+
+
+#: interpolation taps per output position of the separable upsampling kernels
+_TAPS = {"upsample_nearest1d": 1, "upsample_nearest3d": 1, "_upsample_nearest_exact1d": 1,
+         "_upsample_nearest_exact3d": 1, "upsample_linear1d": 2, "upsample_trilinear3d": 2,
+         "upsample_bicubic2d": 4}
+
+
+def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """Upsampling on CPU (UpSampleKernel.cpp).  ``nearest2d`` and ``bilinear2d`` with more than one
+    channel run channels-last: a channels-last copy of the input and a channels-last result,
+    copied into the NCHW one.  The separable kernels (1d, 3d, bicubic) precompute, per output
+    dimension, each tap's int64 source index and its weight (the input's dtype) for every output
+    position along that dimension."""
+    x = operands[0]
+    name = target.overloadpacket.__name__
+    if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return 0
+    if name in ("upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_bilinear2d"):
+        return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
+    taps = _TAPS.get(name, 0)
+    return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
+
+
+def rrelu_eval(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``rrelu_with_noise`` in eval mode is a leaky ReLU of slope ``(lower + upper) / 2``, computed
+    on wrapped float64 scalars: six 8-byte tensors."""
+    training = bool(operands[4]) if len(operands) > 4 else False
+    if training:
+        raise KernelNotModelled("rrelu_with_noise in training draws its slopes at random")
+    return 48
+
+
+def reduced_loss_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """A reduced loss whose kernel computed it in an input-sized buffer and resized that to a
+    scalar in place: the scalar keeps the whole buffer (``mse_loss``, ``smooth_l1_loss``,
+    ``soft_margin_loss``, ``binary_cross_entropy``)."""
+    name = target.overloadpacket.__name__
+    position = 3 if name == "binary_cross_entropy" else 2
+    if out is not t or _reduction(operands, position) not in (MEAN, SUM):
+        return 0
+    return max(_nbytes(operands[0]) - _nbytes(t), 0)
+
+
 def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``cumsum`` into another dtype (a bool mask summed as int64) scans a cast copy of the input."""
     x = operands[0]
@@ -486,6 +591,13 @@ TABLE: dict[str, Entry] = {
     "embedding": embedding,
     "embedding_dense_backward": embedding_dense_backward,
     "cumsum": cumsum,
+    **dict.fromkeys(("mse_loss", "smooth_l1_loss", "huber_loss", "soft_margin_loss", "binary_cross_entropy",
+                     "binary_cross_entropy_with_logits"), pointwise_loss),
+    **dict.fromkeys(("soft_margin_loss_backward", "binary_cross_entropy_backward"), pointwise_loss_backward),
+    **dict.fromkeys(("multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), multilabel_margin),
+    "im2col": im2col,
+    **dict.fromkeys(("upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_bilinear2d", *_TAPS), upsample),
+    "rrelu_with_noise": rrelu_eval,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
     "_embedding_bag_backward": embedding_bag_backward,
@@ -497,4 +609,6 @@ TABLE: dict[str, Entry] = {
 STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, Any], int]] = {
     "_embedding_bag": embedding_bag_offset2bag,
     "_embedding_bag_forward_only": embedding_bag_offset2bag,
+    **dict.fromkeys(("mse_loss", "smooth_l1_loss", "soft_margin_loss", "binary_cross_entropy"), reduced_loss_storage),
+    "col2im": col2im_storage,
 }
