@@ -18,7 +18,13 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from conformance.models.transients import TABLE, kernel_transient_bytes, reference_kernels
+from conformance.models.transients import (
+    STORAGE_SLACK,
+    TABLE,
+    kernel_storage_slack,
+    kernel_transient_bytes,
+    reference_kernels,
+)
 from conformance.probes.cpu import CpuAllocatorProbe
 
 aten = torch.ops.aten
@@ -188,6 +194,176 @@ def _calls() -> list[OpCall]:
             calls.append(OpCall(f"flash-attention-{tag}", "_scaled_dot_product_flash_attention_for_cpu", sdpa, qkv))
             calls.append(OpCall(f"flash-attention-backward-{tag}",
                                 "_scaled_dot_product_flash_attention_for_cpu_backward", sdpa_bw, bw_args))
+    calls.extend(_module_sweep_calls())
+    return calls
+
+
+def _bag(op: str, mode: int) -> Callable[..., Any]:
+    def f(w: Any, i: Any, o: Any) -> Any:
+        return getattr(aten, op).default(w, i, o, False, mode)
+
+    return f
+
+
+def _bag_backward(mode: int) -> Callable[..., Any]:
+    def f(g: Any, i: Any, o: Any, o2b: Any, size: Any, maxi: Any) -> Any:
+        return aten._embedding_bag_backward.default(g, i, o, o2b, size, maxi, 20, False, mode, False, None)
+
+    return f
+
+
+def _reduced(fn: Callable[..., Any], reduction: int) -> Callable[..., Any]:
+    def f(a: Any, b: Any) -> Any:
+        return fn(a, b, reduction)
+
+    return f
+
+
+def _reduced_backward(fn: Callable[..., Any], reduction: int) -> Callable[..., Any]:
+    def f(g: Any, a: Any, b: Any) -> Any:
+        return fn(g, a, b, reduction)
+
+    return f
+
+
+def _sized(op: Callable[..., Any], size: list[int], *rest: Any) -> Callable[..., Any]:
+    def f(x: Any) -> Any:
+        return op(x, size, *rest)
+
+    return f
+
+
+def _conv_transposed(s: int) -> Callable[..., Any]:
+    def f(x: Any, w: Any, b: Any) -> Any:
+        k = x.dim() - 2
+        return aten.convolution.default(x, w, b, [s] * k, [0] * k, [1] * k, True, [0] * k, 1)
+
+    return f
+
+
+def _conv_transposed_backward(s: int) -> Callable[..., Any]:
+    def f(g: Any, x: Any, w: Any) -> Any:
+        k = x.dim() - 2
+        return aten.convolution_backward.default(g, x, w, [w.shape[1]], [s] * k, [0] * k, [1] * k, True, [0] * k,
+                                                 1, [True, True, True])
+
+    return f
+
+
+def _module_sweep_calls() -> list[OpCall]:
+    """The kernels the module sweep (``mod-*``) found with workspace of their own."""
+    calls: list[OpCall] = []
+    for n, bags in ((12, 4), (30, 7), (12, 1)):
+        def bag_args(n: int = n, bags: int = bags) -> tuple[Any, ...]:
+            return torch.randn(20, 8), torch.randint(0, 20, (n,)), torch.arange(0, n, max(1, n // bags))[:bags]
+
+        for mode in (0, 1, 2):
+            for op in ("_embedding_bag", "_embedding_bag_forward_only"):
+                calls.append(OpCall(f"{op}-{n}x{bags}-mode{mode}", op, _bag(op, mode), bag_args))
+
+            def bag_bw_args(bag_args: Any = bag_args, mode: int = mode) -> tuple[Any, ...]:
+                w, i, o = bag_args()
+                out, o2b, size, maxi = aten._embedding_bag.default(w, i, o, False, mode)
+                return torch.randn_like(out), i, o, o2b, size, maxi
+
+            calls.append(OpCall(f"_embedding_bag_backward-{n}x{bags}-mode{mode}", "_embedding_bag_backward",
+                                _bag_backward(mode), bag_bw_args))
+    losses: dict[str, Callable[..., Any]] = {
+        "mse_loss": lambda a, b, r: aten.mse_loss.default(a, b, r),
+        "smooth_l1_loss": lambda a, b, r: aten.smooth_l1_loss.default(a, b, r, 1.0),
+        "huber_loss": lambda a, b, r: aten.huber_loss.default(a, b, r, 1.0),
+        "soft_margin_loss": lambda a, b, r: aten.soft_margin_loss.default(a, b, r),
+        "binary_cross_entropy": lambda a, b, r: aten.binary_cross_entropy.default(a, b, None, r),
+        "binary_cross_entropy_with_logits": lambda a, b, r: aten.binary_cross_entropy_with_logits.default(
+            a, b, None, None, r),
+    }
+    backwards: dict[str, Callable[..., Any]] = {
+        "soft_margin_loss_backward": lambda g, a, b, r: aten.soft_margin_loss_backward.default(g, a, b, r),
+        "binary_cross_entropy_backward": lambda g, a, b, r: aten.binary_cross_entropy_backward.default(
+            g, a, b, None, r),
+    }
+    for op, fn in losses.items():
+        for shape in ((4, 8), (6, 10), (1,)):
+            for reduction in (0, 1, 2):
+                calls.append(OpCall(f"{op}-{shape}-reduction{reduction}", op, _reduced(fn, reduction),
+                                    lambda shape=shape: (torch.rand(shape) * 0.9 + 0.05, torch.rand(shape))))
+
+    for op, fn in backwards.items():
+        for shape in ((4, 8), (6, 10), (1,)):
+            for reduction in (0, 1, 2):
+                def grad_args(shape: tuple[int, ...] = shape, reduction: int = reduction) -> tuple[Any, ...]:
+                    a = torch.rand(shape) * 0.9 + 0.05
+                    return torch.ones_like(a) if reduction == 0 else torch.ones(()), a, torch.rand(shape)
+
+                calls.append(OpCall(f"{op}-{shape}-reduction{reduction}", op, _reduced_backward(fn, reduction),
+                                    grad_args))
+
+    def margin_args(shape: tuple[int, ...]) -> tuple[Any, ...]:
+        y = torch.full(shape, -1, dtype=torch.long)
+        y[..., 0] = 1
+        return torch.randn(shape), y
+
+    for shape in ((4, 5), (6, 9)):
+        calls.append(OpCall(f"multilabel-margin-{shape}", "multilabel_margin_loss_forward",
+                            lambda x, y: aten.multilabel_margin_loss_forward.default(x, y, 1),
+                            lambda shape=shape: margin_args(shape)))
+
+        def margin_bw_args(shape: tuple[int, ...] = shape) -> tuple[Any, ...]:
+            x, y = margin_args(shape)
+            return torch.ones(()), x, y, aten.multilabel_margin_loss_forward.default(x, y, 1)[1]
+
+        calls.append(OpCall(f"multilabel-margin-backward-{shape}", "multilabel_margin_loss_backward",
+                            lambda g, x, y, t: aten.multilabel_margin_loss_backward.default(g, x, y, 1, t),
+                            margin_bw_args))
+    for shape in ((2, 4, 8, 8), (1, 3, 5, 7)):
+        calls.append(OpCall(f"im2col-{shape}", "im2col",
+                            lambda x: aten.im2col.default(x, [3, 3], [1, 1], [1, 1], [1, 1]),
+                            lambda shape=shape: (torch.randn(shape),)))
+    for shape in ((2, 4, 8, 8), (2, 1, 8, 8), (2, 3, 5, 7)):
+        size = [2 * shape[2], 2 * shape[3]]
+        calls.append(OpCall(f"upsample-nearest2d-{shape}", "upsample_nearest2d",
+                            _sized(aten.upsample_nearest2d.default, size, 2.0, 2.0),
+                            lambda shape=shape: (torch.randn(shape),)))
+        calls.append(OpCall(f"upsample-bilinear2d-{shape}", "upsample_bilinear2d",
+                            _sized(aten.upsample_bilinear2d.default, size, False, 2.0, 2.0),
+                            lambda shape=shape: (torch.randn(shape),)))
+        calls.append(OpCall(f"upsample-bicubic2d-{shape}", "upsample_bicubic2d",
+                            _sized(aten.upsample_bicubic2d.default, size, False, 2.0, 2.0),
+                            lambda shape=shape: (torch.randn(shape),)))
+    calls.append(OpCall("upsample-trilinear3d", "upsample_trilinear3d",
+                        lambda x: aten.upsample_trilinear3d.default(x, [8, 6, 4], False, 2.0, 2.0, 2.0),
+                        lambda: (torch.randn(2, 4, 4, 3, 2),)))
+    calls.append(OpCall("upsample-nearest3d", "upsample_nearest3d",
+                        lambda x: aten.upsample_nearest3d.default(x, [8, 6, 4], 2.0, 2.0, 2.0),
+                        lambda: (torch.randn(2, 4, 4, 3, 2),)))
+    calls.append(OpCall("upsample-linear1d", "upsample_linear1d",
+                        lambda x: aten.upsample_linear1d.default(x, [32], False, 2.0),
+                        lambda: (torch.randn(2, 4, 16),)))
+    calls.append(OpCall("upsample-nearest1d", "upsample_nearest1d",
+                        lambda x: aten.upsample_nearest1d.default(x, [30], 2.0), lambda: (torch.randn(2, 4, 15),)))
+    for shape, size, kernel in (((2, 16, 9), [4, 4], [2, 2]), ((2, 36, 16), [6, 6], [3, 3])):
+        calls.append(OpCall(f"col2im-{shape}", "col2im",
+                            _sized(aten.col2im.default, size, kernel, [1, 1], [0, 0], [1, 1]),
+                            lambda shape=shape: (torch.randn(shape),)))
+    calls.append(OpCall("rrelu-eval", "rrelu_with_noise",
+                        lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, False),
+                        lambda: (torch.randn(6, 10), torch.empty(6, 10))))
+    for n, s, bias in ((2, 2, True), (1, 2, False), (2, 1, True)):
+        for dims in (1, 2, 3):
+            xs, ws = (n, 4, *[5] * dims), (4, 6, *[3] * dims)
+
+            def t_args(xs: Any = xs, ws: Any = ws, bias: bool = bias) -> tuple[Any, ...]:
+                return torch.randn(xs), torch.randn(ws), torch.randn(ws[1]) if bias else None
+
+            conv_t, conv_t_bw = _conv_transposed(s), _conv_transposed_backward(s)
+
+            def t_bw_args(t_args: Any = t_args, conv_t: Any = conv_t) -> tuple[Any, ...]:
+                x, w, b = t_args()
+                return torch.randn_like(conv_t(x, w, b)), x, w
+
+            tag = f"{dims}d-n{n}-s{s}-bias{int(bias)}"
+            calls.append(OpCall(f"conv-transpose-{tag}", "convolution", conv_t, t_args))
+            calls.append(OpCall(f"conv-transpose-backward-{tag}", "convolution_backward", conv_t_bw, t_bw_args))
     return calls
 
 
@@ -214,6 +390,34 @@ def _measured_extra(call: OpCall) -> tuple[int, int]:
 def test_transient_entry_is_what_the_kernel_allocates(call: OpCall) -> None:
     measured, modelled = _measured_extra(call)
     assert measured == modelled, f"{call.name}: kernel allocated {measured} B beyond its outputs, table: {modelled} B"
+
+
+SLACK_CALLS = [c for c in CALLS if c.op in STORAGE_SLACK]
+
+
+@pytest.mark.parametrize("call", SLACK_CALLS, ids=[c.name for c in SLACK_CALLS])
+def test_an_outputs_storage_is_what_the_kernel_allocates(call: OpCall) -> None:
+    """An output's storage in the model (its shape's, plus the slack entry) is the real one's."""
+    args = call.make_args()
+    gm = make_fx(call.fn, tracing_mode="fake")(*args)
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}.")]
+    fake = node.meta["val"]
+    with reference_kernels():
+        real = call.fn(*args)
+    for f, r in zip(fake if isinstance(fake, (tuple, list)) else (fake,), real if isinstance(real, (tuple, list))
+                    else (real,), strict=True):
+        assert f.untyped_storage().nbytes() + kernel_storage_slack(node, f) == r.untyped_storage().nbytes(), call.name
+
+
+def test_every_slack_entry_is_measured() -> None:
+    assert set(STORAGE_SLACK) <= {c.op for c in SLACK_CALLS}
+    nodes = [_node(c) for c in SLACK_CALLS if c.op == "mse_loss"]
+    assert any(kernel_storage_slack(n, n.meta["val"]) for n in nodes)  # the check above can fail
+
+
+def _node(call: OpCall) -> torch.fx.Node:
+    gm = make_fx(call.fn, tracing_mode="fake")(*call.make_args())
+    return next(n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}."))
 
 
 def test_every_entry_is_measured_here_or_in_the_generated_programs_test() -> None:

@@ -462,12 +462,13 @@ def pointwise_loss(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
 
 def pointwise_loss_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``soft_margin_loss_backward``: ``-y * exp(-y x) / (1 + exp(-y x))`` through two input-sized
-    temporaries at once; ``binary_cross_entropy_backward`` scales by ``1 / numel`` for ``mean``."""
+    temporaries at once, then a scale by the incoming gradient (a wrapped scalar and its cast);
+    ``binary_cross_entropy_backward`` scales by ``1 / numel`` for ``mean``."""
     name = target.overloadpacket.__name__
     x = operands[1]
     reduction = _reduction(operands, 4 if name == "binary_cross_entropy_backward" else 3)
-    if name == "soft_margin_loss_backward":
-        return 2 * _nbytes(x)
+    if name == "soft_margin_loss_backward":  # then scales in place: a wrapped scalar and its cast beside one
+        return max(2 * _nbytes(x), _nbytes(x) + _mean_scalar(x))
     return _mean_scalar(x) if reduction == MEAN else 0
 
 
@@ -490,8 +491,7 @@ def col2im_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
 
 
 #: interpolation taps per output position of the separable upsampling kernels
-_TAPS = {"upsample_nearest1d": 1, "upsample_nearest3d": 1, "_upsample_nearest_exact1d": 1,
-         "_upsample_nearest_exact3d": 1, "upsample_linear1d": 2, "upsample_trilinear3d": 2,
+_TAPS = {"upsample_nearest1d": 1, "upsample_nearest3d": 1, "upsample_linear1d": 2, "upsample_trilinear3d": 2,
          "upsample_bicubic2d": 4}
 
 
@@ -505,7 +505,7 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     name = target.overloadpacket.__name__
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return 0
-    if name in ("upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_bilinear2d"):
+    if name in ("upsample_nearest2d", "upsample_bilinear2d"):
         return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
     taps = _TAPS.get(name, 0)
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
@@ -596,7 +596,7 @@ TABLE: dict[str, Entry] = {
     **dict.fromkeys(("soft_margin_loss_backward", "binary_cross_entropy_backward"), pointwise_loss_backward),
     **dict.fromkeys(("multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), multilabel_margin),
     "im2col": im2col,
-    **dict.fromkeys(("upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_bilinear2d", *_TAPS), upsample),
+    **dict.fromkeys(("upsample_nearest2d", "upsample_bilinear2d", *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
