@@ -41,6 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.models.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage
+from conformance.models.transients import storage_slack
 
 #: Storage roles the program is responsible for freeing (callers' inputs, the autograd
 #: engine's tangents and the step's results are freed by others, on their own terms).
@@ -535,7 +536,7 @@ class _Interpreter:
         if _is_check(func, result, operands, versions):
             return result
         self._work(node, args, kwargs, name)
-        return self._born(node, result, name)
+        return self._born(node, result, name, lambda t: storage_slack(func, args, result, t))
 
     def _work(self, node: ast.Call, args: list[Any], kwargs: dict[str, Any], name: str) -> None:
         self.stmt.work = True
@@ -543,12 +544,14 @@ class _Interpreter:
         self._use(args)
         self._use(list(kwargs.values()))
 
-    def _born(self, node: ast.Call, value: Any, name: str) -> Any:
+    def _born(self, node: ast.Call, value: Any, name: str, slack: Callable[[Any], int] | None = None) -> Any:
+        """``slack``: bytes the op's kernel allocates for a result beyond its storage's size (a fallback
+        op's eager kernel, :func:`conformance.models.transients.storage_slack`)."""
         for t in _tensors(value):
             key = StorageWeakRef(t.untyped_storage())
             if key in self.keys:
                 continue
-            nbytes = int(t.untyped_storage().nbytes())
+            nbytes = int(t.untyped_storage().nbytes()) + (slack(t) if slack is not None else 0)
             s = self.builder.new_storage(nbytes, f"{self.prefix}{name}", name, t, "intermediate")
             s.op_writer = "" if name in _ALLOCATORS else _op_label(name, self.program.comments.get(node.lineno, ""))
             s.modelled_by_program = True

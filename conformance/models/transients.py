@@ -78,10 +78,17 @@ def kernel_storage_slack(node: torch.fx.Node, t: Any) -> int:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return 0
-    entry = STORAGE_SLACK.get(target.overloadpacket.__name__)
-    if entry is None:
+    return storage_slack(target, [_val(a) for a in node.args], node.meta.get("val"), t)
+
+
+def storage_slack(target: Any, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """:func:`kernel_storage_slack` for a call of ``target`` on ``operands`` that returned ``out``
+    (``t`` one of its tensors), wherever the call is seen (a graph node, a generated program's
+    fallback call)."""
+    if not isinstance(target, torch._ops.OpOverload):
         return 0
-    return entry(target, [_val(a) for a in node.args], node.meta.get("val"), t)
+    entry = STORAGE_SLACK.get(target.overloadpacket.__name__)
+    return entry(target, operands, out, t) if entry is not None else 0
 
 
 def embedding_bag_offset2bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
