@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("before", type=path_arg, metavar="A")
     diff.add_argument("after", type=path_arg, metavar="B")
     diff.add_argument("--all", action="store_true", help="every pair, not only those that changed")
+    cov = sub.add_parser("coverage", help="the module sweep's table (mod-* cases) of a results directory, as Markdown")
+    cov.add_argument("dir", type=path_arg, metavar="DIR")
     repro = sub.add_parser(
         "repro", help="write a repro script for a failing case (generated cases shrunk first)",
         description="Run CASE on the backend; if it fails, write a script that exits 1 while the failing check "
@@ -329,6 +331,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from conformance.output.coverage import coverage, markdown
+    from conformance.output.records import RecordsError, read_usable
+
+    path = Path(args.dir) / "results.jsonl" if Path(args.dir).is_dir() else Path(args.dir)
+    try:
+        loaded = read_usable(path)
+    except RecordsError as exc:
+        raise UsageFailure(str(exc)) from None
+    for problem in loaded.problems:
+        print(f"conformance coverage: warning: {printable(problem.describe(path))}", file=sys.stderr)
+    table = coverage(loaded.results)
+    if table is None:
+        raise UsageFailure(f"{args.dir}: no module sweep results (run with --case 'mod-*')")
+    print(markdown(table))  # (names escaped cell by cell)
+    return 0
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     from conformance.run.repro import main_repro
 
@@ -432,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                 return main_diff(args.before, args.after, args.all)
             except BaselineError as exc:
                 raise UsageFailure(str(exc)) from None
+        if args.command == "coverage":
+            return cmd_coverage(args)
         if args.command == "report":
             from conformance.output.report import main_report
 

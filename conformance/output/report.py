@@ -33,6 +33,7 @@ from markupsafe import Markup
 from conformance.api.result import STATUSES, MemoryFigures, Result
 from conformance.api.verdict import Rates, Status, rates
 from conformance.output import history as hist
+from conformance.output.coverage import Coverage, coverage
 from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
 from conformance.output.version_matrix import VersionMatrix, version_matrix
@@ -343,6 +344,7 @@ class Page:
     note: str = ""  # e.g. "interrupted after 8 of 33 pairs": shown under the title
     no_history_why: str = "--no-history"
     by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
+    coverage: Coverage | None = None  # the module sweep's table, when the run holds it
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -383,6 +385,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         run=run,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
+        coverage=coverage(results),
     )
 
 
