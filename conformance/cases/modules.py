@@ -3,13 +3,13 @@
 The first models a user tries are made of these: if the harness is not exact on each one
 alone, its verdicts on their compositions cannot be read.  Each module is a case for
 inference (``mod-<Name>-infer``) and, where it has a gradient, for a training step
-(``mod-<Name>-train``): the step scales its first floating input by a learnable scalar (so
-modules without parameters train too) and its loss is the mean square of every floating
-output.  Modules whose forward draws random numbers (``RReLU``, ``FractionalMaxPool``, a
-dropout with ``p > 0``) run for inference only, in eval mode, where they draw none; dropouts
-train with ``p = 0``.
+(``mod-<Name>-train``): a module without parameters has its first floating input scaled by a
+learnable scalar (so it trains too), and the loss is the mean square of every floating output.
+Modules whose forward draws random numbers (``RReLU``, ``FractionalMaxPool``, a dropout with
+``p > 0``) run for inference only, in eval mode, where they draw none; dropouts train with
+``p = 0``.
 
-:data:`SWEPT` lists the ``torch.nn`` classes the sweep covers, and :data:`LEFT_OUT` the ones it
+:data:`MODULES` lists the ``torch.nn`` classes the sweep covers, and :data:`LEFT_OUT` the ones it
 does not, each with the reason; ``tests/test_module_sweep.py`` holds every class ``torch.nn``
 exports to one of the two, so a release that adds a module shows up as a failing test.
 
@@ -254,7 +254,8 @@ def swept_classes() -> set[str]:
 
 class _Step(nn.Module):
     """The module called as a step: its outputs, or (training) the mean square of each floating output,
-    summed, with the first floating input scaled by a learnable scalar so every module has a gradient."""
+    summed; ``scaled``: the first floating input is scaled by a learnable scalar (a module without
+    parameters then has a gradient)."""
 
     def __init__(self, module: nn.Module, trains: bool, scaled: bool) -> None:
         super().__init__()
@@ -281,9 +282,11 @@ def _floating(out: object) -> list[torch.Tensor]:
 
 def _builder(swept: SweptModule, trains: bool) -> Callable[[int], Workload]:
     def build(seed: int) -> Workload:
-        inputs = swept.inputs()
-        scaled = any(t.is_floating_point() for t in inputs)  # (an embedding's indices are not scaled)
-        return Workload(_Step(swept.make(), trains, scaled), inputs)
+        inputs, module = swept.inputs(), swept.make()
+        # only a module without parameters needs the scale to have a gradient: before a normalization,
+        # the scale's gradient is zero up to rounding, which no parity check can hold
+        scaled = not any(True for _ in module.parameters()) and any(t.is_floating_point() for t in inputs)
+        return Workload(_Step(module, trains, scaled), inputs)
 
     return build
 

@@ -213,6 +213,25 @@ def build_trace(domain: str, events: Sequence[tuple[Any, ...]]) -> MemoryTrace:
     return trace
 
 
+def without_op_transients(trace: MemoryTrace) -> MemoryTrace:
+    """``trace`` without the allocations an opaque op made and freed inside its own call (pure).
+
+    Where a generated program is held to the measurement exactly, those are the op's business,
+    not the program's (:mod:`conformance.checks.timeline`); its peak is then the program's."""
+    kept = [a for a in trace.allocations if a.transient_in is None]
+    if len(kept) == len(trace.allocations):
+        return trace
+    points = sorted([(a.order_alloc, a.t_alloc, a.nbytes) for a in kept]
+                    + [(a.order_free, a.t_free, -a.nbytes) for a in kept
+                       if a.order_free is not None and a.t_free is not None])
+    out = MemoryTrace(trace.domain, kept, foreign_free_bytes=trace.foreign_free_bytes, exact=trace.exact)
+    live = 0
+    for _, t, delta in points:
+        live += delta
+        out.timeline.append((t, live))
+    return out
+
+
 def combine_traces(traces: list[MemoryTrace], domain: str = "combined") -> MemoryTrace:
     """Several domains' traces on one clock (ns since the epoch) added into one.
 

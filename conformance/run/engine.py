@@ -204,7 +204,9 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     program_check = judge_program(steps, exact_domain)
     if program_check is not None:
         checks.append(program_check)
-    checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source))
+    program_held = exact_domain and any(s.program is not None for s in steps)
+    checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source,
+                             program_held))
     memory = result.memory = _memory_figures(backend, steps, source, traces)
     try:
         found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])

@@ -79,9 +79,9 @@ class GraphWalker:
         the buffer the call allocated for it at its start, else a new storage."""
 
         def allocate(t: torch.Tensor) -> Storage:
-            nbytes = storage_nbytes(t, self.builder.symbols)
-            if self.kernel_transients:
-                nbytes += kernel_storage_slack(node, t)
+            # a kernel that allocates a result larger than its shape (then resizes it down) does so
+            # wherever the op runs on it: a compiler's fallback included, so a bound counts it too
+            nbytes = storage_nbytes(t, self.builder.symbols) + kernel_storage_slack(node, t)
             return call.take_result(node) or self.builder.new_storage(nbytes, label, op_name(node), t, "intermediate")
 
         value = aliases.resolve(node.meta.get("val"), allocate)
