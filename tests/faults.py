@@ -19,7 +19,7 @@ import torch
 
 from conformance.api.adapter import Backend, CompiledStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, params_of
+from conformance.api.step import StepOutput, host_copies, params_of
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.probes.cpu import MemoryProbe, MemoryTrace
@@ -170,6 +170,62 @@ class GradRelativeError(Fault):
         return out
 
 
+class InputsOverwritten(Fault):
+    """Every floating input overwritten after the call, as a backend reusing input buffers as scratch would."""
+
+    name, changes = "inputs-overwritten", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        floating = [t for t in step.workload.inputs if t.is_floating_point()]
+        if not floating:
+            step.applied = False
+        with torch.no_grad():
+            for t in floating:
+                t.fill_(0.5)  # in place: no allocation, so only the state check can see it
+        return out
+
+
+#: the one call whose results the middle-call fault corrupts (calls 0 and 1 come before the probes)
+MIDDLE_CALL = 3
+
+
+class CorruptMiddleCall(Fault):
+    """Results scaled by 1.1 on one call in the middle only (a race, a bad cache hit): the first and last are right."""
+
+    name, changes = f"corrupt-call-{MIDDLE_CALL}-only", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        if call == MIDDLE_CALL:
+            with torch.no_grad():
+                for t in [*out.outputs, *out.retained.values()]:
+                    t.mul_(1.1)
+        return out
+
+
+class LostBufferUpdate(Fault):
+    """The step's updates of module buffers (batch norm's running statistics, its counter) dropped."""
+
+    name, changes = "lost-buffer-update", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return case.trains  # in eval mode buffers are read, not updated
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        buffers = dict(step.workload.model.named_buffers())
+        before = host_copies(buffers)  # outside torch's allocator: the fault changes values, not memory
+        out = step.inner.run()
+        changed = [n for n, b in buffers.items() if not torch.equal(b, before[n])]
+        if not changed:
+            step.applied = False  # no buffer the step updates: nothing to lose
+        with torch.no_grad():
+            for n in changed:
+                buffers[n].copy_(before[n])
+        return out
+
+
 class InductorFault(Fault):
     """A fault in inductor's code generation: the program it generates is wrong, nothing else."""
 
@@ -233,7 +289,7 @@ class DroppedFree(InductorFault):
 
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
-    TupleNeverFreed, DroppedFree,
+    InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, TupleNeverFreed, DroppedFree,
 )}
 GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
 INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]

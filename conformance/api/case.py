@@ -71,7 +71,9 @@ class Case:
     family: str
     seed: int
     builder: Callable[[int], Workload] = field(repr=False, compare=False)
-    trains: bool = False
+    #: whether the step trains (forward, loss, backward); ``None``: as ``kind`` says (``train_step`` trains,
+    #: ``inference`` does not); a ``loop`` case says it itself.  A contradiction is refused by :func:`register`.
+    trains: bool = None  # type: ignore[assignment]  # resolved from ``kind`` in __post_init__
     requires: frozenset[str] = frozenset()
     tolerance: Tolerance = Tolerance()
     description: str = ""
@@ -83,6 +85,18 @@ class Case:
     #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
     #: repros, shrinking and scaling; None for a hand-written case
     program: GeneratedProgram | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.trains is None:
+            object.__setattr__(self, "trains", self.kind == "train_step")
+
+    def kind_problem(self) -> str | None:
+        """Why ``kind`` and ``trains`` contradict each other, or ``None`` (one source of truth for training)."""
+        if self.kind == "train_step" and not self.trains:
+            return "kind 'train_step' with trains=False: a train step trains (drop trains=, or use kind 'inference')"
+        if self.kind == "inference" and self.trains:
+            return "kind 'inference' with trains=True: use kind 'train_step' for a training step"
+        return None
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)
@@ -184,6 +198,9 @@ def register(case: Case) -> Case:
         raise CaseError(f"case id {case.id!r} registered twice (again by {_registrant()})")
     if case.kind not in KINDS:
         raise CaseError(f"case {case.id}: unknown kind {case.kind!r}")
+    contradiction = case.kind_problem()
+    if contradiction is not None:
+        raise CaseError(f"case {case.id} registered by {_registrant()}: {contradiction}")
     _REGISTRY[case.id] = case
     return case
 

@@ -37,10 +37,16 @@ def snapshot(out: StepOutput) -> dict[str, torch.Tensor]:
 
     Taken inside a memory probe's window, so the step's outputs can still be dropped
     there (the residual must not see them) and checked for parity afterwards."""
+    return host_copies(out.named())
+
+
+def host_copies(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of ``named`` made outside torch's allocators (through NumPy; another device's through
+    a copy to the CPU, which that device's probe does not see), so taking them disturbs no probe."""
     import numpy as np
 
     copies: dict[str, torch.Tensor] = {}
-    for name, t in out.named().items():
+    for name, t in named.items():
         t = t.detach()
         if t.device.type != "cpu":
             copies[name] = t.to("cpu", copy=True)  # another device's probe does not see CPU memory

@@ -1,8 +1,9 @@
 """Runs one case on one backend and decides its verdict, with the numbers behind it.
 
-A pair's life: compile and run the first call (its results checked against the
-float64 reference), one timed call, then ``steps`` probed calls, each with fresh
-inputs drawn from the case's seed, the last one's results checked for parity too.
+A pair's life: compile and run the first call, one timed call, then ``steps`` probed
+calls, each with fresh inputs drawn from the case's seed.  Every call's results and the
+state it left (inputs, buffers, parameters: :mod:`conformance.checks.state`) are checked
+against the float64 reference making the same sequence of calls.
 Every check (parity, residual, the generated program, peak, backward inputs, the
 adapter's own contract) is a :class:`~conformance.api.verdict.Check`;
 :func:`~conformance.api.verdict.combine` decides the verdict from them.
@@ -22,7 +23,7 @@ import torch
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case
 from conformance.api.result import DomainFigures, MemoryFigures, Result
-from conformance.api.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.api.step import StepOutput, clear_grads, params_of, snapshot, trace_step
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
 from conformance.checks.judge import (
     ProbedStep,
@@ -32,7 +33,8 @@ from conformance.checks.judge import (
     judge_program,
     judge_residual,
 )
-from conformance.checks.parity import ParityReport, compare
+from conformance.checks.parity import ParityReport
+from conformance.checks.state import after_call, compare_calls, observed
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
@@ -107,22 +109,7 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
         result.timing["pair_s"] = time.perf_counter() - t0
 
 
-class _References:
-    """The float64 reference and eager float32 of each call whose results are checked."""
-
-    def __init__(self, case: Case, clock: PhaseClock) -> None:
-        self.case = case
-        self.clock = clock
-
-    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
-        with self.clock.phase("reference"):
-            ref64 = reference_step(self.case, torch.float64, call).named()
-            eager32 = reference_step(self.case, torch.float32, call).named()
-            return compare(actual, ref64, eager32, self.case.tolerance)
-
-
 def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
-    references = _References(case, clock)
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
@@ -137,13 +124,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
-    parity = {0: references.compare(0, first.named())}
-    result.parity = _parity_figures(parity)
+    # every call's results and the state it left (inputs, buffers, parameters), copied outside the
+    # probes' windows and torch's allocators, checked against references making the same calls
+    calls = {0: observed(first, workload)}
     del first
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
-    outputs: dict[str, torch.Tensor] = {}
     traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
         with clock.phase("probe"):
@@ -151,18 +138,21 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
+            calls[1] = observed(out, workload)
             del out
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
                 traces.append((call, domain_traces))
-                outputs = snap or outputs
+                calls[call] = {**snap, **after_call(workload)}
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    parity[last_call] = references.compare(last_call, outputs)
+    with clock.phase("reference"):
+        parity = compare_calls(case, calls)
+    del calls
     result.parity = _parity_figures(parity)
 
     try:

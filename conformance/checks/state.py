@@ -1,0 +1,99 @@
+"""The whole observable state a step leaves, on every call, against references that make the same calls.
+
+Parity used to look at a step's results only; a backend that overwrites its caller's
+inputs, drops a buffer update (BatchNorm's running statistics) or gets one call in the
+middle wrong passed.  After each call the engine records, besides the outputs and
+gradients, every input (``input[i]``), module buffer (``buffer[name]``), parameter
+(``param[name]``) and optimizer state tensor (``optim[name].key``).  The float64 and
+eager float32 references run the same sequence of calls on their own copies of the case,
+so their state evolves as the backend's should: an input the step mutates on purpose must
+equal the reference's mutation, one it does not must come back unchanged.
+
+The copies are made through NumPy (:func:`conformance.api.step.host_copies`), outside
+torch's allocators, so recording them disturbs no memory probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.api.case import Case, Workload
+from conformance.api.step import StepOutput, clear_grads, host_copies, run_module_step, to_dtype
+from conformance.checks.parity import ParityReport, compare
+
+
+def state_of(workload: Workload) -> dict[str, torch.Tensor]:
+    """Every tensor a step may change besides its results, by name (live references, not copies)."""
+    named = {f"input[{i}]": t for i, t in enumerate(workload.inputs) if isinstance(t, torch.Tensor)}
+    named.update({f"buffer[{n}]": b for n, b in workload.model.named_buffers()})
+    named.update({f"param[{n}]": p for n, p in workload.model.named_parameters()})
+    return named
+
+
+def observed(out: StepOutput | None, workload: Workload) -> dict[str, torch.Tensor]:
+    """Host copies of one call's results (when given) and of the state it left."""
+    named = {} if out is None else out.named()
+    named.update(state_of(workload))
+    return host_copies(named)
+
+
+def after_call(workload: Workload) -> dict[str, torch.Tensor]:
+    """Host copies of the state one call left (its results were copied inside the probe's window)."""
+    return host_copies(state_of(workload))
+
+
+class ReferenceRun:
+    """The case in plain eager PyTorch at ``dtype``, called in the backend's sequence of calls.
+
+    One copy of the case lives across calls, so buffers (running statistics, counters) evolve as
+    a correct backend's do; call ``call`` must come right after ``call - 1``."""
+
+    def __init__(self, case: Case, dtype: torch.dtype) -> None:
+        self.case, self.dtype = case, dtype
+        self.workload = to_dtype(case.build(), dtype)
+        self.next_call = 0
+
+    def call(self, call: int) -> dict[str, torch.Tensor]:
+        """Run calls up to ``call`` and return that call's results and the state it left (copies)."""
+        if call < self.next_call:
+            raise ValueError(f"reference at call {self.next_call} cannot run call {call} again")
+        named: dict[str, torch.Tensor] = {}
+        while self.next_call <= call:
+            named = self._step(self.next_call)
+            self.next_call += 1
+        return named
+
+    def _step(self, call: int) -> dict[str, torch.Tensor]:
+        if call:
+            inputs = self.case.inputs_for(call)
+            self.workload.inputs = tuple(t.to(self.dtype) if t.is_floating_point() else t.clone() for t in inputs)
+        clear_grads(self.workload.model)
+        out = run_module_step(self.workload.model, self.workload, self.case.trains)
+        named = {name: t.detach().clone() for name, t in out.named().items()}
+        named.update({name: t.detach().clone() for name, t in state_of(self.workload).items()})
+        clear_grads(self.workload.model)
+        return named
+
+
+@dataclass
+class StateReferences:
+    """The float64 reference and eager float32 of a case, advanced together call by call."""
+
+    case: Case
+    ref64: ReferenceRun | None = field(default=None, init=False)
+    eager32: ReferenceRun | None = field(default=None, init=False)
+
+    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
+        """``actual`` (a call's results and the state it left) against the references' same call."""
+        if self.ref64 is None or self.eager32 is None:
+            self.ref64 = ReferenceRun(self.case, torch.float64)
+            self.eager32 = ReferenceRun(self.case, torch.float32)
+        return compare(actual, self.ref64.call(call), self.eager32.call(call), self.case.tolerance)
+
+
+def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]]) -> dict[int, ParityReport]:
+    """Every recorded call (in call order) against the references run through the same sequence."""
+    references = StateReferences(case)
+    return {call: references.compare(call, calls[call]) for call in sorted(calls)}
