@@ -65,4 +65,5 @@ def _norm_builder(seed: int) -> Workload:
 # Selected by id (not in the default set): the example vendor's received-graph model holds 8 bytes more
 # than it measures on this case (num_batches_tracked's update), not yet understood.
 register(Case("mlp-bn-s-train", "train_step", "mlp", 0, _norm_builder, requires=frozenset({"training"}),
-              in_default=False, description=f"2-layer MLP {SIZES['s']} with BatchNorm1d: the step updates its running statistics"))
+              in_default=False,
+              description=f"2-layer MLP {SIZES['s']} with BatchNorm1d: the step updates its running statistics"))
