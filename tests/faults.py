@@ -19,7 +19,7 @@ import torch
 
 from conformance.api.adapter import Backend, CompiledStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, host_copies, params_of
+from conformance.api.step import StepOutput, host_copies, optimizer_state, params_of
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.probes.cpu import MemoryProbe, MemoryTrace
@@ -42,6 +42,9 @@ class FaultyStep(CompiledStep):
     def run(self) -> StepOutput:
         call, self.calls = self.calls, self.calls + 1
         return self.fault.run(self, call)
+
+    def optimizer_step(self, workload: Workload) -> None:
+        self.fault.optimizer_step(self, workload)
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return self.inner.received_model(observation)
@@ -70,6 +73,9 @@ class Fault:
 
     def run(self, step: FaultyStep, call: int) -> StepOutput:
         return step.inner.run()
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.inner.optimizer_step(workload)
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
@@ -226,6 +232,71 @@ class LostBufferUpdate(Fault):
         return out
 
 
+class FrozenWeights(Fault):
+    """The step computes with the weights of its first call (baked in, as freezing or a CUDA graph's static
+    inputs can do), while the optimizer updates the real ones."""
+
+    name, changes = "weights-frozen-at-first-call", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return case.trains and case.optimizer not in (None, "none")  # parameters change only under an optimizer
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        params = params_of(step.workload.model)
+        if call == 0:
+            step.kept = [host_copies(dict(params))]
+            return step.inner.run()
+        current = host_copies(dict(params))
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(step.kept[0][name])
+        try:
+            return step.inner.run()
+        finally:
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(current[name])
+
+
+class OptimizerSkipsParameter(Fault):
+    """The optimizer step leaves the last trainable parameter as it was (its state is still updated)."""
+
+    name, changes = "optimizer-skips-a-parameter", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        params = params_of(workload.model)
+        last = list(params)[-1] if params else None
+        before = host_copies({last: params[last]}) if last is not None and params[last].grad is not None else {}
+        step.inner.optimizer_step(workload)
+        with torch.no_grad():
+            for name, value in before.items():
+                params[name].copy_(value)
+
+
+class WrongOptimizerState(Fault):
+    """The optimizer's first state tensor of the first parameter (momentum buffer, Adam's first moment) halved."""
+
+    name, changes = "wrong-optimizer-state", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.inner.optimizer_step(workload)
+        state = [t for n, t in optimizer_state(workload.model, workload.optimizer).items() if not n.endswith(".step")]
+        if not state:
+            step.applied = False
+            return
+        with torch.no_grad():
+            state[0].mul_(0.5)
+
+
 class InductorFault(Fault):
     """A fault in inductor's code generation: the program it generates is wrong, nothing else."""
 
@@ -289,7 +360,8 @@ class DroppedFree(InductorFault):
 
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
-    InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, TupleNeverFreed, DroppedFree,
+    InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, FrozenWeights, OptimizerSkipsParameter,
+    WrongOptimizerState, TupleNeverFreed, DroppedFree,
 )}
 GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
 INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]

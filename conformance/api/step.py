@@ -67,6 +67,25 @@ def clear_grads(model: torch.nn.Module) -> None:
         p.grad = None
 
 
+def step_optimizer(workload: Workload) -> None:
+    """The end of a training step as users write it: ``optimizer.step()``, then ``zero_grad(set_to_none=True)``."""
+    if workload.optimizer is not None:
+        workload.optimizer.step()
+        workload.optimizer.zero_grad(set_to_none=True)
+
+
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:
+    """The optimizer's state tensors by name (``optim[fc1.weight].momentum_buffer``): live references."""
+    if optimizer is None:
+        return {}
+    named: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        for key, value in optimizer.state.get(p, {}).items():
+            if isinstance(value, torch.Tensor):
+                named[f"optim[{name}].{key}"] = value
+    return named
+
+
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
@@ -122,7 +141,7 @@ def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
     """A deep copy of the workload with floating tensors cast to ``dtype`` (for references)."""
     model = copy.deepcopy(workload.model).to(dtype)
     inputs = tuple(t.to(dtype) if t.is_floating_point() else t.clone() for t in workload.inputs)
-    return Workload(model, inputs)
+    return Workload(model, inputs)  # an optimizer is made for the copy by whoever needs one
 
 
 def reference_step(case: Case, dtype: torch.dtype, call: int = 0) -> StepOutput:

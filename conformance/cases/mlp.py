@@ -39,8 +39,8 @@ for _size in SIZES:
     register(Case(f"mlp-{_size}-infer", "inference", "mlp", 0, _builder(_size, False),
                   description=f"3-layer MLP {SIZES[_size]}, forward only"))
     register(Case(f"mlp-{_size}-train", "train_step", "mlp", 0, _builder(_size, True),
-                  trains=True, requires=frozenset({"training"}),
-                  description=f"3-layer MLP {SIZES[_size]}: forward, MSE-style loss, backward"))
+                  requires=frozenset({"training"}),
+                  description=f"3-layer MLP {SIZES[_size]}: forward, MSE-style loss, backward, SGD-momentum step"))
 
 
 class NormMLP(nn.Module):
@@ -60,6 +60,12 @@ class NormMLP(nn.Module):
 def _norm_builder(seed: int) -> Workload:
     batch, d_in, hidden = SIZES["s"]
     return Workload(NormMLP(d_in, hidden, 8), (torch.randn(batch, d_in),))
+
+
+for _optimizer in ("adam", "adamw"):  # the default training cases step with SGD and momentum
+    register(Case(f"mlp-s-train-{_optimizer}", "train_step", "mlp", 0, _builder("s", True),
+                  requires=frozenset({"training"}), optimizer=_optimizer,
+                  description=f"3-layer MLP {SIZES['s']}: forward, loss, backward, {_optimizer} step"))
 
 
 # Selected by id (not in the default set): the example vendor's received-graph model holds 8 bytes more

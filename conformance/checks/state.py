@@ -4,7 +4,9 @@ Parity used to look at a step's results only; a backend that overwrites its call
 inputs, drops a buffer update (BatchNorm's running statistics) or gets one call in the
 middle wrong passed.  After each call the engine records, besides the outputs and
 gradients, every input (``input[i]``), module buffer (``buffer[name]``), parameter
-(``param[name]``) and optimizer state tensor (``optim[name].key``).  The float64 and
+(``param[name]``) and optimizer state tensor (``optim[name].key``): a training step
+ends with ``optimizer.step()`` (:meth:`conformance.api.adapter.CompiledStep.optimizer_step`), so
+parameters and optimizer state change on every call.  The float64 and
 eager float32 references run the same sequence of calls on their own copies of the case,
 so their state evolves as the backend's should: an input the step mutates on purpose must
 equal the reference's mutation, one it does not must come back unchanged.
@@ -20,7 +22,14 @@ from dataclasses import dataclass, field
 import torch
 
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, clear_grads, host_copies, run_module_step, to_dtype
+from conformance.api.step import (
+    clear_grads,
+    host_copies,
+    optimizer_state,
+    run_module_step,
+    step_optimizer,
+    to_dtype,
+)
 from conformance.checks.parity import ParityReport, compare
 
 
@@ -29,14 +38,8 @@ def state_of(workload: Workload) -> dict[str, torch.Tensor]:
     named = {f"input[{i}]": t for i, t in enumerate(workload.inputs) if isinstance(t, torch.Tensor)}
     named.update({f"buffer[{n}]": b for n, b in workload.model.named_buffers()})
     named.update({f"param[{n}]": p for n, p in workload.model.named_parameters()})
+    named.update(optimizer_state(workload.model, workload.optimizer))
     return named
-
-
-def observed(out: StepOutput | None, workload: Workload) -> dict[str, torch.Tensor]:
-    """Host copies of one call's results (when given) and of the state it left."""
-    named = {} if out is None else out.named()
-    named.update(state_of(workload))
-    return host_copies(named)
 
 
 def after_call(workload: Workload) -> dict[str, torch.Tensor]:
@@ -53,6 +56,7 @@ class ReferenceRun:
     def __init__(self, case: Case, dtype: torch.dtype) -> None:
         self.case, self.dtype = case, dtype
         self.workload = to_dtype(case.build(), dtype)
+        self.workload.optimizer = case.make_optimizer(self.workload.model)
         self.next_call = 0
 
     def call(self, call: int) -> dict[str, torch.Tensor]:
@@ -72,6 +76,8 @@ class ReferenceRun:
         clear_grads(self.workload.model)
         out = run_module_step(self.workload.model, self.workload, self.case.trains)
         named = {name: t.detach().clone() for name, t in out.named().items()}
+        del out
+        step_optimizer(self.workload)
         named.update({name: t.detach().clone() for name, t in state_of(self.workload).items()})
         clear_grads(self.workload.model)
         return named

@@ -34,7 +34,7 @@ from conformance.checks.judge import (
     judge_residual,
 )
 from conformance.checks.parity import ParityReport
-from conformance.checks.state import after_call, compare_calls, observed
+from conformance.checks.state import after_call, compare_calls
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
@@ -126,8 +126,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     result.timing["compile_s"] = time.perf_counter() - t0
     # every call's results and the state it left (inputs, buffers, parameters), copied outside the
     # probes' windows and torch's allocators, checked against references making the same calls
-    calls = {0: observed(first, workload)}
+    results = snapshot(first)
     del first
+    try:
+        compiled.optimizer_step(workload)
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
+    calls = {0: {**results, **after_call(workload)}}
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
@@ -138,13 +143,16 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
-            calls[1] = observed(out, workload)
+            results = snapshot(out)
             del out
+            compiled.optimizer_step(workload)
+            calls[1] = {**results, **after_call(workload)}
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
                 traces.append((call, domain_traces))
+                compiled.optimizer_step(workload)  # outside the window: its memory is not modelled yet
                 calls[call] = {**snap, **after_call(workload)}
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
