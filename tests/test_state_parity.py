@@ -6,6 +6,7 @@ and the example vendor is ``tests/test_fault_matrix.py``); a pass would be a mis
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.api.case import Case, CaseError, Workload, register, select_cases
+from conformance.api.case import Case, CaseError, Workload, all_cases, register, select_cases
 from conformance.api.verdict import Status
 from conformance.backends.eager import EagerBackend
 from conformance.run.engine import run_case
@@ -38,9 +39,9 @@ def _build(seed: int) -> Workload:
 def test_train_step_means_training_and_a_contradiction_is_refused_at_registration() -> None:
     assert Case("t-default", "train_step", "t", 0, _build).trains is True
     assert Case("i-default", "inference", "t", 0, _build).trains is False
-    with pytest.raises(CaseError, match="train_step.*trains=False"):
+    with pytest.raises(CaseError, match=r"train_step.*trains=False"):
         register(Case("t-not-training", "train_step", "t", 0, _build, trains=False))
-    with pytest.raises(CaseError, match="inference.*trains=True.*train_step"):
+    with pytest.raises(CaseError, match=r"inference.*trains=True.*train_step"):
         register(Case("i-training", "inference", "t", 0, _build, trains=True))
     assert Case("l-train", "loop", "t", 0, _build, trains=True).kind_problem() is None  # a loop says itself
 
@@ -99,3 +100,42 @@ def test_repro_of_a_lost_buffer_update_names_the_call_and_the_state(tmp_path: Pa
     assert with_fault.returncode == 1, with_fault.stdout + with_fault.stderr
     assert f"FAULT: check parity (call 0: {state[1]}) still fails" in with_fault.stdout
     assert without.returncode == 0, without.stdout + without.stderr
+
+
+def test_optimizer_contradictions_are_refused_at_registration() -> None:
+    assert Case("t-opt", "train_step", "t", 0, _build).optimizer == "sgd-momentum"
+    with pytest.raises(CaseError, match=r"optimizer 'adam' on a case that does not train"):
+        register(Case("i-opt", "inference", "t", 0, _build, optimizer="adam"))
+    with pytest.raises(CaseError, match=r"unknown optimizer 'lbfgs'"):
+        register(Case("t-lbfgs", "train_step", "t", 0, _build, optimizer="lbfgs"))
+    assert Case("t-none", "train_step", "t", 0, _build, optimizer="none").build().optimizer is None
+
+
+@pytest.mark.parametrize(("fault", "names"), [
+    ("wrong-optimizer-state", "call 0: optim[fc1.weight].exp_avg:"),
+    ("optimizer-skips-a-parameter", "call 0: param[fc3.bias]:"),
+    ("weights-frozen-at-first-call", "call 1: "),
+])
+def test_optimizer_faults_are_caught_under_adam(fault: str, names: str) -> None:
+    result = run_case(_case("mlp-s-train-adam"), planted(EAGER, fault)())
+    assert result.status == Status.FAIL_PARITY, f"{fault}: {result.status} {result.reason}"
+    assert result.reason.startswith(names), result.reason
+
+
+def test_parameters_and_optimizer_state_change_every_call_and_are_checked() -> None:
+    result = run_case(_case("mlp-s-train-adam"), EagerBackend())
+    assert result.status == Status.PASS, result.reason
+    compared = result.parity["calls"]["0"]["compared"]
+    assert {"param[fc1.weight]", "optim[fc1.weight].exp_avg", "optim[fc1.weight].exp_avg_sq",
+            "optim[fc1.weight].step"} <= set(compared), compared
+
+
+TRAINING = [c for c in all_cases() if c.trains and not EagerBackend.capabilities.missing_for(c)]
+
+
+@pytest.mark.parametrize("optimizer", ["adam"])  # SGD-momentum, the default: tests/test_backends_clean.py
+@pytest.mark.parametrize("case", TRAINING, ids=lambda c: c.id)
+def test_eager_is_byte_exact_on_every_training_case_with_adam(case: Case, optimizer: str) -> None:
+    result = run_case(dataclasses.replace(case, optimizer=optimizer), EagerBackend())
+    assert result.status == Status.PASS, result.reason
+    assert result.memory is not None and result.memory.measured_peak_bytes == result.memory.model_peak_bytes
