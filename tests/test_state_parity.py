@@ -109,6 +109,8 @@ def test_optimizer_contradictions_are_refused_at_registration() -> None:
     with pytest.raises(CaseError, match=r"unknown optimizer 'lbfgs'"):
         register(Case("t-lbfgs", "train_step", "t", 0, _build, optimizer="lbfgs"))
     assert Case("t-none", "train_step", "t", 0, _build, optimizer="none").build().optimizer is None
+    with pytest.raises(CaseError, match=r"compile_optimizer=True with no optimizer"):
+        register(Case("t-none-compiled", "train_step", "t", 0, _build, optimizer="none", compile_optimizer=True))
 
 
 @pytest.mark.parametrize(("fault", "names"), [
@@ -139,3 +141,18 @@ def test_eager_is_byte_exact_on_every_training_case_with_adam(case: Case, optimi
     result = run_case(dataclasses.replace(case, optimizer=optimizer), EagerBackend())
     assert result.status == Status.PASS, result.reason
     assert result.memory is not None and result.memory.measured_peak_bytes == result.memory.model_peak_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["none", "wrong-optimizer-state", "optimizer-skips-a-parameter"])
+def test_inductor_with_the_optimizer_step_compiled_too(fault: str) -> None:
+    """torch.compile(opt.step) with inductor: clean, it passes (parameters and Adam state equal to the
+    eager references on every call); a fault in the step it compiled is caught."""
+    backend = planted(backend_classes()["inductor"], fault)()
+    result = run_case(_case("mlp-s-train-adam-compiled"), backend)
+    if fault == "none":
+        assert result.status == Status.PASS, result.reason
+        assert not any("ran eagerly" in n for n in result.notes), result.notes
+        assert result.memory is not None and result.memory.model_source == "received-graphs"
+    else:
+        assert result.status == Status.FAIL_PARITY and result.reason.startswith("call 0: "), result.reason

@@ -99,6 +99,9 @@ class Case:
     #: the optimizer a training step steps with (:data:`OPTIMIZERS`; ``None``: :data:`DEFAULT_OPTIMIZER` for a
     #: case that trains; ``"none"``: the step stops at backward); a case that does not train has none
     optimizer: str | None = None
+    #: the optimizer step is compiled with the backend too, as users do with ``torch.compile(opt.step)``
+    #: (backends that compile through ``torch.compile`` and name a compiler for it: ``DynamoStep.optimizer_backend``)
+    compile_optimizer: bool = False
     #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
     #: repros, shrinking and scaling; None for a hand-written case
     program: GeneratedProgram | None = field(default=None, repr=False, compare=False)
@@ -117,6 +120,8 @@ class Case:
             return "kind 'inference' with trains=True: use kind 'train_step' for a training step"
         if self.optimizer is not None and self.optimizer != NO_OPTIMIZER and not self.trains:
             return f"optimizer {self.optimizer!r} on a case that does not train"
+        if self.compile_optimizer and self.optimizer in (None, NO_OPTIMIZER):
+            return "compile_optimizer=True with no optimizer to compile"
         if self.optimizer is not None and self.optimizer not in (*OPTIMIZERS, NO_OPTIMIZER):
             return f"unknown optimizer {self.optimizer!r} (known: {', '.join([*OPTIMIZERS, NO_OPTIMIZER])})"
         return None

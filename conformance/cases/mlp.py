@@ -68,6 +68,11 @@ for _optimizer in ("adam", "adamw"):  # the default training cases step with SGD
                   description=f"3-layer MLP {SIZES['s']}: forward, loss, backward, {_optimizer} step"))
 
 
+register(Case("mlp-s-train-adam-compiled", "train_step", "mlp", 0, _builder("s", True),
+              requires=frozenset({"training"}), optimizer="adam", compile_optimizer=True,
+              description=f"3-layer MLP {SIZES['s']}: forward, loss, backward, an Adam step compiled with the backend"))
+
+
 # Selected by id (not in the default set): the example vendor's received-graph model holds 8 bytes more
 # than it measures on this case (num_batches_tracked's update), not yet understood.
 register(Case("mlp-bn-s-train", "train_step", "mlp", 0, _norm_builder, requires=frozenset({"training"}),
