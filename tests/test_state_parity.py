@@ -119,13 +119,13 @@ def test_optimizer_contradictions_are_refused_at_registration() -> None:
     ("weights-frozen-at-first-call", "call 1: "),
 ])
 def test_optimizer_faults_are_caught_under_adam(fault: str, names: str) -> None:
-    result = run_case(_case("mlp-s-train-adam"), planted(EAGER, fault)())
+    result = run_case(_case("mlp-adam-s-train"), planted(EAGER, fault)())
     assert result.status == Status.FAIL_PARITY, f"{fault}: {result.status} {result.reason}"
     assert result.reason.startswith(names), result.reason
 
 
 def test_parameters_and_optimizer_state_change_every_call_and_are_checked() -> None:
-    result = run_case(_case("mlp-s-train-adam"), EagerBackend())
+    result = run_case(_case("mlp-adam-s-train"), EagerBackend())
     assert result.status == Status.PASS, result.reason
     compared = result.parity["calls"]["0"]["compared"]
     assert {"param[fc1.weight]", "optim[fc1.weight].exp_avg", "optim[fc1.weight].exp_avg_sq",
@@ -149,7 +149,7 @@ def test_inductor_with_the_optimizer_step_compiled_too(fault: str) -> None:
     """torch.compile(opt.step) with inductor: clean, it passes (parameters and Adam state equal to the
     eager references on every call); a fault in the step it compiled is caught."""
     backend = planted(backend_classes()["inductor"], fault)()
-    result = run_case(_case("mlp-s-train-adam-compiled"), backend)
+    result = run_case(_case("mlp-adam-compiled-s-train"), backend)
     if fault == "none":
         assert result.status == Status.PASS, result.reason
         assert not any("ran eagerly" in n for n in result.notes), result.notes

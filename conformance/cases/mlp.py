@@ -63,12 +63,12 @@ def _norm_builder(seed: int) -> Workload:
 
 
 for _optimizer in ("adam", "adamw"):  # the default training cases step with SGD and momentum
-    register(Case(f"mlp-s-train-{_optimizer}", "train_step", "mlp", 0, _builder("s", True),
+    register(Case(f"mlp-{_optimizer}-s-train", "train_step", "mlp", 0, _builder("s", True),
                   requires=frozenset({"training"}), optimizer=_optimizer,
                   description=f"3-layer MLP {SIZES['s']}: forward, loss, backward, {_optimizer} step"))
 
 
-register(Case("mlp-s-train-adam-compiled", "train_step", "mlp", 0, _builder("s", True),
+register(Case("mlp-adam-compiled-s-train", "train_step", "mlp", 0, _builder("s", True),
               requires=frozenset({"training"}), optimizer="adam", compile_optimizer=True,
               description=f"3-layer MLP {SIZES['s']}: forward, loss, backward, an Adam step compiled with the backend"))
 
