@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from conformance.api.adapter import Backend, CompiledStep, CompileError
-from conformance.api.case import Case
+from conformance.api.case import Case, Workload
 from conformance.api.result import DomainFigures, MemoryFigures, Result
 from conformance.api.step import StepOutput, clear_grads, params_of, snapshot, trace_step
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
@@ -129,10 +129,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     results = snapshot(first)
     del first
     try:
-        compiled.optimizer_step(workload)
+        calls = {0: _end_call(compiled, workload, results)}
     except Exception as exc:
-        return _verdict(result, Status.FAIL_RUN, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
-    calls = {0: {**results, **after_call(workload)}}
+        status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
+        return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
@@ -145,15 +145,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             result.timing["run_s"] = time.perf_counter() - t1
             results = snapshot(out)
             del out
-            compiled.optimizer_step(workload)
-            calls[1] = {**results, **after_call(workload)}
+            calls[1] = _end_call(compiled, workload, results)
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
                 traces.append((call, domain_traces))
-                compiled.optimizer_step(workload)  # outside the window: its memory is not modelled yet
-                calls[call] = {**snap, **after_call(workload)}
+                calls[call] = _end_call(compiled, workload, snap)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
@@ -170,6 +168,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             return _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
+
+
+def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """End a call outside any probe's window: the optimizer step (a training case's), then copies of the
+    state the call left (:func:`conformance.checks.state.after_call`) beside its results' copies."""
+    compiled.optimizer_step(workload)  # outside the window: what the optimizer allocates is not modelled yet
+    return {**results, **after_call(workload)}
 
 
 def _freeze_survivors() -> None:
