@@ -34,7 +34,7 @@ EXPECTED = {
     "inductor-dropped-free": Status.FAIL_PEAK,
 }
 #: the case each fault is shown on, where mlp-s-train has nothing it changes (no buffers)
-CASE_FOR = {"lost-buffer-update": "mlp-bn-s-train"}
+CASE_FOR = {"lost-buffer-update": "bn-mlp-s-train"}
 #: what a state fault's verdict must name: the call and the piece of state
 NAMES = {
     "inputs-overwritten": "call 0: input[0]:",

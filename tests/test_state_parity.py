@@ -47,7 +47,7 @@ def test_train_step_means_training_and_a_contradiction_is_refused_at_registratio
 
 
 def test_every_call_checks_results_inputs_buffers_and_parameters() -> None:
-    result = run_case(_case("mlp-bn-s-train"), EagerBackend())
+    result = run_case(_case("bn-mlp-s-train"), EagerBackend())
     assert result.status == Status.PASS, result.reason
     assert set(result.parity["calls"]) == {str(c) for c in range(2 + DEFAULT_STEPS)}
     compared = result.parity["calls"][str(1 + DEFAULT_STEPS)]["compared"]
@@ -62,7 +62,7 @@ def test_every_call_checks_results_inputs_buffers_and_parameters() -> None:
     ("inputs-overwritten", "customop-early-late-s", "call 0: input["),
     (f"corrupt-call-{MIDDLE_CALL}-only", "mlp-s-infer", f"call {MIDDLE_CALL}: output[0]:"),
     (f"corrupt-call-{MIDDLE_CALL}-only", "loop-rnn-t3-train", f"call {MIDDLE_CALL}: "),
-    ("lost-buffer-update", "mlp-bn-s-train", "call 0: buffer[bn."),
+    ("lost-buffer-update", "bn-mlp-s-train", "call 0: buffer[bn."),
 ])
 def test_state_fault_is_caught_naming_the_call_and_the_piece_of_state(fault: str, case_id: str, names: str) -> None:
     result = run_case(_case(case_id), planted(EAGER, fault)())
@@ -79,7 +79,7 @@ def test_middle_call_fault_is_missed_when_no_middle_call_is_made() -> None:
 
 
 def test_repro_of_a_lost_buffer_update_names_the_call_and_the_state(tmp_path: Path) -> None:
-    case = _case("mlp-bn-s-train")
+    case = _case("bn-mlp-s-train")
     result = run_case(case, ToggleLostBufferBackend())
     assert result.status == Status.FAIL_PARITY and failing_check(result) == "parity", result.reason
     state = failing_state(result)
@@ -119,13 +119,13 @@ def test_optimizer_contradictions_are_refused_at_registration() -> None:
     ("weights-frozen-at-first-call", "call 1: "),
 ])
 def test_optimizer_faults_are_caught_under_adam(fault: str, names: str) -> None:
-    result = run_case(_case("mlp-adam-s-train"), planted(EAGER, fault)())
+    result = run_case(_case("adam-mlp-s-train"), planted(EAGER, fault)())
     assert result.status == Status.FAIL_PARITY, f"{fault}: {result.status} {result.reason}"
     assert result.reason.startswith(names), result.reason
 
 
 def test_parameters_and_optimizer_state_change_every_call_and_are_checked() -> None:
-    result = run_case(_case("mlp-adam-s-train"), EagerBackend())
+    result = run_case(_case("adam-mlp-s-train"), EagerBackend())
     assert result.status == Status.PASS, result.reason
     compared = result.parity["calls"]["0"]["compared"]
     assert {"param[fc1.weight]", "optim[fc1.weight].exp_avg", "optim[fc1.weight].exp_avg_sq",
@@ -149,7 +149,7 @@ def test_inductor_with_the_optimizer_step_compiled_too(fault: str) -> None:
     """torch.compile(opt.step) with inductor: clean, it passes (parameters and Adam state equal to the
     eager references on every call); a fault in the step it compiled is caught."""
     backend = planted(backend_classes()["inductor"], fault)()
-    result = run_case(_case("mlp-adam-compiled-s-train"), backend)
+    result = run_case(_case("adam-compiled-mlp-s-train"), backend)
     if fault == "none":
         assert result.status == Status.PASS, result.reason
         assert not any("ran eagerly" in n for n in result.notes), result.notes
