@@ -17,6 +17,8 @@ torch's allocators, so recording them disturbs no memory probe.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -96,7 +98,22 @@ class StateReferences:
         if self.ref64 is None or self.eager32 is None:
             self.ref64 = ReferenceRun(self.case, torch.float64)
             self.eager32 = ReferenceRun(self.case, torch.float32)
-        return compare(actual, self.ref64.call(call), self.eager32.call(call), self.case.tolerance)
+        ref64, eager32 = self.ref64.call(call), self.eager32.call(call)  # on the backend's threads: eager's noise
+        with one_thread():
+            return compare(actual, ref64, eager32, self.case.tolerance)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Comparisons on one thread: they are many small ops, for which OpenMP's fork and join cost more than
+    they save, and far more on a busy machine (a 512x512 comparison took 0.7 s on two threads of two
+    shared cores, 15 ms on one).  Results are the same: each is one tensor's error, not a sum over threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]]) -> dict[int, ParityReport]:
