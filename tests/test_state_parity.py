@@ -51,19 +51,29 @@ def test_every_call_checks_results_inputs_buffers_and_parameters() -> None:
     assert result.status == Status.PASS, result.reason
     assert set(result.parity["calls"]) == {str(c) for c in range(2 + DEFAULT_STEPS)}
     compared = result.parity["calls"][str(1 + DEFAULT_STEPS)]["compared"]
-    for piece in ("output[0]", "grad[bn.weight]", "input[0]", "buffer[bn.running_mean]", "buffer[bn.running_var]",
-                  "buffer[bn.num_batches_tracked]", "param[fc1.weight]"):
+    for piece in (
+        "output[0]",
+        "grad[bn.weight]",
+        "input[0]",
+        "buffer[bn.running_mean]",
+        "buffer[bn.running_var]",
+        "buffer[bn.num_batches_tracked]",
+        "param[fc1.weight]",
+    ):
         assert piece in compared, compared
     assert result.memory is not None and result.memory.measured_peak_bytes == result.memory.model_peak_bytes
 
 
-@pytest.mark.parametrize(("fault", "case_id", "names"), [
-    ("inputs-overwritten", "mlp-s-infer", "call 0: input[0]:"),
-    ("inputs-overwritten", "customop-early-late-s", "call 0: input["),
-    (f"corrupt-call-{MIDDLE_CALL}-only", "mlp-s-infer", f"call {MIDDLE_CALL}: output[0]:"),
-    (f"corrupt-call-{MIDDLE_CALL}-only", "loop-rnn-t3-train", f"call {MIDDLE_CALL}: "),
-    ("lost-buffer-update", "bn-mlp-s-train", "call 0: buffer[bn."),
-])
+@pytest.mark.parametrize(
+    ("fault", "case_id", "names"),
+    [
+        ("inputs-overwritten", "mlp-s-infer", "call 0: input[0]:"),
+        ("inputs-overwritten", "customop-early-late-s", "call 0: input["),
+        (f"corrupt-call-{MIDDLE_CALL}-only", "mlp-s-infer", f"call {MIDDLE_CALL}: output[0]:"),
+        (f"corrupt-call-{MIDDLE_CALL}-only", "loop-rnn-t3-train", f"call {MIDDLE_CALL}: "),
+        ("lost-buffer-update", "bn-mlp-s-train", "call 0: buffer[bn."),
+    ],
+)
 def test_state_fault_is_caught_naming_the_call_and_the_piece_of_state(fault: str, case_id: str, names: str) -> None:
     result = run_case(_case(case_id), planted(EAGER, fault)())
     assert result.status == Status.FAIL_PARITY, f"{fault} on {case_id}: {result.status} {result.reason}"
@@ -93,8 +103,9 @@ def test_repro_of_a_lost_buffer_update_names_the_call_and_the_state(tmp_path: Pa
         env = {k: v for k, v in os.environ.items() if k != FAULT_OFF}
         if fault_off:
             env[FAULT_OFF] = "1"
-        return subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path, env=env)
+        return subprocess.run(
+            [sys.executable, str(repro)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        )
 
     with_fault, without = script(False), script(True)
     assert with_fault.returncode == 1, with_fault.stdout + with_fault.stderr
@@ -113,11 +124,14 @@ def test_optimizer_contradictions_are_refused_at_registration() -> None:
         register(Case("t-none-compiled", "train_step", "t", 0, _build, optimizer="none", compile_optimizer=True))
 
 
-@pytest.mark.parametrize(("fault", "names"), [
-    ("wrong-optimizer-state", "call 0: optim[fc1.weight].exp_avg:"),
-    ("optimizer-skips-a-parameter", "call 0: param[fc3.bias]:"),
-    ("weights-frozen-at-first-call", "call 1: "),
-])
+@pytest.mark.parametrize(
+    ("fault", "names"),
+    [
+        ("wrong-optimizer-state", "call 0: optim[fc1.weight].exp_avg:"),
+        ("optimizer-skips-a-parameter", "call 0: param[fc3.bias]:"),
+        ("weights-frozen-at-first-call", "call 1: "),
+    ],
+)
 def test_optimizer_faults_are_caught_under_adam(fault: str, names: str) -> None:
     result = run_case(_case("adam-mlp-s-train"), planted(EAGER, fault)())
     assert result.status == Status.FAIL_PARITY, f"{fault}: {result.status} {result.reason}"
@@ -128,8 +142,12 @@ def test_parameters_and_optimizer_state_change_every_call_and_are_checked() -> N
     result = run_case(_case("adam-mlp-s-train"), EagerBackend())
     assert result.status == Status.PASS, result.reason
     compared = result.parity["calls"]["0"]["compared"]
-    assert {"param[fc1.weight]", "optim[fc1.weight].exp_avg", "optim[fc1.weight].exp_avg_sq",
-            "optim[fc1.weight].step"} <= set(compared), compared
+    assert {
+        "param[fc1.weight]",
+        "optim[fc1.weight].exp_avg",
+        "optim[fc1.weight].exp_avg_sq",
+        "optim[fc1.weight].step",
+    } <= set(compared), compared
 
 
 TRAINING = [c for c in all_cases() if c.trains and not EagerBackend.capabilities.missing_for(c)]
