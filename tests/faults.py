@@ -3,7 +3,10 @@
 A fault wraps a real backend's compiled step (eager, inductor, the example vendor...)
 and changes one thing about what it does: an extra input clone, a scratch buffer,
 a leak from the N-th call on, stale results, results corrupted from the second
-call on, a 1e-3 relative error in one gradient.  Two more change what inductor
+call on, a 1e-3 relative error in one gradient; and six that change the state a step
+leaves, which only the every-call state check sees: inputs overwritten after the call,
+results wrong on one middle call only, a lost buffer update, weights frozen at the first
+call, an optimizer step that skips a parameter, wrong optimizer state.  Two more change what inductor
 *generates*: the pre-#163227 alias handling of multi-output fallback ops (the
 result tuple is never deleted) and a wrapper that drops its frees.  Each is a real
 adapter: ``planted(EagerBackend, "input-clone")`` is a Backend class.
@@ -19,7 +22,7 @@ import torch
 
 from conformance.api.adapter import Backend, CompiledStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, params_of
+from conformance.api.step import StepOutput, host_copies, optimizer_state, params_of
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.probes.cpu import MemoryProbe, MemoryTrace
@@ -42,6 +45,9 @@ class FaultyStep(CompiledStep):
     def run(self) -> StepOutput:
         call, self.calls = self.calls, self.calls + 1
         return self.fault.run(self, call)
+
+    def optimizer_step(self, workload: Workload) -> None:
+        self.fault.optimizer_step(self, workload)
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return self.inner.received_model(observation)
@@ -70,6 +76,9 @@ class Fault:
 
     def run(self, step: FaultyStep, call: int) -> StepOutput:
         return step.inner.run()
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.inner.optimizer_step(workload)
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
@@ -170,6 +179,127 @@ class GradRelativeError(Fault):
         return out
 
 
+class InputsOverwritten(Fault):
+    """Every floating input overwritten after the call, as a backend reusing input buffers as scratch would."""
+
+    name, changes = "inputs-overwritten", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        floating = [t for t in step.workload.inputs if t.is_floating_point()]
+        if not floating:
+            step.applied = False
+        with torch.no_grad():
+            for t in floating:
+                t.fill_(0.5)  # in place: no allocation, so only the state check can see it
+        return out
+
+
+#: the one call whose results the middle-call fault corrupts (calls 0 and 1 come before the probes)
+MIDDLE_CALL = 3
+
+
+class CorruptMiddleCall(Fault):
+    """Results scaled by 1.1 on one call in the middle only (a race, a bad cache hit): the first and last are right."""
+
+    name, changes = f"corrupt-call-{MIDDLE_CALL}-only", "values"
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        out = step.inner.run()
+        if call == MIDDLE_CALL:
+            with torch.no_grad():
+                for t in [*out.outputs, *out.retained.values()]:
+                    t.mul_(1.1)
+        return out
+
+
+class LostBufferUpdate(Fault):
+    """The step's updates of module buffers (batch norm's running statistics, its counter) dropped."""
+
+    name, changes = "lost-buffer-update", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return case.trains  # in eval mode buffers are read, not updated
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        buffers = dict(step.workload.model.named_buffers())
+        before = host_copies(buffers)  # outside torch's allocator: the fault changes values, not memory
+        out = step.inner.run()
+        changed = [n for n, b in buffers.items() if not torch.equal(b, before[n])]
+        if not changed:
+            step.applied = False  # no buffer the step updates: nothing to lose
+        with torch.no_grad():
+            for n in changed:
+                buffers[n].copy_(before[n])
+        return out
+
+
+class FrozenWeights(Fault):
+    """The step computes with the weights of its first call (baked in, as freezing or a CUDA graph's static
+    inputs can do), while the optimizer updates the real ones."""
+
+    name, changes = "weights-frozen-at-first-call", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return case.trains and case.optimizer not in (None, "none")  # parameters change only under an optimizer
+
+    def run(self, step: FaultyStep, call: int) -> StepOutput:
+        params = params_of(step.workload.model)
+        if call == 0:
+            step.kept = [host_copies(dict(params))]
+            return step.inner.run()
+        current = host_copies(dict(params))
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(step.kept[0][name])
+        try:
+            return step.inner.run()
+        finally:
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(current[name])
+
+
+class OptimizerSkipsParameter(Fault):
+    """The optimizer step leaves the last trainable parameter as it was (its state is still updated)."""
+
+    name, changes = "optimizer-skips-a-parameter", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        params = params_of(workload.model)
+        last = list(params)[-1] if params else None
+        before = host_copies({last: params[last]}) if last is not None and params[last].grad is not None else {}
+        step.inner.optimizer_step(workload)
+        with torch.no_grad():
+            for name, value in before.items():
+                params[name].copy_(value)
+
+
+class WrongOptimizerState(Fault):
+    """The optimizer's first state tensor of the first parameter (momentum buffer, Adam's first moment) halved."""
+
+    name, changes = "wrong-optimizer-state", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.inner.optimizer_step(workload)
+        state = [t for n, t in optimizer_state(workload.model, workload.optimizer).items() if not n.endswith(".step")]
+        if not state:
+            step.applied = False
+            return
+        with torch.no_grad():
+            state[0].mul_(0.5)
+
+
 class InductorFault(Fault):
     """A fault in inductor's code generation: the program it generates is wrong, nothing else."""
 
@@ -233,7 +363,8 @@ class DroppedFree(InductorFault):
 
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
-    TupleNeverFreed, DroppedFree,
+    InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, FrozenWeights, OptimizerSkipsParameter,
+    WrongOptimizerState, TupleNeverFreed, DroppedFree,
 )}
 GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
 INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]

@@ -80,3 +80,22 @@ class CrashOnTanhBackend(EagerBackend):
         if fault_on() and program is not None and any(op.kind == "tanh" for op in (*program.ops, *program.body)):
             os.abort()
         return super().compile(case, workload)
+
+
+class _LostBufferStep(EagerStep):
+    def run(self):  # type: ignore[no-untyped-def]
+        buffers = dict(self.workload.model.named_buffers())
+        before = {n: b.clone() for n, b in buffers.items()} if fault_on() else {}
+        out = super().run()
+        for n, b in before.items():
+            buffers[n].copy_(b)
+        return out
+
+
+class ToggleLostBufferBackend(EagerBackend):
+    """Eager whose step drops its buffer updates (batch norm's running statistics) while the fault is on."""
+
+    name = "planted-toggle-lost-buffer"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _LostBufferStep(case, workload, None)

@@ -39,7 +39,8 @@ def test_readme_example_runs_as_written_isolated(tmp_path: Path) -> None:
     assert command[0] == ".venv/bin/conformance"
     proc = subprocess.run([CONFORMANCE, *command[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _verdicts(tmp_path / "conformance-results") == {"my-convnet-infer@eager": "pass"}
+    assert _verdicts(tmp_path / "conformance-results") == {"my-convnet-infer@eager": "pass",
+                                                           "my-convnet-train@eager": "pass"}
 
 
 PACKAGE_CASES = '''

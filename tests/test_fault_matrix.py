@@ -13,7 +13,7 @@ from conformance.api.case import select_cases
 from conformance.api.result import Result
 from conformance.api.verdict import Status
 from conformance.run.engine import RunOptions, run_case
-from tests.faults import GENERIC, INDUCTOR_ONLY, LEAK_FROM_CALL, backend_classes, planted
+from tests.faults import GENERIC, INDUCTOR_ONLY, LEAK_FROM_CALL, MIDDLE_CALL, backend_classes, planted
 
 BACKENDS = backend_classes()
 #: what each fault must be caught as (parity checks come first, so value faults are fail-parity)
@@ -24,8 +24,25 @@ EXPECTED = {
     "stale-results": Status.FAIL_PARITY,
     "corrupt-from-call-1": Status.FAIL_PARITY,
     "grad-rel-1e-3": Status.FAIL_PARITY,
+    "inputs-overwritten": Status.FAIL_PARITY,
+    f"corrupt-call-{MIDDLE_CALL}-only": Status.FAIL_PARITY,
+    "lost-buffer-update": Status.FAIL_PARITY,
+    "weights-frozen-at-first-call": Status.FAIL_PARITY,
+    "optimizer-skips-a-parameter": Status.FAIL_PARITY,
+    "wrong-optimizer-state": Status.FAIL_PARITY,
     "inductor-pre-163227-alias": Status.FAIL_PEAK,
     "inductor-dropped-free": Status.FAIL_PEAK,
+}
+#: the case each fault is shown on, where mlp-s-train has nothing it changes (no buffers)
+CASE_FOR = {"lost-buffer-update": "bn-mlp-s-train"}
+#: what a state fault's verdict must name: the call and the piece of state
+NAMES = {
+    "inputs-overwritten": "call 0: input[0]:",
+    f"corrupt-call-{MIDDLE_CALL}-only": f"call {MIDDLE_CALL}: ",
+    "lost-buffer-update": "call 0: buffer[bn.",
+    "weights-frozen-at-first-call": "call 1: ",  # the first call's weights are the right ones
+    "optimizer-skips-a-parameter": "call 0: param[fc3.bias]:",
+    "wrong-optimizer-state": "call 0: optim[fc1.weight].momentum_buffer:",  # mlp-s-train steps with SGD-momentum
 }
 #: enough probed calls for the leak to start (calls 0 and 1 come before the probes)
 STEPS_FOR_LEAK = LEAK_FROM_CALL - 1
@@ -42,11 +59,13 @@ def _run(backend: str, fault: str, case_id: str, steps: int | None = None) -> Re
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("fault", GENERIC)
 def test_generic_fault_is_caught(backend: str, fault: str) -> None:
-    result = _run(backend, fault, "mlp-s-train")
+    result = _run(backend, fault, CASE_FOR.get(fault, "mlp-s-train"))
     assert result.status == EXPECTED[fault], f"{fault} on {backend}: {result.status} {result.reason}"
     assert result.reason
+    assert result.reason.startswith(NAMES.get(fault, "")), result.reason
     if EXPECTED[fault] == Status.FAIL_PARITY:
-        assert "rel" in result.reason and ("grad[" in result.reason or "output[" in result.reason), result.reason
+        pieces = ("grad", "output", "input", "buffer", "param", "optim")
+        assert "rel" in result.reason and any(f"{piece}[" in result.reason for piece in pieces), result.reason
     else:
         assert result.memory.blamed, f"a memory failure must name what explains it: {result.reason}"
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput
+from conformance.api.step import StepOutput, step_optimizer
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
@@ -58,6 +58,16 @@ class CompiledStep(ABC):
     @abstractmethod
     def run(self) -> StepOutput:
         """Run one step on the workload's inputs (a training step leaves grads on ``.grad``)."""
+
+    def optimizer_step(self, workload: Workload) -> None:
+        """End a training step as users do: ``optimizer.step()`` and ``zero_grad(set_to_none=True)``.
+
+        The engine calls it after each call's results are taken, outside the memory probes' window
+        (what the optimizer allocates is not yet held to a model); the parameters and the optimizer
+        state it leaves are checked on every call.  By default the case's optimizer runs eagerly after
+        the compiled forward and backward, as ``torch.compile(model)`` users run it; a backend that
+        also compiles the optimizer step overrides it."""
+        step_optimizer(workload)
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         """The lifetime model of the graphs the backend actually received, if it exposes them.

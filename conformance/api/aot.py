@@ -141,14 +141,35 @@ def no_autograd_cache() -> Iterator[None]:
 class DynamoStep(CompiledStep):
     """A workload run through ``torch.compile`` with a given backend callable."""
 
+    #: what ``torch.compile(optimizer.step, backend=...)`` gets for a case with ``compile_optimizer`` (a plain
+    #: backend, not the recording one: the optimizer's graphs are not the step's received graphs); ``None``:
+    #: the optimizer runs eagerly (and the pair gets a note)
+    optimizer_backend: ClassVar[Any] = None
+
     def __init__(self, case: Case, workload: Workload, backend: Any, **compile_kwargs: Any) -> None:
         self.case = case
         self.workload = workload
         self.compiled = torch.compile(workload.model, backend=backend, dynamic=False, **compile_kwargs)
+        self._compiled_optimizer_step: Callable[[], Any] | None = None
 
     def run(self) -> StepOutput:
         with no_autograd_cache():
             return run_module_step(self.compiled, self.workload, self.case.trains)
+
+    def optimizer_step(self, workload: Workload) -> None:
+        """The optimizer step, compiled with :attr:`optimizer_backend` when the case asks for it."""
+        if not self.case.compile_optimizer or self.optimizer_backend is None or workload.optimizer is None:
+            return super().optimizer_step(workload)
+        if self._compiled_optimizer_step is None:
+            self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_backend)
+        with no_autograd_cache():
+            self._compiled_optimizer_step()
+        workload.optimizer.zero_grad(set_to_none=True)
+
+    def notes(self) -> list[str]:
+        if self.case.compile_optimizer and self.optimizer_backend is None:
+            return ["the optimizer step ran eagerly: this backend names no compiler for it (optimizer_backend)"]
+        return []
 
 
 class AotStep(DynamoStep):

@@ -45,14 +45,28 @@ KINDS: tuple[CaseKind, ...] = ("inference", "train_step", "loop")
 
 @dataclass
 class Workload:
-    """What building a case gives: a module and its inputs.
+    """What building a case gives: a module and its inputs (and, for a case that trains, its optimizer).
 
     ``model(*inputs)`` returns the outputs; for a case that trains it returns the
-    scalar loss, and the step is forward, loss, backward.
+    scalar loss, and the step is forward, loss, backward, ``optimizer.step()`` and
+    ``optimizer.zero_grad(set_to_none=True)``.  :meth:`Case.build` makes the optimizer.
     """
 
     model: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
+    optimizer: torch.optim.Optimizer | None = None
+
+
+#: The optimizers a training case can step with, as users make them (torch's defaults otherwise: on the
+#: CPU, the per-parameter loop).  Their state is made at the first step, so probed calls see the steady state.
+OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "sgd-momentum": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
+}
+#: what a training case steps with unless it names another (``optimizer="none"``: the step stops at backward)
+DEFAULT_OPTIMIZER = "sgd-momentum"
+NO_OPTIMIZER = "none"
 
 
 @dataclass(frozen=True)
@@ -71,7 +85,9 @@ class Case:
     family: str
     seed: int
     builder: Callable[[int], Workload] = field(repr=False, compare=False)
-    trains: bool = False
+    #: whether the step trains (forward, loss, backward); ``None``: as ``kind`` says (``train_step`` trains,
+    #: ``inference`` does not); a ``loop`` case says it itself.  A contradiction is refused by :func:`register`.
+    trains: bool = None  # type: ignore[assignment]  # resolved from ``kind`` in __post_init__
     requires: frozenset[str] = frozenset()
     tolerance: Tolerance = Tolerance()
     description: str = ""
@@ -80,14 +96,48 @@ class Case:
     make_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = field(default=None, repr=False, compare=False)
     #: part of a run that names no ``--case`` (the zoo is not: it is selected by id or glob)
     in_default: bool = True
+    #: the optimizer a training step steps with (:data:`OPTIMIZERS`; ``None``: :data:`DEFAULT_OPTIMIZER` for a
+    #: case that trains; ``"none"``: the step stops at backward); a case that does not train has none
+    optimizer: str | None = None
+    #: the optimizer step is compiled with the backend too, as users do with ``torch.compile(opt.step)``
+    #: (backends that compile through ``torch.compile`` and name a compiler for it: ``DynamoStep.optimizer_backend``)
+    compile_optimizer: bool = False
     #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
     #: repros, shrinking and scaling; None for a hand-written case
     program: GeneratedProgram | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.trains is None:
+            object.__setattr__(self, "trains", self.kind == "train_step")
+        if self.optimizer is None and self.trains:
+            object.__setattr__(self, "optimizer", DEFAULT_OPTIMIZER)
+
+    def kind_problem(self) -> str | None:
+        """Why ``kind`` and ``trains`` contradict each other, or ``None`` (one source of truth for training)."""
+        if self.kind == "train_step" and not self.trains:
+            return "kind 'train_step' with trains=False: a train step trains (drop trains=, or use kind 'inference')"
+        if self.kind == "inference" and self.trains:
+            return "kind 'inference' with trains=True: use kind 'train_step' for a training step"
+        if self.optimizer is not None and self.optimizer != NO_OPTIMIZER and not self.trains:
+            return f"optimizer {self.optimizer!r} on a case that does not train"
+        if self.compile_optimizer and self.optimizer in (None, NO_OPTIMIZER):
+            return "compile_optimizer=True with no optimizer to compile"
+        if self.optimizer is not None and self.optimizer not in (*OPTIMIZERS, NO_OPTIMIZER):
+            return f"unknown optimizer {self.optimizer!r} (known: {', '.join([*OPTIMIZERS, NO_OPTIMIZER])})"
+        return None
+
+    def make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer | None:
+        """The case's optimizer over ``model``'s trainable parameters (``None`` when the step has none)."""
+        if not self.trains or self.optimizer in (None, NO_OPTIMIZER):
+            return None
+        params = [p for p in model.parameters() if p.requires_grad]
+        return OPTIMIZERS[self.optimizer](params) if params else None
 
     def build(self) -> Workload:
         torch.manual_seed(self.seed)
         workload = self.builder(self.seed)
         workload.model.train(self.trains)
+        workload.optimizer = self.make_optimizer(workload.model)
         return workload
 
     def inputs_for(self, call: int) -> tuple[torch.Tensor, ...]:
@@ -184,6 +234,9 @@ def register(case: Case) -> Case:
         raise CaseError(f"case id {case.id!r} registered twice (again by {_registrant()})")
     if case.kind not in KINDS:
         raise CaseError(f"case {case.id}: unknown kind {case.kind!r}")
+    contradiction = case.kind_problem()
+    if contradiction is not None:
+        raise CaseError(f"case {case.id} registered by {_registrant()}: {contradiction}")
     _REGISTRY[case.id] = case
     return case
 

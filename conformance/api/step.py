@@ -38,10 +38,16 @@ def snapshot(out: StepOutput) -> dict[str, torch.Tensor]:
 
     Taken inside a memory probe's window, so the step's outputs can still be dropped
     there (the residual must not see them) and checked for parity afterwards."""
+    return host_copies(out.named())
+
+
+def host_copies(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of ``named`` made outside torch's allocators (through NumPy; another device's through
+    a copy to the CPU, which that device's probe does not see), so taking them disturbs no probe."""
     import numpy as np
 
     copies: dict[str, torch.Tensor] = {}
-    for name, t in out.named().items():
+    for name, t in named.items():
         t = t.detach()
         if t.device.type != "cpu":
             copies[name] = t.to("cpu", copy=True)  # another device's probe does not see CPU memory
@@ -60,6 +66,25 @@ def params_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
 def clear_grads(model: torch.nn.Module) -> None:
     for p in model.parameters():
         p.grad = None
+
+
+def step_optimizer(workload: Workload) -> None:
+    """The end of a training step as users write it: ``optimizer.step()``, then ``zero_grad(set_to_none=True)``."""
+    if workload.optimizer is not None:
+        workload.optimizer.step()
+        workload.optimizer.zero_grad(set_to_none=True)
+
+
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:
+    """The optimizer's state tensors by name (``optim[fc1.weight].momentum_buffer``): live references."""
+    if optimizer is None:
+        return {}
+    named: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        for key, value in optimizer.state.get(p, {}).items():
+            if isinstance(value, torch.Tensor):
+                named[f"optim[{name}].{key}"] = value
+    return named
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
@@ -123,7 +148,7 @@ def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
     """A deep copy of the workload with floating tensors cast to ``dtype`` (for references)."""
     model = copy.deepcopy(workload.model).to(dtype)
     inputs = tuple(t.to(dtype) if t.is_floating_point() else t.clone() for t in workload.inputs)
-    return Workload(model, inputs)
+    return Workload(model, inputs)  # an optimizer is made for the copy by whoever needs one
 
 
 def reference_step(case: Case, dtype: torch.dtype, call: int = 0) -> StepOutput:

@@ -52,6 +52,8 @@ class RecordingCompiler:
 
 
 class InductorStep(AotStep):
+    optimizer_backend = "inductor"
+
     def __init__(self, case: Case, workload: Workload) -> None:
         self.compiler = RecordingCompiler()
         self.recorder = self.compiler.recorder

@@ -1,8 +1,9 @@
 """Runs one case on one backend and decides its verdict, with the numbers behind it.
 
-A pair's life: compile and run the first call (its results checked against the
-float64 reference), one timed call, then ``steps`` probed calls, each with fresh
-inputs drawn from the case's seed, the last one's results checked for parity too.
+A pair's life: compile and run the first call, one timed call, then ``steps`` probed
+calls, each with fresh inputs drawn from the case's seed.  Every call's results and the
+state it left (inputs, buffers, parameters: :mod:`conformance.checks.state`) are checked
+against the float64 reference making the same sequence of calls.
 Every check (parity, residual, the generated program, peak, backward inputs, the
 adapter's own contract) is a :class:`~conformance.api.verdict.Check`;
 :func:`~conformance.api.verdict.combine` decides the verdict from them.
@@ -20,9 +21,9 @@ from typing import Any
 import torch
 
 from conformance.api.adapter import Backend, CompiledStep, CompileError
-from conformance.api.case import Case
+from conformance.api.case import Case, Workload
 from conformance.api.result import DomainFigures, MemoryFigures, Result
-from conformance.api.step import StepOutput, clear_grads, params_of, reference_step, snapshot, trace_step
+from conformance.api.step import StepOutput, clear_grads, params_of, snapshot, trace_step
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
 from conformance.checks.judge import (
     ProbedStep,
@@ -32,7 +33,8 @@ from conformance.checks.judge import (
     judge_program,
     judge_residual,
 )
-from conformance.checks.parity import ParityReport, compare
+from conformance.checks.parity import ParityReport
+from conformance.checks.state import after_call, compare_calls
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.transients import KernelNotModelled
@@ -109,22 +111,7 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
         result.timing["pair_s"] = time.perf_counter() - t0
 
 
-class _References:
-    """The float64 reference and eager float32 of each call whose results are checked."""
-
-    def __init__(self, case: Case, clock: PhaseClock) -> None:
-        self.case = case
-        self.clock = clock
-
-    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
-        with self.clock.phase("reference"):
-            ref64 = reference_step(self.case, torch.float64, call).named()
-            eager32 = reference_step(self.case, torch.float32, call).named()
-            return compare(actual, ref64, eager32, self.case.tolerance)
-
-
 def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
-    references = _References(case, clock)
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
@@ -139,13 +126,18 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
-    parity = {0: references.compare(0, first.named())}
-    result.parity = _parity_figures(parity)
+    # every call's results and the state it left (inputs, buffers, parameters), copied outside the
+    # probes' windows and torch's allocators, checked against references making the same calls
+    results = snapshot(first)
     del first
+    try:
+        calls = {0: _end_call(compiled, workload, results)}
+    except Exception as exc:
+        status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
+        return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
-    outputs: dict[str, torch.Tensor] = {}
     traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
         with clock.phase("probe"):
@@ -153,18 +145,22 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
+            results = snapshot(out)
             del out
+            calls[1] = _end_call(compiled, workload, results)
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
                 traces.append((call, domain_traces))
-                outputs = snap or outputs
+                calls[call] = _end_call(compiled, workload, snap)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    parity[last_call] = references.compare(last_call, outputs)
+    with clock.phase("reference"):
+        parity = compare_calls(case, calls)
+    del calls
     result.parity = _parity_figures(parity)
 
     try:
@@ -177,6 +173,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
         return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
                         traceback.format_exc())
+
+
+def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """End a call outside any probe's window: the optimizer step (a training case's), then copies of the
+    state the call left (:func:`conformance.checks.state.after_call`) beside its results' copies."""
+    compiled.optimizer_step(workload)  # outside the window: what the optimizer allocates is not modelled yet
+    return {**results, **after_call(workload)}
 
 
 def _freeze_survivors() -> None:

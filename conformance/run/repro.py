@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +110,27 @@ def failing_check(result: Result) -> str | None:
     """The check that decided a failing verdict; ``None`` for a verdict no check made (compile, run errors)."""
     deciding = combine(result.checks)
     return deciding.name.value if deciding is not None else None
+
+
+#: what a standalone script's parity check compares: the first call's outputs and gradients
+_STANDALONE_STATE = re.compile(r"call 0: (output|grad)\[")
+_STATE = re.compile(r"(call \d+): ([^:]+\]\S*):")
+
+
+def failing_state(result: Result) -> tuple[str, str] | None:
+    """The call and the piece of state (``("call 3", "buffer[bn.running_mean]")``) a parity failure names."""
+    deciding = combine(result.checks)
+    if deciding is None or deciding.name.value != "parity":
+        return None
+    m = _STATE.match(deciding.reason)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _standalone_state(result: Result) -> bool:
+    """Whether a torch-only script sees the failing state: the first call's results, not later calls or inputs,
+    buffers, parameters."""
+    state = failing_state(result)
+    return state is None or bool(_STANDALONE_STATE.match(f"{state[0]}: {state[1]}"))
 
 
 def _n_ops(program: Any) -> int:
@@ -404,6 +426,11 @@ def main():
         print(f"check {{FAILED_CHECK}}: " + (f"{{check.status}} {{check.reason}}" if check else "not made"))
         still = check is not None and check.failed
         what = f"check {{FAILED_CHECK}}"
+        if still and FAILED_STATE is not None:  # the same piece of state, on the same call
+            call, piece = FAILED_STATE
+            failures = (check.figures.get(call) or {{}}).get("failures") or []
+            still = any(f.get("name") == piece for f in failures)
+            what = f"check {{FAILED_CHECK}} ({{call}}: {{piece}})"
     if still:
         print(f"FAULT: {{what}} still fails")
         sys.exit(1)
@@ -500,7 +527,8 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     status = str(result.raw_status or result.status)
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
     standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
-                  and status not in ("crash", "timeout"))
+                  and status not in ("crash", "timeout") and _standalone_state(result))
+    state = failing_state(result) if check is not None else None
     memory = result.memory or MemoryFigures()
     rerun = rerun_command(original_id or case.id, spec)
     if standalone:
@@ -508,12 +536,15 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     else:
         why = (f"the {check!r} check needs the harness: a torch-only script cannot observe it"
                if program is not None else "the case is not generated: it is built by its registered builder")
+        if program is not None and state is not None:
+            why = f"{state[0]}'s {state[1]} is checked by the harness, which makes every call and records the state"
         how = f"Harness-based ({why}); it runs the installed torch-conformance on the case"
     header = (
         f'"""Repro: {case.id} on backend {backend.name!r}: {result.raw_status or result.status}'
         f"{f' (check {check})' if check else ''}.\n\n"
         f"{_docsafe(result.reason)}\n\n"
-        f"{_docsafe(case.description)}\n"
+        + (f"Failed state: {state[0]}: {_docsafe(state[1])} (FAILED_STATE).\n\n" if state is not None else "")
+        + f"{_docsafe(case.description)}\n"
         f"Written by torch-conformance (torch {result.versions.get('torch', '?')}); "
         f"run it with plain `python`: exit status 1 means the failing check "
         f"({check or status}) still fails, 0 that it passes.\n"
@@ -534,6 +565,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
         f"TRAIN = {case.trains}",
         f"FAILED_CHECK = {check!r}  # the check this repro is for: exit 1 while it fails",
         f"FAILED_STATUS = {status!r}",
+        f"FAILED_STATE = {state!r}  # (call, piece of state) a parity failure names",
         f"RERUN = {rerun!r}",
     ]
     if not standalone:

@@ -1,0 +1,122 @@
+"""The whole observable state a step leaves, on every call, against references that make the same calls.
+
+Parity used to look at a step's results only; a backend that overwrites its caller's
+inputs, drops a buffer update (BatchNorm's running statistics) or gets one call in the
+middle wrong passed.  After each call the engine records, besides the outputs and
+gradients, every input (``input[i]``), module buffer (``buffer[name]``), parameter
+(``param[name]``) and optimizer state tensor (``optim[name].key``): a training step
+ends with ``optimizer.step()`` (:meth:`conformance.api.adapter.CompiledStep.optimizer_step`), so
+parameters and optimizer state change on every call.  The float64 and
+eager float32 references run the same sequence of calls on their own copies of the case,
+so their state evolves as the backend's should: an input the step mutates on purpose must
+equal the reference's mutation, one it does not must come back unchanged.
+
+The copies are made through NumPy (:func:`conformance.api.step.host_copies`), outside
+torch's allocators, so recording them disturbs no memory probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.api.case import Case, Workload
+from conformance.api.step import (
+    clear_grads,
+    host_copies,
+    optimizer_state,
+    run_module_step,
+    step_optimizer,
+    to_dtype,
+)
+from conformance.checks.parity import ParityReport, compare
+
+
+def state_of(workload: Workload) -> dict[str, torch.Tensor]:
+    """Every tensor a step may change besides its results, by name (live references, not copies)."""
+    named = {f"input[{i}]": t for i, t in enumerate(workload.inputs) if isinstance(t, torch.Tensor)}
+    named.update({f"buffer[{n}]": b for n, b in workload.model.named_buffers()})
+    named.update({f"param[{n}]": p for n, p in workload.model.named_parameters()})
+    named.update(optimizer_state(workload.model, workload.optimizer))
+    return named
+
+
+def after_call(workload: Workload) -> dict[str, torch.Tensor]:
+    """Host copies of the state one call left (its results were copied inside the probe's window)."""
+    return host_copies(state_of(workload))
+
+
+class ReferenceRun:
+    """The case in plain eager PyTorch at ``dtype``, called in the backend's sequence of calls.
+
+    One copy of the case lives across calls, so buffers (running statistics, counters) evolve as
+    a correct backend's do; call ``call`` must come right after ``call - 1``."""
+
+    def __init__(self, case: Case, dtype: torch.dtype) -> None:
+        self.case, self.dtype = case, dtype
+        self.workload = to_dtype(case.build(), dtype)
+        self.workload.optimizer = case.make_optimizer(self.workload.model)
+        self.next_call = 0
+
+    def call(self, call: int) -> dict[str, torch.Tensor]:
+        """Run calls up to ``call`` and return that call's results and the state it left (copies)."""
+        if call < self.next_call:
+            raise ValueError(f"reference at call {self.next_call} cannot run call {call} again")
+        named: dict[str, torch.Tensor] = {}
+        while self.next_call <= call:
+            named = self._step(self.next_call)
+            self.next_call += 1
+        return named
+
+    def _step(self, call: int) -> dict[str, torch.Tensor]:
+        if call:
+            inputs = self.case.inputs_for(call)
+            self.workload.inputs = tuple(t.to(self.dtype) if t.is_floating_point() else t.clone() for t in inputs)
+        clear_grads(self.workload.model)
+        out = run_module_step(self.workload.model, self.workload, self.case.trains)
+        named = {name: t.detach().clone() for name, t in out.named().items()}
+        del out
+        step_optimizer(self.workload)
+        named.update({name: t.detach().clone() for name, t in state_of(self.workload).items()})
+        clear_grads(self.workload.model)
+        return named
+
+
+@dataclass
+class StateReferences:
+    """The float64 reference and eager float32 of a case, advanced together call by call."""
+
+    case: Case
+    ref64: ReferenceRun | None = field(default=None, init=False)
+    eager32: ReferenceRun | None = field(default=None, init=False)
+
+    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
+        """``actual`` (a call's results and the state it left) against the references' same call."""
+        if self.ref64 is None or self.eager32 is None:
+            self.ref64 = ReferenceRun(self.case, torch.float64)
+            self.eager32 = ReferenceRun(self.case, torch.float32)
+        ref64, eager32 = self.ref64.call(call), self.eager32.call(call)  # on the backend's threads: eager's noise
+        with one_thread():
+            return compare(actual, ref64, eager32, self.case.tolerance)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Comparisons on one thread: they are many small ops, for which OpenMP's fork and join cost more than
+    they save, and far more on a busy machine (a 512x512 comparison took 0.7 s on two threads of two
+    shared cores, 15 ms on one).  Results are the same: each is one tensor's error, not a sum over threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]]) -> dict[int, ParityReport]:
+    """Every recorded call (in call order) against the references run through the same sequence."""
+    references = StateReferences(case)
+    return {call: references.compare(call, calls[call]) for call in sorted(calls)}
