@@ -45,23 +45,31 @@ class RecordingCompiler:
             received = self.recorder.record(gm, is_backward)
             compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
             received.source = getattr(compiled, "source_code", None)  # the same on a cache hit
-            return self.recorder.watch(compiled, gm) if is_backward else compiled
+            dispatched = self.recorder.dispatched(compiled, received)  # which call ran it, at which sizes
+            return self.recorder.watch(dispatched, gm) if is_backward else dispatched
 
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
 
 class InductorStep(AotStep):
+    follows_compile_mode = True  # a case whose shapes change is compiled as its schedule says
+
     def __init__(self, case: Case, workload: Workload) -> None:
         self.compiler = RecordingCompiler()
         self.recorder = self.compiler.recorder
         super().__init__(case, workload, self.compiler)
 
     def program_model(self, observation: Observation) -> LifetimeModel | None:
-        return model_of_programs(self.recorder.graphs, observation)
+        ran = self.recorder.ran(observation)
+        if ran is None:
+            return None
+        forward, backward, bound = ran
+        return model_of_programs([forward] if backward is None else [forward, backward], bound)
 
 
 def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
-    """Model the Python wrappers inductor generated for one forward (and its backward)."""
+    """Model the Python wrappers inductor generated for one forward (and its backward), a dynamic
+    one's symbolic sizes at the values ``observation.sizes`` binds."""
     forwards = [g for g in graphs if not g.is_backward]
     backwards = [g for g in graphs if g.is_backward]
     if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None for g in graphs):
@@ -74,7 +82,7 @@ def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> 
 
 class InductorBackend(Backend):
     name = "inductor"
-    capabilities = Capabilities()
+    capabilities = Capabilities(dynamic_shapes=True)
     cost_weight = 6.0
 
     def versions(self) -> dict[str, str]:

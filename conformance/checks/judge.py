@@ -32,6 +32,22 @@ class ProbedStep:
     user_model: LifetimeModel
     program: LifetimeModel | None = None
     observation: Observation | None = None  # the loop trip counts this call's models were built with
+    #: graphs the call compiled (a case whose shapes change: a recompile for a new shape); 0 otherwise
+    new_graphs: int = 0
+    #: the call's changing dimension and size (``batch=10``) in a case whose shapes change, else ""
+    shape: str = ""
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes the call left alive past its model's residual: what a backend keeps across calls."""
+        return max(0, self.trace.residual_bytes - self.model.residual_bytes)
+
+    @property
+    def kept_for_new_graph(self) -> bool:
+        """Memory kept by a call that compiled a graph: one graph's (one shape's) cache, counted and
+        reported; bounded by the graphs a frame may compile, so not a leak.  Kept by a call that
+        compiled nothing, it grows with calls: a leak."""
+        return self.new_graphs > 0 and self.kept_bytes > 0
 
 
 def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
@@ -42,9 +58,12 @@ def judge_residual(steps: Sequence[ProbedStep]) -> Check:
     """After each step (outputs dropped, gradients kept) live bytes equal the model's residual exactly."""
     residuals = [s.trace.residual_bytes for s in steps]
     expected = [s.model.residual_bytes for s in steps]
-    figures = {"residual_per_step": residuals, "model_residual_per_step": expected,
-               "growth_bytes": residuals[-1] - residuals[0] if residuals else 0}
-    bad = [s for s in steps if s.trace.residual_bytes != s.model.residual_bytes]
+    figures: dict[str, Any] = {"residual_per_step": residuals, "model_residual_per_step": expected,
+                               "growth_bytes": residuals[-1] - residuals[0] if residuals else 0}
+    kept = {s.call: s.kept_bytes for s in steps if s.kept_for_new_graph}
+    if kept:
+        figures["kept_for_new_graphs"] = kept
+    bad = [s for s in steps if s.trace.residual_bytes != s.model.residual_bytes and not s.kept_for_new_graph]
     if not bad:
         return passed(CheckName.RESIDUAL, **figures)
     worst = max(bad, key=lambda s: abs(s.trace.residual_bytes - s.model.residual_bytes))
@@ -53,6 +72,9 @@ def judge_residual(steps: Sequence[ProbedStep]) -> Check:
     first_bad = steps.index(bad[0]) + 1
     growth = (f"; grows {figures['growth_bytes']:+d} B over {len(steps)} steps"
               if figures["growth_bytes"] else "")
+    if excess > 0 and worst.shape:
+        growth += (f"; at {worst.shape} call {worst.call} kept {worst.kept_bytes} B with no new graph compiled "
+                   "(memory kept across shapes that grows with calls, without bound)")
     return Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL,
                  f"residual {residuals} B per step != model residual {expected[-1]} B from probed step "
                  f"{first_bad}{growth}; still alive: {names(blamed)}",

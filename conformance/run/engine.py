@@ -37,7 +37,7 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
-from conformance.run import boundary, pristine, reaper
+from conformance.run import boundary, pristine, reaper, shapes
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.util.phases import PhaseClock
@@ -126,6 +126,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
+    graphs = shapes.GraphCounter()
     t0 = time.perf_counter()
     stage = "compile"
     try:
@@ -137,13 +138,16 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
+    graphs.end_call()
     parity = {0: references.compare(0, first.named())}
     result.parity = _parity_figures(parity)
     del first
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
+    every_call = case.shapes is not None  # a new shape (and a recompile) may come at any call: check each
     outputs: dict[str, torch.Tensor] = {}
+    results: dict[int, dict[str, torch.Tensor]] = {}
     traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
         with clock.phase("probe"):
@@ -151,23 +155,36 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
+            if every_call:
+                results[1] = snapshot(out)
             del out
+            graphs.end_call()
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, call == last_call)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe,
+                                                  every_call or call == last_call)
+                graphs.end_call()
                 traces.append((call, domain_traces))
                 outputs = snap or outputs
+                if every_call:
+                    results[call] = snap
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    parity[last_call] = references.compare(last_call, outputs)
+    for call, named in results.items():
+        parity[call] = references.compare(call, named)
+    if last_call not in parity:
+        parity[last_call] = references.compare(last_call, outputs)
     result.parity = _parity_figures(parity)
 
     try:
         with clock.phase("model"):
-            steps, source = _probed_steps(case, compiled, models, traces, result)
+            steps, source = _probed_steps(case, compiled, models, traces, result, graphs)
+        shape_figures = shapes.figures(case, graphs, [(s.call, s.kept_bytes) for s in steps])
+        if shape_figures is not None:
+            result.shapes = shape_figures.to_json()
         with clock.phase("judge"):
             return _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
@@ -224,17 +241,22 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 
 def _probed_steps(
-    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result
+    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
+    graphs: shapes.GraphCounter,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
     for call, domain_traces in traces:
         trace = domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
         user, observation = models.user(call)
+        observation = observation.copy()
+        observation.call = call  # the backend's models are of the graphs this call ran
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation))
+        new_graphs = graphs.per_call[call] if case.shapes is not None and call < len(graphs.per_call) else 0
+        shape = f"{case.shapes.name}={case.shapes.size(call)}" if case.shapes is not None else ""
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation, new_graphs, shape))
     return steps, source
 
 
@@ -244,10 +266,11 @@ class _Models:
     def __init__(self, case: Case) -> None:
         self.case = case
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
-        self._backend: dict[tuple[str, tuple[int, ...]], LifetimeModel | None] = {}
+        self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
-        key = call if self.case.kind == "loop" else 0  # only loops depend on the inputs' values
+        # only loops depend on the inputs' values, and cases whose shapes change on their shapes
+        key = call if self.case.kind == "loop" or self.case.shapes is not None else 0
         if key not in self._user:
             self._user[key] = user_level_model(self.case, key)
         return self._user[key]
@@ -262,10 +285,11 @@ class _Models:
     def _of_backend(self, why_not: str, build: Callable[[Observation], LifetimeModel | None],
                     observation: Observation, result: Result) -> LifetimeModel | None:
         """A model the backend builds (once per trip counts); one it cannot build is a note, not a verdict."""
-        key = (why_not, tuple(observation.trip_counts))
+        # a case whose shapes change may run other graphs, at other sizes, on every call
+        key = (why_not, tuple(observation.trip_counts), observation.call if self.case.shapes is not None else -1)
         if key not in self._backend:
             try:
-                self._backend[key] = boundary.model(build(_copy(observation)), _hook_name(build))
+                self._backend[key] = boundary.model(build(observation.copy()), _hook_name(build))
             except ModelError as exc:
                 self._backend[key] = None
                 result.notes.append(why_not.format(exc))
@@ -274,10 +298,6 @@ class _Models:
 
 def _hook_name(build: Callable[..., Any]) -> str:
     return f"CompiledStep.{getattr(build, '__name__', 'model')}()"
-
-
-def _copy(observation: Observation) -> Observation:
-    return Observation(list(observation.trip_counts))
 
 
 def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observation]:
@@ -290,7 +310,7 @@ def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observat
     with torch.no_grad():
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, _copy(executor.observation), retained), executor.observation
+    return model_graph(gm, executor.observation.copy(), retained), executor.observation
 
 
 def probed_step(
