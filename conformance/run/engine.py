@@ -127,6 +127,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     with clock.phase("build"):
         workload = case.build()
     graphs = shapes.GraphCounter()
+    runs = shapes.Runs()
     t0 = time.perf_counter()
     stage = "compile"
     try:
@@ -164,7 +165,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 workload.inputs = _inputs(case, call, backend)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe,
                                                   every_call or call == last_call)
-                graphs.end_call()
+                if every_call and graphs.end_call():
+                    # the call compiled: its window holds the compiler's own allocations too, so the
+                    # step is probed again at the same shapes (it settles) and judged on that run
+                    runs.compiled(call, domain_traces)
+                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False)
+                    graphs.settle()
+                runs.probed(call)
                 traces.append((call, domain_traces))
                 outputs = snap or outputs
                 if every_call:
@@ -181,8 +188,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
 
     try:
         with clock.phase("model"):
-            steps, source = _probed_steps(case, compiled, models, traces, result, graphs)
-        shape_figures = shapes.figures(case, graphs, [(s.call, s.kept_bytes) for s in steps])
+            steps, source = _probed_steps(case, compiled, models, traces, result, graphs, runs)
+        shape_figures = shapes.figures(case, graphs, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"):
@@ -242,22 +249,28 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 def _probed_steps(
     case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    graphs: shapes.GraphCounter,
+    graphs: shapes.GraphCounter, runs: shapes.Runs,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
     for call, domain_traces in traces:
-        trace = domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
+        trace = _one_trace(domain_traces)
         user, observation = models.user(call)
         observation = observation.copy()
-        observation.call = call  # the backend's models are of the graphs this call ran
+        observation.call = runs.run_of(call)  # the backend's models are of the graphs this run ran
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
         new_graphs = graphs.per_call[call] if case.shapes is not None and call < len(graphs.per_call) else 0
         shape = f"{case.shapes.name}={case.shapes.size(call)}" if case.shapes is not None else ""
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation, new_graphs, shape))
+        compiling = runs.compiling.get(call)
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation, new_graphs, shape,
+                                _one_trace(compiling) if compiling is not None else None))
     return steps, source
+
+
+def _one_trace(domain_traces: list[MemoryTrace]) -> MemoryTrace:
+    return domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
 
 
 class _Models:

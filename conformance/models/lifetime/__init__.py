@@ -36,9 +36,6 @@ from conformance.models.lifetime.steps import GraphProgram, model_forward_backwa
 
 __all__ = [
     "WHILE_LOOP_OPS",
-    "bind_symbols",
-    "concrete",
-    "size_of",
     "CallingConvention",
     "GraphProgram",
     "LifetimeModel",
@@ -47,11 +44,14 @@ __all__ = [
     "ModelError",
     "Observation",
     "Storage",
+    "bind_symbols",
+    "concrete",
     "is_while_loop",
     "loop_parts",
     "model_forward_backward",
     "model_graph",
     "op_name",
     "release_schedule",
+    "size_of",
     "storage_nbytes",
 ]

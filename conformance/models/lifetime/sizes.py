@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import sympy
-
 import torch
 
 from conformance.models.lifetime.model import ModelError
