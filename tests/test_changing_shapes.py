@@ -170,3 +170,35 @@ def test_a_user_case_declares_changing_shapes_with_a_schedule() -> None:
     result = run_case(case, EagerBackend(), RunOptions(steps=2))
     assert result.status == "pass", result.reason
     assert result.shapes["sizes"] == [2, 5, 2, 5]
+
+
+def test_generated_dyn_programs_run_at_every_batch_of_their_schedule() -> None:
+    """Hypothesis draws dynamic batches too: every ``dyn`` program it draws runs at each of its sizes."""
+    from hypothesis import HealthCheck, given, settings
+
+    from conformance.cases.generated import DYN_SIZES, Program, load_source, program_source, programs
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(programs(family="dyn", train=False))
+    def check(program: Program) -> None:
+        assert len(program.batches) == DYN_SIZES and program.batches[0] == program.batch
+        assert "expand" not in {op.kind for op in program.ops}
+        ns = load_source(program_source(program), "<test>")
+        model = ns["make_model"]()
+        shapes = [tuple(t.shape) for b in program.batches for t in model(*ns["make_inputs"](b))]
+        assert shapes  # it ran at every batch
+
+    check()
+
+
+def test_default_generated_set_gains_dyn_cases_and_keeps_the_others() -> None:
+    from conformance.cases.generated import DEFAULT_DYN, dyn_cases
+
+    dyn = [c.id for c in dyn_cases(DEFAULT_DYN, 0)]
+    assert [c.id for c in select_cases(["gen-dyn-*"])] == dyn and len(dyn) == DEFAULT_DYN
+    case = resolve(dyn[0])
+    assert case is not None and case.shapes is not None and "dynamic_shapes" in case.requires
+    assert [case.inputs_for(call)[0].shape[0] for call in range(3)] == list(case.shapes.sizes[:3])
+    result = run_case(case, EagerBackend())
+    assert result.status == "pass", result.reason
+    assert result.shapes["sizes"] == list(case.shapes.sizes)
