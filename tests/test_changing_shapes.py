@@ -202,3 +202,24 @@ def test_default_generated_set_gains_dyn_cases_and_keeps_the_others() -> None:
     result = run_case(case, EagerBackend())
     assert result.status == "pass", result.reason
     assert result.shapes["sizes"] == list(case.shapes.sizes)
+
+
+def _undeclared_case() -> Case:
+    """The issue's new user: a plain MLP whose batch grows on every call, given by ``make_inputs`` alone."""
+    from conformance.cases.changing_shapes import BATCHES, BatchMLP
+
+    return Case("test-undeclared-batches", "inference", "mine", 0,
+                lambda seed: Workload(BatchMLP(False), (torch.randn(BATCHES[0], 16),)),
+                make_inputs=lambda call: (torch.randn(BATCHES[call % len(BATCHES)], 16),))
+
+
+@pytest.mark.parametrize("backend", [EagerBackend, InductorBackend], ids=["eager", "inductor"])
+def test_shapes_seen_in_the_inputs_change_the_models_too(backend: type) -> None:
+    """No schedule declared: a call whose inputs come with other shapes than call 0's is modelled at
+    its own (eager failed at 2,560-4,096 B against call 0's model; inductor blamed None)."""
+    result = run_case(_undeclared_case(), backend())
+    assert result.status == "pass", result.reason
+    assert result.shapes["dimension"] == "inputs" and result.shapes["sizes"] == []
+    assert [s[0][0] for s in result.shapes["input_shapes"]] == [4, 7, 10, 13, 16]
+    if backend is InductorBackend:  # compiled as users do: a recompile, then dynamic
+        assert result.shapes["compiles_per_call"] == [1, 1, 0, 0, 0]

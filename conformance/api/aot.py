@@ -166,14 +166,16 @@ def no_autograd_cache() -> Iterator[None]:
 class DynamoStep(CompiledStep):
     """A workload run through ``torch.compile`` with a given backend callable."""
 
-    #: whether this step compiles as users do for a case whose shapes change (``case.shapes.compile``);
-    #: a step that does not keeps ``dynamic=False`` for every case
+    #: whether this step compiles as users do (``torch.compile``'s default, or what a case whose
+    #: shapes change asks: ``case.shapes.compile``); a step that does not keeps ``dynamic=False``
     follows_compile_mode: ClassVar[bool] = False
 
     def __init__(self, case: Case, workload: Workload, backend: Any, **compile_kwargs: Any) -> None:
         self.case = case
         self.workload = workload
-        self.mode: CompileMode | None = case.shapes.compile if case.shapes and self.follows_compile_mode else None
+        self.mode: CompileMode | None = None
+        if self.follows_compile_mode:  # as users compile: the default unless the case asks otherwise
+            self.mode = case.shapes.compile if case.shapes is not None else "default"
         dynamic = {None: False, "default": None, "dynamic": True, "mark_dynamic": None}[self.mode]
         self.compiled = torch.compile(workload.model, backend=backend, dynamic=dynamic, **compile_kwargs)
 

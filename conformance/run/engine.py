@@ -126,8 +126,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
-    graphs = shapes.GraphCounter()
-    runs = shapes.Runs()
+    calls = shapes.Calls(case)
+    calls.see(0, workload.inputs)
     t0 = time.perf_counter()
     stage = "compile"
     try:
@@ -139,42 +139,42 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
-    graphs.end_call()
+    calls.end()
     parity = {0: references.compare(0, first.named())}
     result.parity = _parity_figures(parity)
     del first
     clear_grads(workload.model)
 
     last_call = 1 + options.steps
-    every_call = case.shapes is not None  # a new shape (and a recompile) may come at any call: check each
     outputs: dict[str, torch.Tensor] = {}
     results: dict[int, dict[str, torch.Tensor]] = {}
     traces: list[tuple[int, list[MemoryTrace]]] = []
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
+            calls.see(1, workload.inputs)
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
-            if every_call:
+            if calls.changing:  # a new shape (and a recompile) may come at any call: check each
                 results[1] = snapshot(out)
             del out
-            graphs.end_call()
+            calls.end()
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
+                calls.see(call, workload.inputs)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe,
-                                                  every_call or call == last_call)
-                if every_call and graphs.end_call():
+                                                  calls.changing or call == last_call)
+                if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run
-                    runs.compiled(call, domain_traces)
+                    calls.compiled(call, domain_traces)
                     domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False)
-                    graphs.settle()
-                runs.probed(call)
+                calls.settled(call)
                 traces.append((call, domain_traces))
                 outputs = snap or outputs
-                if every_call:
+                if calls.changing:
                     results[call] = snap
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
@@ -188,8 +188,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
 
     try:
         with clock.phase("model"):
-            steps, source = _probed_steps(case, compiled, models, traces, result, graphs, runs)
-        shape_figures = shapes.figures(case, graphs, steps)
+            models.changing = calls.changing
+            steps, source = _probed_steps(compiled, models, traces, result, calls)
+        shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"):
@@ -248,8 +249,8 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 
 def _probed_steps(
-    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    graphs: shapes.GraphCounter, runs: shapes.Runs,
+    compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
+    calls: shapes.Calls,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
@@ -257,15 +258,13 @@ def _probed_steps(
         trace = _one_trace(domain_traces)
         user, observation = models.user(call)
         observation = observation.copy()
-        observation.call = runs.run_of(call)  # the backend's models are of the graphs this run ran
+        observation.call = calls.run_of(call)  # the backend's models are of the graphs this run ran
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
-        new_graphs = graphs.per_call[call] if case.shapes is not None and call < len(graphs.per_call) else 0
-        shape = f"{case.shapes.name}={case.shapes.size(call)}" if case.shapes is not None else ""
-        compiling = runs.compiling.get(call)
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation, new_graphs, shape,
-                                _one_trace(compiling) if compiling is not None else None))
+        compiling = calls.compiling.get(call)
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation, calls.new_graphs(call),
+                                calls.label(call), _one_trace(compiling) if compiling is not None else None))
     return steps, source
 
 
@@ -278,12 +277,14 @@ class _Models:
 
     def __init__(self, case: Case) -> None:
         self.case = case
+        #: the case's shapes change between calls (declared, or seen in its inputs)
+        self.changing = case.shapes is not None
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
         # only loops depend on the inputs' values, and cases whose shapes change on their shapes
-        key = call if self.case.kind == "loop" or self.case.shapes is not None else 0
+        key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._user:
             self._user[key] = user_level_model(self.case, key)
         return self._user[key]
@@ -299,7 +300,7 @@ class _Models:
                     observation: Observation, result: Result) -> LifetimeModel | None:
         """A model the backend builds (once per trip counts); one it cannot build is a note, not a verdict."""
         # a case whose shapes change may run other graphs, at other sizes, on every call
-        key = (why_not, tuple(observation.trip_counts), observation.call if self.case.shapes is not None else -1)
+        key = (why_not, tuple(observation.trip_counts), observation.call if self.changing else -1)
         if key not in self._backend:
             try:
                 self._backend[key] = boundary.model(build(observation.copy()), _hook_name(build))

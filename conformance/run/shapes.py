@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from conformance.api.case import Case
 from conformance.checks.judge import ProbedStep
 from conformance.probes.cpu import MemoryTrace
@@ -30,49 +32,75 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-@dataclass
-class GraphCounter:
-    """Graphs compiled during each call of a step, in call order (call 0: compile and first call)."""
-
-    per_call: list[int] = field(default_factory=list)
-    _last: int = field(default_factory=dynamo_graphs)
-
-    def end_call(self) -> int:
-        """Close a call: the graphs compiled since the last one ended."""
-        now = dynamo_graphs()
-        self.per_call.append(now - self._last)
-        self._last = now
-        return self.per_call[-1]
+InputShapes = tuple[tuple[int, ...], ...]
 
 
-    def settle(self) -> None:
-        """The last call was run again (after it compiled): what that compiled counts for the call."""
-        now = dynamo_graphs()
-        self.per_call[-1] += now - self._last
-        self._last = now
+def input_shapes(inputs: Sequence[Any]) -> InputShapes:
+    return tuple(tuple(int(n) for n in t.shape) for t in inputs if isinstance(t, torch.Tensor))
 
 
 @dataclass
-class Runs:
-    """Which run of the step each probed call's judged trace comes from.
+class Calls:
+    """A pair's calls, as far as shapes go: each call's input shapes, the graphs it compiled, and
+    which run of the step the contracts judge for it.
 
-    Call ``k`` is the step's run ``k`` until a call compiles: that call is run twice (the
-    compiling run, then the settled one the contracts judge), and every later call shifts by one.
-    A backend's dispatch log numbers runs, so its models are looked up by run."""
+    Shapes change when the case says so (a :class:`~conformance.api.case.ShapeSchedule`) or
+    when a call's inputs simply come with other shapes than call 0's (``make_inputs`` alone):
+    from then on every call is checked for parity and modelled at its own shapes.
 
+    Call ``k`` is the step's run ``k`` until a probed call compiles: that call is run twice
+    (the compiling run, then the settled one the contracts judge), and every later call shifts by
+    one.  A backend's dispatch log numbers runs, so its models are looked up by run."""
+
+    case: Case
+    inputs: dict[int, InputShapes] = field(default_factory=dict)
+    compiles: list[int] = field(default_factory=list)
     compiling: dict[int, list[MemoryTrace]] = field(default_factory=dict)
+    _graphs: int = field(default_factory=dynamo_graphs)
     _extra: int = 0
     _run_of: dict[int, int] = field(default_factory=dict)
 
+    @property
+    def changing(self) -> bool:
+        return self.case.shapes is not None or len(set(self.inputs.values())) > 1
+
+    def see(self, call: int, inputs: Sequence[Any]) -> None:
+        """The inputs ``call`` runs with (before it runs)."""
+        self.inputs[call] = input_shapes(inputs)
+
+    def end(self) -> int:
+        """Close the call that just ran: the graphs compiled since the last one ended."""
+        now = dynamo_graphs()
+        self.compiles.append(now - self._graphs)
+        self._graphs = now
+        return self.compiles[-1]
+
     def compiled(self, call: int, traces: list[MemoryTrace]) -> None:
+        """``call`` compiled while probed: it is run again, and that run is judged."""
         self.compiling[call] = traces
         self._extra += 1
 
-    def probed(self, call: int) -> None:
+    def settled(self, call: int) -> None:
+        """The run judged for ``call`` has ended (after a compiling run, what it compiled still counts)."""
+        if call in self.compiling:
+            now = dynamo_graphs()
+            self.compiles[-1] += now - self._graphs
+            self._graphs = now
         self._run_of[call] = call + self._extra
 
     def run_of(self, call: int) -> int:
         return self._run_of.get(call, call)
+
+    def new_graphs(self, call: int) -> int:
+        return self.compiles[call] if self.changing and call < len(self.compiles) else 0
+
+    def label(self, call: int) -> str:
+        """The call's shapes in a reason (``batch=10``), or "" when shapes do not change."""
+        if self.case.shapes is not None:
+            return f"{self.case.shapes.name}={self.case.shapes.size(call)}"
+        if self.changing:
+            return "inputs " + ", ".join(str(s) for s in self.inputs.get(call, ()))
+        return ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,7 @@ class ShapeFigures:
     dimension: str
     compile: str
     sizes: list[int]
+    input_shapes: list[list[list[int]]]
     compiles_per_call: list[int]
     #: probed call -> bytes it kept past its model's residual (0 for a backend that keeps nothing)
     kept_bytes_per_call: dict[int, int]
@@ -98,6 +127,7 @@ class ShapeFigures:
             "dimension": self.dimension,
             "compile": self.compile,
             "sizes": self.sizes,
+            "input_shapes": self.input_shapes,
             "compiles_per_call": self.compiles_per_call,
             "graphs": sum(self.compiles_per_call),
             "recompiles": self.recompiles,
@@ -107,11 +137,14 @@ class ShapeFigures:
         }
 
 
-def figures(case: Case, counter: GraphCounter, steps: Sequence[ProbedStep]) -> ShapeFigures | None:
+def figures(calls: Calls, steps: Sequence[ProbedStep]) -> ShapeFigures | None:
     """The record's ``shapes`` figures; None for a case whose shapes do not change."""
-    if case.shapes is None:
+    if not calls.changing:
         return None
-    return ShapeFigures(case.shapes.name, case.shapes.compile,
-                        [case.shapes.size(call) for call in range(len(counter.per_call))],
-                        list(counter.per_call), {s.call: s.kept_bytes for s in steps},
+    schedule = calls.case.shapes
+    n = len(calls.compiles)
+    return ShapeFigures(schedule.name if schedule else "inputs", schedule.compile if schedule else "default",
+                        [schedule.size(call) for call in range(n)] if schedule else [],
+                        [[list(s) for s in calls.inputs.get(call, ())] for call in range(n)],
+                        list(calls.compiles), {s.call: s.kept_bytes for s in steps},
                         {s.call: s.compile_trace.peak_bytes for s in steps if s.compile_trace is not None})
