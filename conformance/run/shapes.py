@@ -1,9 +1,10 @@
 """Shapes that change between calls: the graphs each call compiled, and the memory kept across shapes.
 
 A case with a :class:`~conformance.api.case.ShapeSchedule` (or whose inputs simply come with
-new shapes) calls the step with new shapes; a compiler answers with recompiles (a graph per shape, then a dynamic one).  This module
-counts the graphs each call compiled (Dynamo's own count of the graphs it produced, so it
-holds for every backend compiled through ``torch.compile``) and sums the figures the record
+new shapes) calls the step with new shapes; a compiler answers with recompiles (a graph per
+shape, then a dynamic one).  This module counts the graphs each call compiled (Dynamo's own
+count of the graphs it produced, so it holds for every backend compiled through
+``torch.compile``) and sums the figures the record
 carries under ``shapes``: the sizes, the compiles per call, the recompiles, and the bytes
 each probed call kept past its model (memory kept across shapes, which the residual
 contract allows only on a call that compiled a new graph: see
