@@ -25,7 +25,7 @@ from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
 
 ENTRY_POINT_GROUP = "conformance.backends"
-CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs")
+CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs", "dynamic_shapes")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Capabilities:
     while_loop: bool = True
     custom_ops: bool = True
     cuda_graphs: bool = False  # records and replays CUDA graphs (graph trees, private memory pools)
+    dynamic_shapes: bool = False  # runs cases whose input shapes change between calls (``Case.shapes``)
     devices: tuple[str, ...] = ("cpu",)
     memory_domains: tuple[str, ...] = ("torch-cpu",)
     exact_memory: bool = False  # measured peak must equal the model's, not just stay below

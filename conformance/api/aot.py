@@ -26,10 +26,11 @@ import torch
 import torch.fx
 
 from conformance.api.adapter import CompiledStep
-from conformance.api.case import Case, Workload
+from conformance.api.case import Case, CompileMode, Workload
+from conformance.api.dispatch import Dispatched, DispatchLog
 from conformance.api.step import StepOutput, run_module_step
 from conformance.models.donation import BackwardWatch, classify, saved_positions
-from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward
+from conformance.models.lifetime import LifetimeModel, Observation, bind_symbols, model_forward_backward
 from conformance.probes.cpu import MemoryTrace
 
 CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
@@ -64,12 +65,18 @@ class AotRecorder:
 
     graphs: list[ReceivedGraph] = field(default_factory=list)
     watches: list[BackwardWatch] = field(default_factory=list)
+    #: which graphs each call ran, at which sizes, where the backend wraps them (:meth:`dispatched`)
+    log: DispatchLog = field(default_factory=DispatchLog)
 
     def record(self, gm: torch.fx.GraphModule, is_backward: bool) -> ReceivedGraph:
         """Keep a snapshot of a graph as received (before the backend's own passes rewrite it)."""
         received = ReceivedGraph(snapshot(gm), is_backward)
         self.graphs.append(received)
         return received
+
+    def dispatched(self, compiled: Any, received: ReceivedGraph) -> Dispatched:
+        """``compiled`` (for ``received``) logging each run: a call's model is of the graphs it ran."""
+        return Dispatched(compiled, self.log, next(i for i, g in enumerate(self.graphs) if g is received))
 
     def watch(self, compiled: Any, bw_gm: torch.fx.GraphModule) -> BackwardWatch:
         """Wrap a compiled backward so the step sees whether saved activations outlive its call."""
@@ -103,20 +110,41 @@ class AotRecorder:
             return None
         return forwards[0], backwards[0] if backwards else None
 
+    def ran(self, observation: Observation) -> tuple[ReceivedGraph, ReceivedGraph | None, Observation] | None:
+        """The forward (and backward) the observed call ran, with the observation its models need: the
+        values the graphs' symbolic sizes took in that call bound.  Without a log of that call (a
+        backend that does not wrap its graphs), :meth:`single`; None after graph breaks."""
+        ran = self.log.of_call(observation.call)
+        if not ran:
+            pair = self.single()
+            return None if pair is None else (*pair, observation)
+        order = list(dict.fromkeys(d.graph for d in ran))
+        forwards = [i for i in order if not self.graphs[i].is_backward]
+        backwards = [i for i in order if self.graphs[i].is_backward]
+        if len(forwards) != 1 or len(backwards) > 1:
+            return None
+        bound = observation.copy()
+        for dispatch in ran:
+            gm = self.graphs[dispatch.graph].gm
+            vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+            bound.sizes.update(bind_symbols(vals, dispatch.sizes))
+        fw = self.graphs[forwards[0]]
+        return fw, self.graphs[backwards[0]] if backwards else None, bound
+
     def received_model(self, observation: Observation, saved_inputs: str = "donated",
                        **kwargs: Any) -> LifetimeModel | None:
-        """The model of the received graphs (``kwargs``: see :func:`model_forward_backward`)."""
-        pair = self.single()
-        if pair is None:
+        """The model of the received graphs the observed call ran (``kwargs``: see :func:`model_forward_backward`)."""
+        ran = self.ran(observation)
+        if ran is None:
             return None
-        fw, bw = pair
-        return model_forward_backward(fw.gm, bw.gm if bw else None, observation, saved_inputs, **kwargs)
+        fw, bw, bound = ran
+        return model_forward_backward(fw.gm, bw.gm if bw else None, bound, saved_inputs, **kwargs)
 
     def backward_findings(self, traces: list[MemoryTrace], observation: Observation,
                           still_allocated_bytes: int = 0, **kwargs: Any) -> dict[str, Any]:
         """``memory["backward_inputs"]`` and its detail: do saved activations die at their last use?"""
-        pair = self.single()
-        if pair is None or pair[1] is None:
+        ran = self.ran(observation)
+        if ran is None or ran[1] is None:
             return {}
         donated = self.received_model(observation, **kwargs)
         held = self.received_model(observation, "held", **kwargs)
@@ -145,14 +173,25 @@ class DynamoStep(CompiledStep):
     #: backend, not the recording one: the optimizer's graphs are not the step's received graphs); ``None``:
     #: the optimizer runs eagerly (and the pair gets a note)
     optimizer_backend: ClassVar[Any] = None
+    #: whether this step compiles as users do (``torch.compile``'s default, or what a case whose
+    #: shapes change asks: ``case.shapes.compile``); a step that does not keeps ``dynamic=False``
+    follows_compile_mode: ClassVar[bool] = False
 
     def __init__(self, case: Case, workload: Workload, backend: Any, **compile_kwargs: Any) -> None:
         self.case = case
         self.workload = workload
-        self.compiled = torch.compile(workload.model, backend=backend, dynamic=False, **compile_kwargs)
+        self.mode: CompileMode | None = None
+        if self.follows_compile_mode:  # as users compile: the default unless the case asks otherwise
+            self.mode = case.shapes.compile if case.shapes is not None else "default"
+        dynamic = {None: False, "default": None, "dynamic": True, "mark_dynamic": None}[self.mode]
+        self.compiled = torch.compile(workload.model, backend=backend, dynamic=dynamic, **compile_kwargs)
         self._compiled_optimizer_step: Callable[[], Any] | None = None
 
     def run(self) -> StepOutput:
+        self.begin_call()
+        if self.mode == "mark_dynamic" and self.case.shapes is not None:
+            for position, dim in self.case.shapes.dims:
+                torch._dynamo.mark_dynamic(self.workload.inputs[position], dim)
         with no_autograd_cache():
             return run_module_step(self.compiled, self.workload, self.case.trains)
 
@@ -171,6 +210,9 @@ class DynamoStep(CompiledStep):
             return ["the optimizer step ran eagerly: this backend names no compiler for it (optimizer_backend)"]
         return []
 
+    def begin_call(self) -> None:
+        """A new call of the step begins (what a dispatch log counts calls by)."""
+
 
 class AotStep(DynamoStep):
     """A :class:`DynamoStep` whose backend is built on :class:`AotRecorder`: received graphs modelled,
@@ -180,6 +222,9 @@ class AotStep(DynamoStep):
     #: how the received graphs are modelled (see :func:`model_forward_backward`), e.g.
     #: ``{"kernel_transients": True}`` for a backend that runs ATen ops with eager kernels
     model_options: ClassVar[dict[str, Any]] = {}
+
+    def begin_call(self) -> None:
+        self.recorder.log.begin_call()
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return self.recorder.received_model(observation, **self.model_options)

@@ -10,6 +10,7 @@ and ``--cases MODULE_OR_FILE`` sources, which child processes inherit through th
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import importlib
 import importlib.util
@@ -42,6 +43,13 @@ class GeneratedProgram(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 KINDS: tuple[CaseKind, ...] = ("inference", "train_step", "loop")
 
+#: How a backend that compiles through ``torch.compile`` is asked to compile a case whose shapes
+#: change, as users ask: ``default`` (no ``dynamic=``: recompile on the first new shape, then
+#: go dynamic automatically), ``dynamic`` (``dynamic=True``) or ``mark_dynamic``
+#: (``torch._dynamo.mark_dynamic`` on the changing dimensions of every call's inputs).
+CompileMode = Literal["default", "dynamic", "mark_dynamic"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("default", "dynamic", "mark_dynamic")
+
 
 @dataclass
 class Workload:
@@ -67,6 +75,31 @@ OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer
 #: what a training case steps with unless it names another (``optimizer="none"``: the step stops at backward)
 DEFAULT_OPTIMIZER = "sgd-momentum"
 NO_OPTIMIZER = "none"
+
+
+@dataclass(frozen=True)
+class ShapeSchedule:
+    """A dimension of a case's inputs whose size changes from call to call (a serving batch that
+    grows, a sequence length): the harness models every call at its own shapes.
+
+    ``sizes[k]`` is the size at call ``k`` (call 0 is the built workload's); later calls cycle
+    through them again, so a run with more steps revisits shapes it has seen, where nothing
+    kept per shape may grow any more.  ``dims`` are the (input position, dimension) pairs the
+    size applies to: what ``mark_dynamic`` marks."""
+
+    name: str
+    sizes: tuple[int, ...]
+    dims: tuple[tuple[int, int], ...] = ((0, 0),)
+    compile: CompileMode = "default"
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(not isinstance(n, int) or n < 1 for n in self.sizes):
+            raise CaseError(f"shape schedule {self.name!r}: sizes must be positive ints, not {self.sizes!r}")
+        if self.compile not in COMPILE_MODES:
+            raise CaseError(f"shape schedule {self.name!r}: compile must be one of {COMPILE_MODES}")
+
+    def size(self, call: int) -> int:
+        return self.sizes[call % len(self.sizes)]
 
 
 @dataclass(frozen=True)
@@ -105,6 +138,9 @@ class Case:
     #: the generated program a generated case runs (:mod:`conformance.cases.generated`), for
     #: repros, shrinking and scaling; None for a hand-written case
     program: GeneratedProgram | None = field(default=None, repr=False, compare=False)
+    #: the dimension whose size changes from call to call (None: every call has call 0's shapes);
+    #: ``make_inputs`` draws each call's inputs at ``shapes.size(call)``
+    shapes: ShapeSchedule | None = None
 
     def __post_init__(self) -> None:
         if self.trains is None:
@@ -237,6 +273,8 @@ def register(case: Case) -> Case:
     contradiction = case.kind_problem()
     if contradiction is not None:
         raise CaseError(f"case {case.id} registered by {_registrant()}: {contradiction}")
+    if case.shapes is not None and "dynamic_shapes" not in case.requires:
+        case = dataclasses.replace(case, requires=case.requires | {"dynamic_shapes"})
     _REGISTRY[case.id] = case
     return case
 

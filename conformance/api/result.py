@@ -123,6 +123,9 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)
     excess_bytes: int | None = None
+    #: a case whose shapes change (``conformance.run.shapes.ShapeFigures``): sizes per call, graphs
+    #: compiled per call, recompiles, bytes kept across shapes; empty for any other case
+    shapes: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

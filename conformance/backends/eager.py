@@ -21,16 +21,22 @@ class EagerStep(CompiledStep):
         self.trains = case.trains
         self.workload = workload
         self.gm, _, self.param_names = trace_step(workload, case.trains)
+        #: one graph per input shapes (a case whose shapes change is traced again at each new one)
+        self.graphs = {_shapes(workload.inputs): self.gm}
+        if case.shapes is not None:  # traced now, as any compiler does: tracing a while_loop runs Dynamo
+            for call in range(1, len(case.shapes.sizes)):
+                self._trace(case.inputs_for(call))
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
         self.node_hook = node_hook
 
     def run(self) -> StepOutput:
+        key = self._trace(self.workload.inputs)
         executor = GraphExecutor(node_hook=self.node_hook)
         args: list[Any] = [self.state[n].detach() for n in self.param_names]
         args.extend(self.workload.inputs)
         with torch.no_grad():
-            outs = executor.run(self.gm, args)
+            outs = executor.run(self.graphs[key], args)
         del args
         if not self.trains:
             return StepOutput(outs)
@@ -40,10 +46,21 @@ class EagerStep(CompiledStep):
             self.state[name].grad = g
         return StepOutput([loss], dict(zip(self.trainable, grads)))
 
+    def _trace(self, inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
+        """The graph for ``inputs``' shapes, traced the first time they come."""
+        key = _shapes(inputs)
+        if key not in self.graphs:
+            self.graphs[key] = trace_step(Workload(self.workload.model, inputs), self.trains)[0]
+        return key
+
+
+def _shapes(inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(t.shape) for t in inputs)
+
 
 class EagerBackend(Backend):
     name = "eager"
-    capabilities = Capabilities(exact_memory=True)
+    capabilities = Capabilities(exact_memory=True, dynamic_shapes=True)
     node_hook: ClassVar[NodeHook | None] = None
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:

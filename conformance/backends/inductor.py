@@ -46,13 +46,15 @@ class RecordingCompiler:
             compiled = compile_fx_inner(gm, example_inputs, *args, **kwargs)
             received.source = getattr(compiled, "source_code", None)  # the same on a cache hit
             received.code_file = _code_file(compiled)
-            return self.recorder.watch(compiled, gm) if is_backward else compiled
+            dispatched = self.recorder.dispatched(compiled, received)  # which call ran it, at which sizes
+            return self.recorder.watch(dispatched, gm) if is_backward else dispatched
 
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
 
 class InductorStep(AotStep):
     optimizer_backend = "inductor"
+    follows_compile_mode = True  # a case whose shapes change is compiled as its schedule says
 
     def __init__(self, case: Case, workload: Workload) -> None:
         self.compiler = RecordingCompiler()
@@ -60,7 +62,11 @@ class InductorStep(AotStep):
         super().__init__(case, workload, self.compiler)
 
     def program_model(self, observation: Observation) -> LifetimeModel | None:
-        return model_of_programs(self.recorder.graphs, observation)
+        ran = self.recorder.ran(observation)
+        if ran is None:
+            return None
+        forward, backward, bound = ran
+        return model_of_programs([forward] if backward is None else [forward, backward], bound)
 
     def program_files(self) -> frozenset[str]:
         return frozenset(g.code_file for g in self.recorder.graphs if g.code_file)
@@ -73,7 +79,8 @@ def _code_file(compiled: Any) -> str | None:
 
 
 def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
-    """Model the Python wrappers inductor generated for one forward (and its backward)."""
+    """Model the Python wrappers inductor generated for one forward (and its backward), a dynamic
+    one's symbolic sizes at the values ``observation.sizes`` binds."""
     forwards = [g for g in graphs if not g.is_backward]
     backwards = [g for g in graphs if g.is_backward]
     if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None for g in graphs):
@@ -86,7 +93,7 @@ def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> 
 
 class InductorBackend(Backend):
     name = "inductor"
-    capabilities = Capabilities()
+    capabilities = Capabilities(dynamic_shapes=True)
     cost_weight = 6.0
 
     def versions(self) -> dict[str, str]:

@@ -6,6 +6,6 @@ case package: the registry (:mod:`conformance.api.case`) lies below the families
 May import: ``conformance.api``, ``conformance.probes``, ``conformance.models``, ``conformance.util``.
 """
 
-from conformance.cases import cuda_pools, custom_op, generated, mlp, modules, regressions, while_loops
+from conformance.cases import changing_shapes, cuda_pools, custom_op, generated, mlp, modules, regressions, while_loops
 
-__all__ = ["cuda_pools", "custom_op", "generated", "mlp", "modules", "regressions", "while_loops"]
+__all__ = ["changing_shapes", "cuda_pools", "custom_op", "generated", "mlp", "modules", "regressions", "while_loops"]

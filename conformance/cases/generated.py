@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import torch
 from hypothesis import strategies as st
 
-from conformance.api.case import Case, CaseKind, Tolerance, Workload, add_resolver, register
+from conformance.api.case import Case, CaseKind, ShapeSchedule, Tolerance, Workload, add_resolver, register
 
-FAMILIES = ("dag", "loop", "early")
+FAMILIES = ("dag", "loop", "early", "dyn")
 DTYPES = ("float32", "bfloat16", "float16")
 #: Per-dtype parity tolerance: about 4 ulps of the dtype at 1.0 for these shallow
 #: graphs (float32 keeps the harness default).
@@ -87,6 +87,8 @@ class Program:
     body: tuple[Op, ...] = ()
     body_out: tuple[int, ...] = ()
     data_cond: bool = False
+    #: a ``dyn`` program's batch at call 0, 1, ... (cycled): its inputs change shape on every call
+    batches: tuple[int, ...] = ()
 
     @property
     def uses_custom_ops(self) -> bool:
@@ -104,6 +106,7 @@ class Program:
             data["family"], data["train"], data["dtype"], data["batch"], data["width"], data["n_inputs"],
             tuple(tuple(s) for s in data["param_shapes"]), ops(data["ops"]), tuple(data["outputs"]),
             data["carried"], data["trips"], ops(data["body"]), tuple(data["body_out"]), data["data_cond"],
+            tuple(data.get("batches", ())),
         )
 
 
@@ -430,6 +433,8 @@ def gen_program(chooser: Chooser, family: str, train: bool, max_ops: int = 8) ->
                        _sinks(len(vals.shapes), vals.ops, first))
     if family == "early":
         return _gen_early(ch)
+    if family == "dyn":
+        return _gen_dyn(ch, train, max_ops)
     if family != "loop":
         raise ValueError(f"unknown generated family {family!r}")
     carried = ch.between(1, 3)
@@ -471,6 +476,45 @@ def _gen_early(ch: _Choose) -> Program:
         vals.add(Op(ch.pick(UNARY), (len(vals.shapes) - 1,)), (width, width))
     return Program("early", False, "float32", batch, width, 1, (), tuple(vals.ops),
                    _sinks(len(vals.shapes), vals.ops, 1))
+
+
+#: Kinds a ``dyn`` program draws from: the dag vocabulary without ``expand``, whose sizes are literals.
+DYN_VOCAB = tuple(name for name in DAG_VOCAB if name != "expand")
+#: A ``dyn`` program's batch grows by this much per call, five sizes, then cycles.
+DYN_STEP, DYN_SIZES = 3, 5
+
+
+def _gen_dyn(ch: _Choose, train: bool, max_ops: int) -> Program:
+    """A dag program whose batch (dim 0 of every input) changes on every call: 3 or 5 at call 0,
+    then 3 more per call.  Drawn again until it runs at every batch of its schedule (an op that
+    matched the batch to another size by value at call 0 would not: that draw is discarded)."""
+    for _ in range(32):
+        batch, width = ch.pick((3, 5)), ch.pick((4, 6, 8))
+        n_inputs = ch.between(1, 2)
+        param_shapes = tuple(ch.pick(((width, width), (width,))) for _ in range(ch.between(1 if train else 0, 2)))
+        vals = _Values([(batch, width)] * n_inputs + list(param_shapes))
+        first = len(vals.shapes)
+        for _ in range(ch.between(1, max_ops)):
+            _gen_op(ch, vals, DYN_VOCAB, (batch, width))
+        program = Program("dyn", train, "float32", batch, width, n_inputs, param_shapes, tuple(vals.ops),
+                          _sinks(len(vals.shapes), vals.ops, first),
+                          batches=tuple(batch + DYN_STEP * k for k in range(DYN_SIZES)))
+        if _runs_at_every_batch(program):
+            return program
+    raise ValueError("no dyn program runs at every batch of its schedule in 32 draws")
+
+
+def _runs_at_every_batch(program: Program) -> bool:
+    """Does the program run (on the meta device: shapes only) at each batch of its schedule?"""
+    ns = load_source(program_source(program), "<dyn check>")
+    with torch.device("meta"):
+        model = ns["make_model"]()
+        for batch in program.batches:
+            try:
+                model(*ns["make_inputs"](batch))
+            except (RuntimeError, IndexError, ValueError):
+                return False
+    return True
 
 
 @st.composite
@@ -530,7 +574,7 @@ def program_source(program: Program) -> str:
     lines.append("")
     inputs = [f"x{i}" for i in range(p.n_inputs)]
     params = [f"self.p{i}" for i in range(len(p.param_shapes))]
-    if p.family in ("dag", "early"):
+    if p.family in ("dag", "early", "dyn"):
         lines.append(f"    def forward(self, {', '.join(inputs)}):")
         names = inputs + params
         lines.extend("        " + s for s in _emit_ops(p.ops, names, "v", p.train))
@@ -558,8 +602,9 @@ def program_source(program: Program) -> str:
         lines.append(f"        return {' + '.join(terms)}")
     else:
         lines.append(f"        return ({', '.join(results)},)")
-    lines += ["", "", "def make_model():", "    return Generated().to(DTYPE)", "", "", "def make_inputs():"]
-    shape_src = _shape_src((p.batch, n))
+    make_inputs = f"def make_inputs(batch={p.batch}):" if p.batches else "def make_inputs():"
+    lines += ["", "", "def make_model():", "    return Generated().to(DTYPE)", "", "", make_inputs]
+    shape_src = _shape_src((p.batch, n)) if not p.batches else f"batch, {n}"
     args = [f"torch.randn({shape_src}).to(DTYPE)" for _ in inputs]
     if p.family == "loop":
         args.append(f"torch.tensor({p.trips})")
@@ -591,7 +636,7 @@ def build_workload(program: Program, seed: int, name: str = "<generated>") -> Wo
 
 # -- cases and ids --------------------------------------------------------------------------
 
-ID_RE = re.compile(r"^gen-(dag|loop|early)-(\d+)(-train)?$")
+ID_RE = re.compile(r"^gen-(dag|loop|early|dyn)-(\d+)(-train)?$")
 
 
 def case_id(family: str, seed: int, train: bool) -> str:
@@ -614,6 +659,16 @@ def case_from_program(program: Program, case_id_: str, seed: int, description: s
         f"generated {program.family}, {n_ops} ops ({', '.join(ops)}), {program.dtype}"
         + (f", {program.carried} carried, {program.trips} trips" if program.family == "loop" else "")
     )
+    if program.batches:
+        requires.add("dynamic_shapes")
+        desc = description or f"{desc}, batch {'/'.join(map(str, program.batches))} call by call"
+    schedule = ShapeSchedule("batch", program.batches, tuple((i, 0) for i in range(program.n_inputs))) \
+        if program.batches else None
+
+    def make_inputs(call: int) -> tuple[torch.Tensor, ...]:
+        inputs = load_source(program_source(program), f"<{case_id_}>")["make_inputs"]
+        return inputs(schedule.size(call)) if schedule is not None else inputs()
+
     case = Case(case_id_, kind, f"gen-{program.family}", seed,
                 lambda s: build_workload(program, s, f"<{case_id_}>"),
                 trains=program.train, requires=frozenset(requires),
@@ -621,8 +676,7 @@ def case_from_program(program: Program, case_id_: str, seed: int, description: s
                 # on it diverges within a few calls (gen-dag-8376-train's loss grows 1e4-fold by call 4)
                 optimizer="none" if program.train else None,
                 tolerance=TOLERANCES[program.dtype], description=desc,
-                make_inputs=lambda call: load_source(program_source(program), f"<{case_id_}>")["make_inputs"](),
-                program=program)
+                make_inputs=make_inputs, program=program, shapes=schedule)
     return case
 
 
@@ -670,11 +724,22 @@ def early_cases(count: int = DEFAULT_EARLY, hypothesis_seed: int = DEFAULT_SEED)
     return [c for c in cases if c is not None]
 
 
+#: Seeded ``dyn`` programs (a batch that changes on every call) in a default run, drawn on their own too.
+DEFAULT_DYN = 2
+
+
+def dyn_cases(count: int = DEFAULT_DYN, hypothesis_seed: int = DEFAULT_SEED) -> list[Case]:
+    rng = random.Random(f"dyn-{hypothesis_seed}")
+    cases = [case_from_id(case_id("dyn", rng.randrange(10_000), i % 2 == 1)) for i in range(count)]
+    return [c for c in cases if c is not None]
+
+
 def register_generated(count: int = DEFAULT_COUNT, hypothesis_seed: int = DEFAULT_SEED) -> list[Case]:
     """Register a generated set (for ``--generated N --hypothesis-seed S``); ids already known are kept."""
     from conformance.api.case import _REGISTRY
 
-    cases = generated_cases(count, hypothesis_seed) + early_cases(DEFAULT_EARLY, hypothesis_seed)
+    cases = (generated_cases(count, hypothesis_seed) + early_cases(DEFAULT_EARLY, hypothesis_seed)
+             + dyn_cases(DEFAULT_DYN, hypothesis_seed))
     for case in cases:
         if case.id not in _REGISTRY:
             register(case)

@@ -32,6 +32,28 @@ class ProbedStep:
     user_model: LifetimeModel
     program: LifetimeModel | None = None
     observation: Observation | None = None  # the loop trip counts this call's models were built with
+    #: graphs the call compiled (a case whose shapes change: a recompile for a new shape); 0 otherwise
+    new_graphs: int = 0
+    #: the call's changing dimension and size (``batch=10``) in a case whose shapes change, else ""
+    shape: str = ""
+    #: a call that compiled: the run that compiled (the compiler's allocations in its window);
+    #: ``trace`` is then the same call run again at the same shapes, which the contracts judge
+    compile_trace: MemoryTrace | None = None
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes the call left alive past its model's residual: what a backend keeps across calls
+        (for a call that compiled, what its compiling run kept)."""
+        trace = self.compile_trace or self.trace
+        return max(0, trace.residual_bytes - self.model.residual_bytes)
+
+    @property
+    def kept_for_new_graph(self) -> bool:
+        """Memory kept by the run that compiled a graph: one graph's (one shape's) cache, counted and
+        reported; bounded by the graphs a frame may compile, so not a leak.  The call's settled
+        run must then keep nothing more; memory kept by a call that compiled nothing grows with
+        calls: a leak."""
+        return self.compile_trace is not None and self.kept_bytes > 0
 
 
 def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
@@ -42,8 +64,11 @@ def judge_residual(steps: Sequence[ProbedStep]) -> Check:
     """After each step (outputs dropped, gradients kept) live bytes equal the model's residual exactly."""
     residuals = [s.trace.residual_bytes for s in steps]
     expected = [s.model.residual_bytes for s in steps]
-    figures = {"residual_per_step": residuals, "model_residual_per_step": expected,
-               "growth_bytes": residuals[-1] - residuals[0] if residuals else 0}
+    figures: dict[str, Any] = {"residual_per_step": residuals, "model_residual_per_step": expected,
+                               "growth_bytes": residuals[-1] - residuals[0] if residuals else 0}
+    kept = {s.call: s.kept_bytes for s in steps if s.kept_for_new_graph}
+    if kept:
+        figures["kept_for_new_graphs"] = kept
     bad = [s for s in steps if s.trace.residual_bytes != s.model.residual_bytes]
     if not bad:
         return passed(CheckName.RESIDUAL, **figures)
@@ -53,6 +78,9 @@ def judge_residual(steps: Sequence[ProbedStep]) -> Check:
     first_bad = steps.index(bad[0]) + 1
     growth = (f"; grows {figures['growth_bytes']:+d} B over {len(steps)} steps"
               if figures["growth_bytes"] else "")
+    if excess > 0 and worst.shape and worst.compile_trace is None:
+        growth += (f"; at {worst.shape} call {worst.call} kept {worst.kept_bytes} B with no new graph compiled "
+                   "(memory kept across shapes that grows with calls, without bound)")
     return Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL,
                  f"residual {residuals} B per step != model residual {expected[-1]} B from probed step "
                  f"{first_bad}{growth}; still alive: {names(blamed)}",
@@ -69,13 +97,22 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
     counts no kernel's workspace, and the peak compared is the program's.  What was set apart is
     reported (``op_transient_peak_bytes``)."""
     traces = {id(s): without_op_transients(s.trace) if program_held else s.trace for s in steps}
-    worst = max(steps, key=lambda s: traces[id(s)].peak_bytes - s.model.peak_bytes)
+
+    def over(s: ProbedStep) -> int:
+        return traces[id(s)].peak_bytes - s.model.peak_bytes
+
+    worst = max(steps, key=over)
+    if exact:  # every call equals its own model (a call's shapes may differ from the others')
+        worst = max(steps, key=lambda s: (abs(over(s)), over(s)))
     trace = traces[id(worst)]
     measured, model = trace.peak_bytes, worst.model.peak_bytes
     figures: dict[str, Any] = {"measured_peak_bytes": measured, "model_peak_bytes": model, "model_source": source,
                                "contract": "equal" if exact else f"<= model + {slack}"}
     if trace is not worst.trace:
         figures["op_transient_peak_bytes"] = worst.trace.peak_bytes - measured
+    if any(s.shape for s in steps):
+        figures["model_peak_per_step"] = [s.model.peak_bytes for s in steps]
+        figures["shape_per_step"] = [s.shape for s in steps]
     bad = measured != model if exact else measured > model + slack
     if not bad:
         return passed(CheckName.PEAK, **figures)

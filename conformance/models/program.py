@@ -40,7 +40,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from conformance.models.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage
+from conformance.models.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage, concrete
 from conformance.models.transients import storage_slack
 
 #: Storage roles the program is responsible for freeing (callers' inputs, the autograd
@@ -270,17 +270,22 @@ class _Interpreter:
             raise ProgramError(f"{self.prefix}: {len(input_vals)} placeholders, {len(inputs)} inputs")
         bases: dict[Any, torch.Tensor] = {}
         fakes: list[Any] = []
+        sym = self.builder.symbols  # a dynamic-shape graph's sizes, at this call's values
         for value, val in zip(inputs, input_vals):
+            if isinstance(val, torch.SymInt):  # a size the wrapper reads from its arguments (``s0 = arg2_1``)
+                fakes.append(concrete(val, sym))
+                continue
             if not isinstance(val, torch.Tensor):
                 fakes.append(val if isinstance(val, (int, float, bool)) else None)
                 continue
             key = StorageWeakRef(val.untyped_storage())
+            shape = tuple(concrete(n, sym) for n in val.shape)
+            stride = tuple(concrete(n, sym) for n in val.stride())
             with self.fake:
                 if key in bases:
-                    fake = bases[key].as_strided(tuple(val.shape), tuple(val.stride()), val.storage_offset())
+                    fake = bases[key].as_strided(shape, stride, concrete(val.storage_offset(), sym))
                 else:
-                    fake = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype,
-                                               device=val.device)
+                    fake = torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
                     bases[key] = fake
             if isinstance(value, Storage):
                 self.keys.setdefault(StorageWeakRef(fake.untyped_storage()), value)

@@ -41,7 +41,7 @@ from conformance.models.transients import KernelNotModelled
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
 from conformance.probes.statements import StatementTracer, attribute
-from conformance.run import boundary, pristine, reaper
+from conformance.run import boundary, pristine, reaper, shapes
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.util.phases import PhaseClock
@@ -115,6 +115,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
+    calls = shapes.Calls(case)
+    calls.see(0, workload.inputs)
     t0 = time.perf_counter()
     stage = "compile"
     try:
@@ -126,12 +128,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
+    calls.end()
     # every call's results and the state it left (inputs, buffers, parameters), copied outside the
     # probes' windows and torch's allocators, checked against references making the same calls
     results = snapshot(first)
     del first
     try:
-        calls = {0: _end_call(compiled, workload, results)}
+        states = {0: _end_call(compiled, workload, results)}
     except Exception as exc:
         status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
@@ -142,30 +145,44 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
+            calls.see(1, workload.inputs)
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
             results = snapshot(out)
             del out
-            calls[1] = _end_call(compiled, workload, results)
+            calls.end()
+            states[1] = _end_call(compiled, workload, results)
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
+                calls.see(call, workload.inputs)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
+                if calls.end() and calls.changing:
+                    # the call compiled: its window holds the compiler's own allocations too, so the
+                    # step is probed again at the same shapes (it settles) and judged on that run; its
+                    # results and state are the first run's (no optimizer step between the two)
+                    calls.compiled(call, domain_traces)
+                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False)
+                calls.settled(call)
                 traces.append((call, domain_traces))
-                calls[call] = _end_call(compiled, workload, snap)
+                states[call] = _end_call(compiled, workload, snap)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
     with clock.phase("reference"):
-        parity = compare_calls(case, calls)
-    del calls
+        parity = compare_calls(case, states)
+    del states
     result.parity = _parity_figures(parity)
 
     try:
         with clock.phase("model"):
-            steps, source = _probed_steps(case, compiled, models, traces, result)
+            models.changing = calls.changing
+            steps, source = _probed_steps(compiled, models, traces, result, calls)
+        shape_figures = shapes.figures(calls, steps)
+        if shape_figures is not None:
+            result.shapes = shape_figures.to_json()
         with clock.phase("judge"):
             return _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
@@ -234,18 +251,27 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 
 def _probed_steps(
-    case: Case, compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result
+    compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
+    calls: shapes.Calls,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
     for call, domain_traces in traces:
-        trace = domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
+        trace = _one_trace(domain_traces)
         user, observation = models.user(call)
+        observation = observation.copy()
+        observation.call = calls.run_of(call)  # the backend's models are of the graphs this run ran
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation))
+        compiling = calls.compiling.get(call)
+        steps.append(ProbedStep(call, trace, received or user, user, program, observation, calls.new_graphs(call),
+                                calls.label(call), _one_trace(compiling) if compiling is not None else None))
     return steps, source
+
+
+def _one_trace(domain_traces: list[MemoryTrace]) -> MemoryTrace:
+    return domain_traces[0] if len(domain_traces) == 1 else combine_traces(domain_traces)
 
 
 class _Models:
@@ -253,11 +279,14 @@ class _Models:
 
     def __init__(self, case: Case) -> None:
         self.case = case
+        #: the case's shapes change between calls (declared, or seen in its inputs)
+        self.changing = case.shapes is not None
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
-        self._backend: dict[tuple[str, tuple[int, ...]], LifetimeModel | None] = {}
+        self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
-        key = call if self.case.kind == "loop" else 0  # only loops depend on the inputs' values
+        # only loops depend on the inputs' values, and cases whose shapes change on their shapes
+        key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._user:
             self._user[key] = user_level_model(self.case, key)
         return self._user[key]
@@ -272,10 +301,11 @@ class _Models:
     def _of_backend(self, why_not: str, build: Callable[[Observation], LifetimeModel | None],
                     observation: Observation, result: Result) -> LifetimeModel | None:
         """A model the backend builds (once per trip counts); one it cannot build is a note, not a verdict."""
-        key = (why_not, tuple(observation.trip_counts))
+        # a case whose shapes change may run other graphs, at other sizes, on every call
+        key = (why_not, tuple(observation.trip_counts), observation.call if self.changing else -1)
         if key not in self._backend:
             try:
-                self._backend[key] = boundary.model(build(_copy(observation)), _hook_name(build))
+                self._backend[key] = boundary.model(build(observation.copy()), _hook_name(build))
             except ModelError as exc:
                 self._backend[key] = None
                 result.notes.append(why_not.format(exc))
@@ -284,10 +314,6 @@ class _Models:
 
 def _hook_name(build: Callable[..., Any]) -> str:
     return f"CompiledStep.{getattr(build, '__name__', 'model')}()"
-
-
-def _copy(observation: Observation) -> Observation:
-    return Observation(list(observation.trip_counts))
 
 
 def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observation]:
@@ -300,7 +326,7 @@ def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observat
     with torch.no_grad():
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, _copy(executor.observation), retained), executor.observation
+    return model_graph(gm, executor.observation.copy(), retained), executor.observation
 
 
 def probed_step(

@@ -526,15 +526,18 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     check = failing_check(result) if fails(result) else None
     status = str(result.raw_status or result.status)
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
+    # a program whose batch changes every call fails at a call's shapes the standalone script never makes
     standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
-                  and status not in ("crash", "timeout") and _standalone_state(result))
+                  and status not in ("crash", "timeout") and _standalone_state(result) and not program.batches)
     state = failing_state(result) if check is not None else None
     memory = result.memory or MemoryFigures()
     rerun = rerun_command(original_id or case.id, spec)
     if standalone:
         how = "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
     else:
-        why = (f"the {check!r} check needs the harness: a torch-only script cannot observe it"
+        why = ("its batch changes on every call: the harness runs each call at its own shapes"
+               if program is not None and program.batches else
+               f"the {check!r} check needs the harness: a torch-only script cannot observe it"
                if program is not None else "the case is not generated: it is built by its registered builder")
         if program is not None and state is not None:
             why = f"{state[0]}'s {state[1]} is checked by the harness, which makes every call and records the state"

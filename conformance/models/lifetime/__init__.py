@@ -30,7 +30,7 @@ What eager kernels allocate inside an op is :mod:`conformance.models.transients`
 from conformance.models.lifetime.liveness import ModelBuilder, release_schedule
 from conformance.models.lifetime.loops import WHILE_LOOP_OPS, LoopParts, is_while_loop, loop_parts
 from conformance.models.lifetime.model import LifetimeModel, ModelError, Observation, Storage, op_name
-from conformance.models.lifetime.sizes import storage_nbytes
+from conformance.models.lifetime.sizes import bind_symbols, concrete, size_of, storage_nbytes
 from conformance.models.lifetime.staging import CallingConvention
 from conformance.models.lifetime.steps import GraphProgram, model_forward_backward, model_graph
 
@@ -44,11 +44,14 @@ __all__ = [
     "ModelError",
     "Observation",
     "Storage",
+    "bind_symbols",
+    "concrete",
     "is_while_loop",
     "loop_parts",
     "model_forward_backward",
     "model_graph",
     "op_name",
     "release_schedule",
+    "size_of",
     "storage_nbytes",
 ]

@@ -62,7 +62,7 @@ class ModelBuilder:
         self.findings: list[Any] = []
         self.storages: list[Storage] = []
         #: observed values of symbolic sizes, bound as loops run (:mod:`conformance.models.lifetime.loops`)
-        self.symbols: Symbols = {}
+        self.symbols: Symbols = dict(observation.sizes)
         self._live_now = 0
         self._trip_counts = list(observation.trip_counts)
 
@@ -76,7 +76,8 @@ class ModelBuilder:
             return tuple(self.caller_input(v, name) for v in val)
         if not isinstance(val, torch.Tensor):
             return None
-        s = Storage(len(self.storages), 0, name, "input", tuple(val.shape), str(val.dtype), "caller")
+        s = Storage(len(self.storages), 0, name, "input", concrete_shape(val, self.symbols, strict=False),
+                    str(val.dtype), "caller")
         self.storages.append(s)
         return s
 

@@ -76,9 +76,18 @@ class LifetimeModel:
 
 @dataclass
 class Observation:
-    """What a real run saw that a graph alone does not say: loop trip counts, in run order."""
+    """What a real run saw that a graph alone does not say: loop trip counts, in run order; which
+    call of the step it was; and the values the symbolic sizes of the graphs that ran took."""
 
     trip_counts: list[int] = field(default_factory=list)
+    #: the call of the step (0: the first) whose models these are; a backend that compiled several
+    #: graphs (one per shape, or a dynamic one after a recompile) models the ones that ran then
+    call: int = 0
+    #: values of the symbolic sizes (sympy symbols to ints) of a call's dynamic-shape graphs
+    sizes: dict[Any, int] = field(default_factory=dict)
+
+    def copy(self) -> Observation:
+        return Observation(list(self.trip_counts), self.call, dict(self.sizes))
 
 
 class ModelError(RuntimeError):

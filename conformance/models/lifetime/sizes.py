@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from conformance.models.lifetime.model import ModelError
@@ -38,5 +40,47 @@ def concrete(value: Any, symbols: Symbols) -> int:
         raise ModelError(f"size {expr} is unknown: no observed value for its symbols") from exc
 
 
-def concrete_shape(t: torch.Tensor, symbols: Symbols) -> tuple[int, ...]:
-    return tuple(concrete(s, symbols) for s in t.shape)
+def concrete_shape(t: torch.Tensor, symbols: Symbols, strict: bool = True) -> tuple[int, ...]:
+    """``t``'s shape as ints; a size still unknown is a :class:`ModelError`, or -1 when not ``strict``."""
+    if strict:
+        return tuple(concrete(s, symbols) for s in t.shape)
+    shape = []
+    for s in t.shape:
+        try:
+            shape.append(concrete(s, symbols))
+        except ModelError:
+            shape.append(-1)
+    return tuple(shape)
+
+
+def bind_symbols(vals: Sequence[Any], actual: Sequence[Any]) -> Symbols:
+    """The values the symbols of a graph's placeholders took in one call.
+
+    ``vals`` are the placeholders' fake values (a ``SymInt``, a tensor with symbolic sizes);
+    ``actual`` what the call passed in their place, as :func:`size_of` recorded it (an int,
+    a shape).  Only a size that is a bare symbol binds it; derived sizes follow from those."""
+    symbols: Symbols = {}
+    for val, got in zip(vals, actual):
+        if isinstance(val, torch.SymInt) and isinstance(got, int):
+            _bind(symbols, val, got)
+        elif isinstance(val, torch.Tensor) and isinstance(got, tuple) and len(got) == val.dim():
+            for size, n in zip(val.shape, got):
+                _bind(symbols, size, n)
+    return symbols
+
+
+def _bind(symbols: Symbols, size: Any, value: int) -> None:
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        if isinstance(expr, sympy.Symbol):
+            symbols[expr] = value
+
+
+def size_of(value: Any) -> tuple[int, ...] | int | None:
+    """What :func:`bind_symbols` needs of one argument a compiled graph was called with: a tensor's
+    shape, an int's value (no reference to the value is kept)."""
+    if isinstance(value, torch.Tensor):
+        return tuple(int(n) for n in value.shape)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
