@@ -123,6 +123,12 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)
     excess_bytes: int | None = None
+    #: what the failure is, from the deciding check's findings (conformance.checks.cause): its signature,
+    #: and the parts a manifest's ``cause`` entries match ("" and [] for a pass or skip)
+    cause: str = ""
+    cause_parts: list[str] = field(default_factory=list)
+    #: the parts no manifest entry knows (a failure whose cause is partly new)
+    new_cause_parts: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
