@@ -268,7 +268,7 @@ def error_text(result: Result) -> str:
 
 
 def _error_parts(result: Result) -> list[str]:
-    status = Status.parse(result.raw_status or result.status)
+    status = raw_status(result)
     if status == Status.TIMEOUT:
         return ["no verdict within the time limit"]
     if status == Status.CRASH:
@@ -283,9 +283,17 @@ def _error_parts(result: Result) -> list[str]:
 # --------------------------------------------------------------------------- the cause
 
 
+def raw_status(result: Result) -> Status:
+    """The backend's own verdict: ``raw_status`` (a record from outside may hold any text there), else the status."""
+    try:
+        return Status.parse(result.raw_status or result.status)
+    except ValueError:
+        return Status.parse(result.status)
+
+
 def cause_of(result: Result) -> Cause | None:
     """The cause of a failing verdict (before any manifest is applied); ``None`` for a pass or skip."""
-    status = Status.parse(result.raw_status or result.status)
+    status = raw_status(result)
     if not status.is_failure:
         return None
     deciding = combine(result.checks)

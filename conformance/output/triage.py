@@ -60,12 +60,20 @@ class Group:
                 self.backend, self.signature)
 
 
+def _raw_status(r: Result) -> Status:
+    """The backend's own verdict; a record from outside may hold any text as its ``raw_status``."""
+    try:
+        return Status.parse(r.raw_status or r.status)
+    except ValueError:
+        return Status.parse(r.status)
+
+
 def _repro_size(r: Result) -> tuple[int, int, str]:
     size = 1 << 62
     if r.repro_file:
         try:
             size = Path(r.repro_file).stat().st_size
-        except OSError:
+        except (OSError, ValueError):  # gone, or not a path at all (a record from outside)
             pass
     peak = r.memory.model_peak_bytes if r.memory is not None and r.memory.model_peak_bytes is not None else 1 << 62
     return size, peak, r.case
@@ -96,7 +104,7 @@ def group_failures(results: Sequence[Result], fill: CauseFiller | None = None) -
     """Every failing pair (expected ones included: a known cause is still a cause), by backend and cause."""
     groups: dict[tuple[str, str], Group] = {}
     for r in results:
-        raw = Status.parse(r.raw_status or r.status)
+        raw = _raw_status(r)
         if not raw.is_failure:
             continue
         if not r.cause and fill is not None:
