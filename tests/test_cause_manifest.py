@@ -73,7 +73,7 @@ def test_a_planted_new_cause_is_flagged_inside_a_group_of_known_ones(tmp_path: P
 
 
 def test_a_known_cause_beyond_its_bound_is_a_failure(tmp_path: Path, known_parts: list[str]) -> None:
-    carry = next(p for p in known_parts if "carry list" in p)
+    carry = next(p for p in known_parts if "buffer held by the carry list" in p)
     r = loop_result("loop-rnn-t6", (0, 1, 2), 16, 6)
     fill_cause(r)
     text = manifest_text([p for p in known_parts if p != carry]) + manifest_text([carry], "max_excess = 64")

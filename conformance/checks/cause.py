@@ -136,7 +136,18 @@ def statement_kind(event: str) -> str:
     return "assignment"
 
 
-_CONTAINER = {"list": "list", "tuple": "result tuple", "name": "name"}
+_CONTAINER = {"list": "a list", "tuple": "a result tuple", "name": "a name"}
+
+
+def _what(finding: dict[str, Any]) -> str:
+    """The held storage in shape-free words: ``bool scalar`` (a loop predicate), ``int64 scalar``, ``buffer``."""
+    kinds = finding.get("holds_kinds")
+    if isinstance(kinds, list) and kinds:
+        return " and ".join(str(k) for k in kinds)
+    shape, dtype = finding.get("shape"), str(finding.get("dtype") or "")
+    if shape == [] and dtype:
+        return f"{dtype.removeprefix('torch.')} scalar"
+    return "buffer"
 
 
 def program_part(finding: dict[str, Any]) -> str:
@@ -154,7 +165,7 @@ def program_part(finding: dict[str, Any]) -> str:
         freed_in_loop = _in_loop(str(finding.get("freed_after", "")))
     container = _CONTAINER.get(held_in, held_in)
     if loop and held_in == "list":
-        container = "carry list"
+        container = "the carry list"
     where = "while_loop " if loop else ""
     freed = str(finding.get("freed_after", ""))
     if kind == "outlives-step" or freed.startswith("never"):
@@ -166,10 +177,10 @@ def program_part(finding: dict[str, Any]) -> str:
     else:
         span = "past its last use"
     stmt = statement_kind(freed)
+    what = _what(finding)
     if kind == "late-reference":
-        item = "its storage's" if held_in == "name" else "its item's"
-        return f"{where}{container} held past {item} last use, released {_released(span)} ({stmt})"
-    return f"{where}{container} held {span} ({stmt})"
+        return f"{where}reference by {container} to {what} kept past its last use, released {_released(span)} ({stmt})"
+    return f"{where}{what} held by {container} {span} ({stmt})"
 
 
 def _released(span: str) -> str:

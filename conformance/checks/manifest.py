@@ -319,11 +319,12 @@ def _apply_cause(result: Result, manifest: Manifest, cause: Cause) -> Result:
         if problem:
             result.reason = f"known cause beyond its bound: {problem}: {result.reason}"
             return result
-    first = entries[0]
+    first_entry = known[max(known, key=lambda p: cause.share(p) or 0)]  # the part that explains most
+    assert first_entry is not None
     result.status = Status.XFAIL
     more = f" [+{len(entries) - 1} more known cause part(s)]" if len(entries) > 1 else ""
-    result.reason = (f"expected cause: {first.reason}" + (f" ({first.issue})" if first.issue else "")
-                     + (f" [when {', '.join(first.when)}]" if first.when else "") + more)
+    result.reason = (f"expected cause: {first_entry.reason}" + (f" ({first_entry.issue})" if first_entry.issue else "")
+                     + (f" [when {', '.join(first_entry.when)}]" if first_entry.when else "") + more)
     return result
 
 

@@ -733,6 +733,12 @@ def _binop(op: ast.operator) -> Callable[[Any, Any], Any]:
 # --------------------------------------------------------------------------- findings
 
 
+def storage_kind(s: Storage) -> str:
+    """What a held storage is, in words that do not change with shapes: a scalar of its dtype (a loop's
+    predicate or counter) or a buffer."""
+    return f"{s.dtype.removeprefix('torch.')} scalar" if not s.shape else "buffer"
+
+
 def holder_kind(value: Any) -> str:
     """What kind of reference holds a storage: a container (``list``: the ``args`` list, a
     ``while_loop`` carry list; ``tuple``: an op's result tuple) or a plain ``name``.  Cause
@@ -806,6 +812,7 @@ class LateReference:
             "role": "reference",
             "holds": [s.producer.split(":")[-1] for s in self.blocked],
             "held_in": b.kind,
+            "holds_kinds": sorted({storage_kind(s) for s in self.blocked}),
             "in_loop": b.in_loop,
             "released_in_loop": b.released_in_loop,
             "last_use": _event(events, b.last_load),

@@ -35,6 +35,7 @@ from conformance.api.verdict import Rates, Status, rates
 from conformance.output import history as hist
 from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
+from conformance.output.triage import Triage, triage
 from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.paths import path_arg
 from conformance.util.text import clip, printable
@@ -343,6 +344,7 @@ class Page:
     note: str = ""  # e.g. "interrupted after 8 of 33 pairs": shown under the title
     no_history_why: str = "--no-history"
     by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
+    triage: Triage | None = None  # failures grouped by cause, new ones first (conformance.output.triage)
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -383,6 +385,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         run=run,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
+        triage=triage(results, history if run else None),
     )
 
 
