@@ -226,3 +226,48 @@ def test_a_peak_cause_names_the_producing_ops_blamed() -> None:
 
 def test_a_pass_has_no_cause() -> None:
     assert cause_of(Result("c", "b", Status.PASS)) is None
+
+
+# --------------------------------------------------------------------------- real inductor, real programs
+
+
+@pytest.fixture(scope="module")
+def inductor_loop_results() -> dict[str, Result]:
+    """Three generated while_loop programs (different seeds, shapes, trip counts and buffer numbering)
+    on real inductor, with the shipped manifest applied, and one of them again with a planted fault in
+    inductor's code generation (the wrapper drops its frees)."""
+    from conformance.api.case import select_cases
+    from conformance.backends.inductor import InductorBackend
+    from conformance.checks.manifest import apply, load_manifest
+    from conformance.run.engine import RunOptions, run_case
+    from tests.faults import planted
+
+    manifest = load_manifest("inductor")
+    options = RunOptions(steps=1)
+    cases = {c.id: c for c in select_cases(["gen-loop-7808", "gen-loop-3435", "reg-loop-carried-t2"])}
+    out = {case: apply(run_case(c, InductorBackend(), options), manifest) for case, c in cases.items()}
+    faulty = run_case(cases["gen-loop-7808"], planted(InductorBackend, "inductor-dropped-free")(), options)
+    faulty.backend = "inductor"  # judged against inductor's manifest: the fault is the only difference
+    out["planted"] = apply(faulty, manifest)
+    return out
+
+
+def test_real_inductor_loops_share_one_known_cause(inductor_loop_results: dict[str, Result]) -> None:
+    clean = [inductor_loop_results[c] for c in ("gen-loop-7808", "gen-loop-3435", "reg-loop-carried-t2")]
+    assert len({r.cause for r in clean}) == 1, [r.cause for r in clean]
+    assert len({r.excess_bytes for r in clean}) == 3  # three sizes, one cause
+    for r in clean:
+        assert r.status == Status.XFAIL and r.reason.startswith("expected cause:"), r.reason
+
+
+def test_a_planted_codegen_fault_is_a_new_cause_beside_the_known_ones(
+        inductor_loop_results: dict[str, Result]) -> None:
+    known, planted_r = inductor_loop_results["gen-loop-7808"], inductor_loop_results["planted"]
+    assert planted_r.status == Status.FAIL_PEAK, planted_r.reason
+    assert planted_r.new_cause_parts, planted_r.cause
+    assert set(planted_r.new_cause_parts).isdisjoint(known.cause_parts)
+    assert planted_r.reason.startswith("new cause beside")
+    from conformance.output.triage import triage
+
+    top = triage(list(inductor_loop_results.values())).groups[0]
+    assert top.results == [planted_r] and top.new_parts
