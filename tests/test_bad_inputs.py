@@ -351,6 +351,17 @@ BAD_INPUTS: dict[str, Bad] = {
     "merge-out-is-a-file": Bad(["merge", "s1", "s2", "-o", "afile"], "-o afile: exists and is not a directory"),
     "merge-out-under-file": Bad(["merge", "s1", "s2", "-o", "afile/m"], "-o afile/m: afile is a file"),
     "merge-no-output": Bad(["merge", "s1", "s2"], "the following arguments are required: -o/--out"),
+    # triage: reads only
+    "triage-missing-dir": Bad(["triage", "nowhere"], "nowhere: no such results directory or file"),
+    "triage-no-results": Bad(["triage", "notes"], "notes/results.jsonl: not found"),
+    "triage-results-is-dir": Bad(["triage", "dirres"], "dirres/results.jsonl: is a directory"),
+    "triage-only-bad-lines": Bad(["triage", "truncated-only.jsonl"], "truncated-only.jsonl: no valid result records"),
+    "triage-history-not-sqlite": Bad(["triage", "prev", "--history", "bad.sqlite"],
+                                     "history bad.sqlite: not a run history database"),
+    "triage-history-dir": Bad(["triage", "prev", "--history", "histdir"], "history histdir: is a directory"),
+    "triage-history-twice": Bad(["triage", "prev", "--history", "h.sqlite", "--no-history"],
+                                "--history and --no-history exclude each other"),
+    "triage-bad-limit": Bad(["triage", "prev", "--limit", "0"], "--limit 0: must be at least 1"),
 }
 
 #: Lines a report or merge skips, naming them, while keeping the file's good records (exit 0).
@@ -412,6 +423,20 @@ def test_report_names_bad_lines_and_keeps_good_ones(
     html_text = (tmp_path / "site" / "index.html").read_text()
     assert html_text.count('<td class="cell ') == 1  # the good record, reported
     assert "<script>alert(1)</script>" not in html_text
+    assert snapshot(workspace) == before
+
+
+@pytest.mark.parametrize("stem", list(SKIPPED_LINES))
+def test_triage_names_bad_lines_and_keeps_good_ones(
+    stem: str, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(workspace)
+    before = snapshot(workspace)
+    code = call_cli(["triage", f"{stem}.jsonl"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert_one_line(err, f"warning: {stem}.jsonl{SKIPPED_LINES[stem]}")
+    assert out.startswith("1 pairs, 0 failures in 0 cause group(s)")  # the good record, triaged
     assert snapshot(workspace) == before
 
 

@@ -2,7 +2,8 @@
 
 Readers: results.jsonl (``read_records``/``read_usable``), manifests (``load_manifest``), junit
 (``name_junit_classes``, resume's merge), run history (``history``), baselines (``load_baseline``,
-tolerances), ``--cases`` modules (``load_source``) and run options (the CLI's checks).
+tolerances), triage (``triage_dir``: results and history), ``--cases`` modules (``load_source``) and
+run options (the CLI's checks).
 
 Property: a reader either returns (a bad line or entry skipped with a warning) or raises the
 harness's own one-line error (RecordsError, ManifestError, HistoryError, BaselineError, CaseError,
@@ -31,15 +32,17 @@ from hypothesis import strategies as st
 
 from conformance.api.result import Result
 from conformance.checks.baseline import BaselineError, Tolerance, load_baseline
+from conformance.checks.cause import fill_cause
 from conformance.checks.manifest import ManifestError, load_manifest
 from conformance.output import history
 from conformance.output.outdir import OutDirError, claim, name_junit_classes
 from conformance.output.records import RecordsError, read_records, read_usable
+from conformance.output.triage import render_text, triage_dir
 from tests.test_bad_inputs import child_env
 
 #: examples per property (CI runs these; the subprocess one runs a handful)
 EXAMPLES = {"records": 400, "manifest": 300, "junit": 200, "history": 100, "baseline": 200, "cases": 100,
-            "options": 60, "cli": 6}
+            "options": 60, "cli": 6, "triage": 150}
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 GOOD = {"case": "mlp-s-infer", "backend": "eager", "status": "pass", "reason": "", "kind": "inference",
@@ -80,7 +83,7 @@ toml_values = st.one_of(toml_strings, st.integers(-10**20, 10**20).map(str), st.
 def manifest_text(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         return draw(st.text(max_size=200))
-    keys = ["case", "status", "reason", "issue", "excess", "max_excess", "when", "owner"]
+    keys = ["case", "status", "reason", "issue", "excess", "max_excess", "when", "owner", "cause", "max_excess_pct"]
     parts = []
     for _ in range(draw(st.integers(0, 3))):
         parts.append("[[expect]]")
@@ -210,6 +213,32 @@ def test_history_reader(tmp_path: Path, kind: str, garbage: bytes, column: str, 
         assert "\n" not in str(exc)
 
 
+# --------------------------------------------------------------------------- triage
+
+
+@settings(max_examples=EXAMPLES["triage"], **FUZZ)
+@given(results=results_files, history_kind=st.sampled_from(["none", "garbage", "real"]),
+       garbage=st.binary(max_size=200), as_dir=st.booleans())
+def test_triage_reader(tmp_path: Path, results: bytes, history_kind: str, garbage: bytes, as_dir: bool) -> None:
+    """Triage reads a results directory and its history: it returns, or raises one line of its own."""
+    work = tmp_path / f"t-{uuid.uuid4().hex[:8]}"
+    work.mkdir()
+    (work / "results.jsonl").write_bytes(results)
+    db = work / "history.sqlite"
+    if history_kind == "garbage":
+        db.write_bytes(garbage)
+    elif history_kind == "real":
+        history.record_run(db, [Result("mlp-s-infer", "eager", "fail-peak", cause="peak: x", cause_parts=["peak: x"])])
+    before = sorted(p.name for p in work.iterdir())
+    try:
+        found, warnings = triage_dir(work if as_dir else work / "results.jsonl", fill=fill_cause)
+        render_text(found)
+        assert all("\n" not in w for w in warnings)
+    except (RecordsError, history.HistoryError) as exc:
+        assert "\n" not in str(exc)
+    assert sorted(p.name for p in work.iterdir()) == before  # triage writes nothing
+
+
 # --------------------------------------------------------------------------- baselines
 
 
@@ -327,13 +356,13 @@ def test_run_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: py
 
 
 @settings(max_examples=EXAMPLES["cli"], **FUZZ)
-@given(results=results_files, command=st.sampled_from(["report", "diff", "merge"]))
+@given(results=results_files, command=st.sampled_from(["report", "diff", "merge", "triage"]))
 def test_cli_readers_end_to_end(tmp_path: Path, results: bytes, command: str) -> None:
     work = tmp_path / f"w-{uuid.uuid4().hex[:8]}"
     (work / "a").mkdir(parents=True)
     (work / "a" / "results.jsonl").write_bytes(results)
     args = {"report": ["report", "a", "-o", "site", "--no-history"], "diff": ["diff", "a", "a"],
-            "merge": ["merge", "a", "-o", "merged"]}[command]
+            "merge": ["merge", "a", "-o", "merged"], "triage": ["triage", "a"]}[command]
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=work, capture_output=True,
                           text=True, timeout=120, env=child_env())
     assert "Traceback" not in proc.stderr, proc.stderr

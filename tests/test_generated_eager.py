@@ -100,3 +100,20 @@ def test_transient_table_is_what_eager_kernels_allocate() -> None:
                 nbytes = out.untyped_storage().nbytes()
                 del out
             assert probe.trace.peak_bytes == nbytes + kernel_transient_bytes(node), (dtype, node.target)
+
+
+ZERO_TRIP_TRAIN = {
+    "family": "loop", "train": True, "dtype": "float32", "batch": 2, "width": 4, "n_inputs": 2,
+    "param_shapes": [[4, 4]], "ops": [], "outputs": [], "carried": 1, "trips": 0,
+    "body": [{"kind": "relu", "args": [1], "attrs": []}, {"kind": "blend", "args": [0, 2], "attrs": []}],
+    "body_out": [4], "data_cond": False,
+}
+
+
+def test_a_training_loop_that_runs_no_trip_is_exact() -> None:
+    """gen-loop-5458-train, shrunk: a loop with autograd that runs no trip still stacks one row per
+    carry (torch's dense kernel: ``val.unsqueeze(0).clone()``), so the backward's ``cat`` of the
+    initial carry with the stack is one row, not empty; the model had sized both at zero trips."""
+    from conformance.cases.generated import Program
+
+    eager_matches_model(Program.from_json(ZERO_TRIP_TRAIN))

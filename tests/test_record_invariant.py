@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 
 from conformance.api.result import DomainFigures, MemoryFigures, Result, append_result
 from conformance.checks.baseline import Tolerance, apply_baseline, diff, format_diff, load_baseline
+from conformance.checks.cause import fill_cause
 from conformance.output import history
 from conformance.output.merge import merge
 from conformance.output.outdir import claim
 from conformance.output.records import check_record, read_records, schema
 from conformance.output.report import build_page, render
+from conformance.output.triage import render_text, triage
 from conformance.output.version_matrix import version_matrix
 
 #: names an open object may get besides the schema's own: every field name the readers know, and others
@@ -119,6 +121,7 @@ def test_every_valid_record_is_readable_by_every_reader(records: list[dict[str, 
             apply_baseline(Result.from_json(r.to_json()), baseline[(r.case, r.backend)], Tolerance.parse("0"), "b")
         format_diff(diff(results, results), show_all=True)
         history.changes(db)
+        render_text(triage(results, db, fill_cause))  # triage, first sightings from the history
 
 
 def test_a_written_record_with_hostile_findings_reads_back() -> None:

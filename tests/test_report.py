@@ -275,6 +275,43 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
     assert page.errors == []
 
 
+def test_failures_grouped_by_cause(page: Any, results_dir: Path, tmp_path: Path) -> None:
+    """Tonight's leaky-eager failure, its cause first seen tonight; then a later night where a planted second
+    cause is new and the first is not: the new one is on top, the known one says when it was first seen."""
+    from conformance.checks.manifest import Manifest, apply
+
+    tonight = [apply(r, Manifest(r.backend)) for r in read_results(results_dir / "results.jsonl")]
+    failing = [r for r in tonight if r.cause]
+    assert [(r.case, r.backend) for r in failing] == [("mlp-s-infer", "leaky-eager")]
+    assert failing[0].cause.startswith("residual: still alive after the step: ")
+    night1 = tmp_path / "night1"
+    night1.mkdir()
+    for r in tonight:
+        append_result(night1 / "results.jsonl", r)
+    db = tmp_path / "h.sqlite"
+    build_report([night1], tmp_path / "site1", history=db)
+    night2 = tmp_path / "night2"
+    night2.mkdir()
+    planted = dataclasses.replace(failing[0], case="mlp-m-infer", cause="residual: still alive after the step: mm",
+                                  cause_parts=["residual: still alive after the step: mm"],
+                                  new_cause_parts=["residual: still alive after the step: mm"], repro_file="")
+    for r in [*tonight, planted]:
+        append_result(night2 / "results.jsonl", r)
+    index = build_report([night2], tmp_path / "site2", history=db)
+    page.goto(index.as_uri())
+    rows = page.locator("#triage tr.cause-group")
+    assert rows.count() == 2
+    top, known = rows.nth(0), rows.nth(1)
+    assert top.get_attribute("data-signature") == "residual: still alive after the step: mm"
+    assert top.get_attribute("data-new-this-run") == "true" and top.get_attribute("data-unknown") == "true"
+    assert top.locator(".new-part").count() == 1
+    assert known.get_attribute("data-signature") == failing[0].cause
+    assert known.get_attribute("data-new-this-run") == "false"
+    assert "run #1" in known.inner_text()
+    assert known.locator("td.smallest").get_attribute("data-case") == "mlp-s-infer"
+    assert page.errors == [] and all(u.startswith("file://") for u in page.requested)
+
+
 def test_step_progress_normalisation() -> None:
     assert model_points([["a", 0], ["b", 10], ["c", 4]], residual=0) == [(0.0, 0), (0.5, 10), (1.0, 4), (1.0, 0)]
     assert model_points([["a", 3]], residual=3) == [(0.0, 3)]

@@ -126,6 +126,12 @@ class Result:
     #: a case whose shapes change (``conformance.run.shapes.ShapeFigures``): sizes per call, graphs
     #: compiled per call, recompiles, bytes kept across shapes; empty for any other case
     shapes: dict[str, Any] = field(default_factory=dict)
+    #: what the failure is, from the deciding check's findings (conformance.checks.cause): its signature,
+    #: and the parts a manifest's ``cause`` entries match ("" and [] for a pass or skip)
+    cause: str = ""
+    cause_parts: list[str] = field(default_factory=list)
+    #: the parts no manifest entry knows (a failure whose cause is partly new)
+    new_cause_parts: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

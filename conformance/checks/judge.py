@@ -15,6 +15,7 @@ from typing import Any
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check, CheckName, Status, passed
 from conformance.checks.blame import blame_peak, blame_residual
+from conformance.checks.cause import PARTS_KEY, SHARES_KEY, TIMELINE_PART, program_part, program_parts
 from conformance.checks.timeline import compare as compare_timeline
 from conformance.models.donation import DETAIL_KEY
 from conformance.models.lifetime import LifetimeModel, Observation
@@ -153,6 +154,14 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     blamed = [f.describe(program.events) for f in late] + [r.describe(program.events) for r in refs]
     sentences = [f.sentence(program.events) for f in late] + [r.sentence(program.events) for r in refs]
     excess = _held_late(late, program) + sum(sum(s.nbytes for s in r.blocked) for r in refs)
+    # each cause part's share of the excess, what a manifest's cause entry bounds
+    shares: dict[str, int] = {}
+    for f, entry in zip(late, blamed):
+        part = program_part(entry)
+        shares[part] = shares.get(part, 0) + _held_late([f], program)
+    for r, entry in zip(refs, blamed[len(late):]):
+        part = program_part(entry)
+        shares[part] = shares.get(part, 0) + sum(s.nbytes for s in r.blocked)
     if exact_domain:
         diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
         bad = [(s, d) for s, d in diffs if not d.exact]
@@ -167,8 +176,11 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
             sentences.insert(0, f"measured timeline of call {s.call} departs from the program's: {d.sentence()}")
             blamed = d.blamed(s.program) + blamed
             excess += d.excess_bytes()
+            shares[TIMELINE_PART] = shares.get(TIMELINE_PART, 0) + d.excess_bytes()
     if not sentences:
         return passed(CheckName.PROGRAM, **figures)
+    figures[PARTS_KEY] = program_parts(blamed, figures["timeline"] == "differs")  # from every finding
+    figures[SHARES_KEY] = {part: shares.get(part, 0) for part in figures[PARTS_KEY]}
     more = f" [{len(sentences) - 1} more finding(s)]" if len(sentences) > 1 else ""
     reason = f"generated program: {sentences[0]}{more}"
     return Check(CheckName.PROGRAM, Status.FAIL_PEAK, reason, figures, blamed[:10], excess)

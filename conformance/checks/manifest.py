@@ -11,6 +11,15 @@ cannot hide an 18 KB leak added on top.  Strict: a case expected to fail that
 passes is ``xpass``, which fails the run; a larger (or, for ``excess``, any
 other) excess is a failure; entries that apply here and match no selected case
 are reported as stale.
+
+An entry may name a *cause* instead of a case: ``cause = "<part>"`` is one part of a failure's
+cause signature (:mod:`conformance.checks.cause`: ``results.jsonl``'s ``cause_parts``), with
+``status``, ``reason``, ``issue`` and ``when`` as above and, for a memory failure, a bound per
+instance, ``max_excess = N`` bytes or ``max_excess_pct = P`` percent of the pair's model peak (a
+bound that scales with the case).  A failure no case entry names is expected when every part
+of its cause is a known one; the bounds of the parts' entries add up to the excess it may show.
+A part no entry knows, or an excess beyond the bound, is a failure.  ``case`` (a glob) may
+narrow a cause entry to some cases; a case entry comes before cause entries.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from packaging.utils import canonicalize_name
 
 from conformance.api.result import FAILURES, Result
 from conformance.api.verdict import Status
+from conformance.checks.cause import Cause, cause_of
 from conformance.util.paths import inside, safe_name
 from conformance.util.text import printable
 
@@ -45,9 +55,25 @@ class Expectation:
     excess: int | None = None  # exact bytes over the contract an expected memory failure shows
     max_excess: int | None = None  # or a bound on them
     when: tuple[str, ...] = ()  # requirement-style conditions on installed versions, all must hold
+    cause: str = ""  # a cause part (conformance.checks.cause) this entry expects on any case ``case`` matches
+    max_excess_pct: float | None = None  # a cause entry's bound: percent of the pair's model peak
 
     def matches(self, case_id: str) -> bool:
-        return fnmatch.fnmatchcase(case_id, self.case)
+        """A case entry naming ``case_id`` (cause entries match causes: :meth:`covers`)."""
+        return not self.cause and fnmatch.fnmatchcase(case_id, self.case)
+
+    def covers(self, case_id: str, status: str, part: str) -> bool:
+        """A cause entry expecting ``part`` of a ``status`` failure on ``case_id``."""
+        return bool(self.cause) and self.cause == part and self.status == status \
+            and fnmatch.fnmatchcase(case_id, self.case)
+
+    def bound(self, model_peak: int | None) -> int | None:
+        """The bytes over its contract one instance of this cause may show (``None``: not known here)."""
+        if self.max_excess is not None:
+            return self.max_excess
+        if self.max_excess_pct is not None and model_peak is not None:
+            return int(model_peak * self.max_excess_pct / 100)
+        return None
 
     def applies(self, versions: Mapping[str, str] | None = None) -> bool:
         """Whether every ``when`` condition holds for ``versions`` (default: what is installed)."""
@@ -56,7 +82,8 @@ class Expectation:
     @property
     def unsized(self) -> bool:
         """An expected memory failure that does not say by how much: it cannot tell a bigger one."""
-        return Status(self.status).is_memory and self.excess is None and self.max_excess is None
+        return (Status(self.status).is_memory and self.excess is None and self.max_excess is None
+                and self.max_excess_pct is None)
 
     def excess_problem(self, observed: int | None) -> str | None:
         """Why an observed excess is not the one expected (``None``: it is)."""
@@ -76,7 +103,14 @@ class Expectation:
     def describe_excess(self) -> str:
         if self.excess is not None:
             return f" (+{self.excess} B)"
+        if self.max_excess_pct is not None:
+            return f" (<= +{self.max_excess_pct:g}% of the model peak)"
         return f" (<= +{self.max_excess} B)" if self.max_excess is not None else ""
+
+    @property
+    def label(self) -> str:
+        """How messages name the entry: its case, or its cause."""
+        return f"cause {self.cause!r}" if self.cause else repr(self.case)
 
 
 def condition_holds(condition: str, versions: Mapping[str, str] | None = None) -> bool:
@@ -138,8 +172,14 @@ class Manifest:
         return [e for e in self.active() if e.unsized and any(e.matches(i) for i in ids)]
 
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
+        """Active case entries that match no selected case (a cause entry expects a cause on any case)."""
         ids = list(case_ids)
-        return [e for e in self.active() if not any(e.matches(i) for i in ids)]
+        return [e for e in self.active() if not e.cause and not any(e.matches(i) for i in ids)]
+
+    def covering(self, case_id: str, status: str, part: str) -> Expectation | None:
+        """The active cause entry expecting ``part``; one with a ``when`` comes first."""
+        matching = [e for e in self.active() if e.covers(case_id, status, part)]
+        return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
 
 def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str, str] | None = None) -> Manifest:
@@ -162,12 +202,16 @@ def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str,
         where = f"{path}: entry {i}"
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
-        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when"}
+        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when", "cause",
+                             "max_excess_pct"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
-        case, status, reason = item.get("case"), item.get("status"), item.get("reason")
+        cause = item.get("cause", "")
+        if not isinstance(cause, str) or ("cause" in item and not cause.strip()):
+            raise ManifestError(f"{where}: 'cause' must be a cause part (a string from results.jsonl's cause_parts)")
+        case, status, reason = item.get("case", "*" if cause else None), item.get("status"), item.get("reason")
         if not isinstance(case, str) or not case:
-            raise ManifestError(f"{where}: 'case' (an id or glob) is required")
+            raise ManifestError(f"{where}: 'case' (an id or glob) or 'cause' is required")
         if status not in FAILURES:
             raise ManifestError(f"{where} ({case}): status {status!r} is not one of {', '.join(FAILURES)}")
         if not isinstance(reason, str) or not reason.strip():
@@ -181,9 +225,30 @@ def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str,
                 raise ManifestError(f"{where} ({case}): {key!r} must be a whole number of bytes, got {value!r}")
         if excess is not None and max_excess is not None:
             raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
+        pct = _parse_pct(item, cause, max_excess, excess, f"{where} ({cause or case})")
+        if cause and Status(status).is_memory and max_excess is None and pct is None:
+            raise ManifestError(f"{where} (cause {cause!r}): a memory cause needs its bound per instance, "
+                                "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
         when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
-        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when))
+        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct))
     return Manifest(backend, path, entries, versions)
+
+
+def _parse_pct(item: Mapping[str, object], cause: str, max_excess: object, excess: object, where: str) -> float | None:
+    """A cause entry's ``max_excess_pct`` (checked); a cause has no exact ``excess`` across cases."""
+    if cause and excess is not None:
+        raise ManifestError(f"{where}: a cause entry bounds each instance ('max_excess' or 'max_excess_pct'), "
+                            "it has no exact 'excess'")
+    if "max_excess_pct" not in item:
+        return None
+    pct = item["max_excess_pct"]
+    if not cause:
+        raise ManifestError(f"{where}: 'max_excess_pct' is for cause entries; a case entry gives bytes")
+    if not isinstance(pct, (int, float)) or isinstance(pct, bool) or not 0 <= pct < 1e6 or pct != pct:
+        raise ManifestError(f"{where}: 'max_excess_pct' must be a percentage (a number >= 0), got {pct!r}")
+    if max_excess is not None:
+        raise ManifestError(f"{where}: give 'max_excess' or 'max_excess_pct', not both")
+    return float(pct)
 
 
 def _read_text(path: Path) -> str:
@@ -210,9 +275,14 @@ def manifest_location(backend: str) -> Path:
 
 
 def apply(result: Result, manifest: Manifest) -> Result:
-    """Turn the backend's raw verdict into the final one, strictly."""
+    """Turn the backend's raw verdict into the final one, strictly; a failure gets its cause."""
     result.raw_status = result.status
+    cause = cause_of(result)
+    if cause is not None:
+        result.cause, result.cause_parts = cause.signature, list(cause.parts)
     expectation = manifest.lookup(result.case)
+    if expectation is None and cause is not None:
+        return _apply_cause(result, manifest, cause)
     if expectation is None or result.status == Status.SKIP:
         return result
     result.expected = expectation.status
@@ -230,6 +300,56 @@ def apply(result: Result, manifest: Manifest) -> Result:
     else:
         result.reason = f"manifest expects {expectation.status}, got {result.status}: {result.reason}"
     return result
+
+
+def _apply_cause(result: Result, manifest: Manifest, cause: Cause) -> Result:
+    """A failure no case entry names: expected when every part of its cause is known and within bounds."""
+    status = str(result.status)
+    known = {p: manifest.covering(result.case, status, p) for p in result.cause_parts}
+    result.new_cause_parts = [p for p, e in known.items() if e is None]
+    entries = [e for e in known.values() if e is not None]
+    if result.new_cause_parts:
+        if entries:
+            result.reason = (f"new cause beside {len(entries)} known: {'; '.join(result.new_cause_parts)}: "
+                             f"{result.reason}")
+        return result
+    result.expected = status
+    if Status(status).is_memory:
+        problem = _beyond_bounds(result, cause, known)
+        if problem:
+            result.reason = f"known cause beyond its bound: {problem}: {result.reason}"
+            return result
+    first_entry = known[max(known, key=lambda p: cause.share(p) or 0)]  # the part that explains most
+    assert first_entry is not None
+    result.status = Status.XFAIL
+    more = f" [+{len(entries) - 1} more known cause part(s)]" if len(entries) > 1 else ""
+    result.reason = (f"expected cause: {first_entry.reason}" + (f" ({first_entry.issue})" if first_entry.issue else "")
+                     + (f" [when {', '.join(first_entry.when)}]" if first_entry.when else "") + more)
+    return result
+
+
+def _beyond_bounds(result: Result, cause: Cause, known: Mapping[str, Expectation | None]) -> str:
+    """Which known part shows more bytes than its entry allows ("" when none does).  Each part is held
+    to its own bound where the check split its excess (the program check does); otherwise the pair's
+    excess to the bounds' sum."""
+    peak = result.memory.model_peak_bytes if result.memory is not None else None
+    over = []
+    unsplit: list[tuple[str, Expectation]] = []
+    for part, entry in known.items():
+        assert entry is not None
+        share, bound = cause.share(part), entry.bound(peak)
+        if bound is None:
+            return f"{part!r}: its bound is a share of the model peak, and no model peak was measured"
+        if share is None:
+            unsplit.append((part, entry))
+        elif share > bound:
+            over.append(f"{part!r} {share} B > {bound} B")
+    if unsplit:
+        total = sum(e.bound(peak) or 0 for _, e in unsplit)
+        observed = result.excess_bytes
+        if observed is None or observed > total:
+            over.append(f"excess {observed if observed is not None else '?'} B > {total} B")
+    return "; ".join(over)
 
 
 UNEXPLAINED = "UNEXPLAINED"
@@ -252,6 +372,7 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
     excess = {r.case: r.excess_bytes for r in mine}
     notes: list[str] = []
     entries: list[Expectation] = []
+    by_cause = {r.case for r in mine if r.status == Status.XFAIL and r.cause_parts and not r.new_cause_parts}
     for e in manifest.entries:
         matched = {c: s for c, s in runs.items() if e.matches(c)} if e.applies(manifest.versions) else {}
         if not matched:
@@ -283,6 +404,8 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             else:
                 notes.append(f"{c}: now passes; entry removed")
     for case, status in runs.items():
+        if case in by_cause:  # expected by its cause, on any case: no entry of its own
+            continue
         if status in FAILURES and not any(x.matches(case) and x.applies(manifest.versions) for x in entries):
             notes.append(f"{case}: new {status}; needs a reason")
             entries.append(_sized(Expectation(case, status, f"{UNEXPLAINED}: observed {status}; explain or fix"),
@@ -305,7 +428,10 @@ def dump(manifest: Manifest, header: str = "") -> str:
         if e.reason.startswith(UNEXPLAINED):
             lines.append("# TODO: explain this expectation, then replace the reason")
         lines.append("[[expect]]")
-        lines.append(f"case = {json.dumps(e.case)}")
+        if e.cause:
+            lines.append(f"cause = {json.dumps(e.cause)}")
+        if not e.cause or e.case != "*":
+            lines.append(f"case = {json.dumps(e.case)}")
         lines.append(f"status = {json.dumps(e.status)}")
         lines.append(f"reason = {json.dumps(e.reason)}")
         if e.issue:
@@ -314,6 +440,8 @@ def dump(manifest: Manifest, header: str = "") -> str:
             lines.append(f"excess = {e.excess}")
         if e.max_excess is not None:
             lines.append(f"max_excess = {e.max_excess}")
+        if e.max_excess_pct is not None:
+            lines.append(f"max_excess_pct = {e.max_excess_pct:g}")
         if e.when:
             lines.append(f"when = {json.dumps(e.when[0] if len(e.when) == 1 else list(e.when))}")
     return "\n".join(lines).lstrip("\n") + "\n"

@@ -102,6 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("isolate", "timeout"):  # every run (the case's, each shrink candidate's) isolated, as in a run
         BY_NAME[name].add_to_argparse(repro)
     _add_cases_argument(repro)
+    tri = sub.add_parser("triage", help="a run's failures grouped by cause, new ones first",
+                         description="Group the failures of a results directory by cause signature (counts, first "
+                                     "seen in the run history, smallest repro), new causes on top. Exit 0; 2 on "
+                                     "bad input.")
+    tri.add_argument("dir", type=path_arg, metavar="DIR", help="a results directory (or its results.jsonl)")
+    tri.add_argument("--history", type=path_arg, default=None, metavar="PATH",
+                     help="run history to read first sightings from (default: DIR/history.sqlite if present)")
+    tri.add_argument("--no-history", action="store_true", help="ignore the run history")
+    tri.add_argument("--limit", type=int, default=None, metavar="N", help="show the first N groups only")
     lst = sub.add_parser("list", help="list backends or cases")
     lst.add_argument("what", choices=["backends", "cases"])
     for name in ("generated", "hypothesis_seed", "backend", "case"):
@@ -349,6 +358,27 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_triage(args: argparse.Namespace) -> int:
+    from conformance.checks.cause import fill_cause
+    from conformance.output.history import HistoryError
+    from conformance.output.records import RecordsError
+    from conformance.output.triage import render_text, triage_dir
+
+    if args.history is not None and args.no_history:
+        raise UsageFailure("--history and --no-history exclude each other")
+    if args.limit is not None and args.limit < 1:
+        raise UsageFailure(f"--limit {args.limit}: must be at least 1")
+    try:
+        found, warnings = triage_dir(Path(args.dir), args.history, not args.no_history, fill_cause)
+    except (RecordsError, HistoryError) as exc:
+        raise UsageFailure(str(exc)) from None
+    for line in warnings:
+        print(f"conformance triage: warning: {printable(line)}", file=sys.stderr)
+    for line in render_text(found, args.limit):
+        print(printable(line))
+    return 0
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     from conformance.run.repro import main_repro
 
@@ -445,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "repro":
             return cmd_repro(args)
+        if args.command == "triage":
+            return cmd_triage(args)
         if args.command == "diff":
             from conformance.checks.baseline import BaselineError, main_diff
 

@@ -198,6 +198,9 @@ class Binding:
     frame: str
     name: str
     bound: int  # event index of the statement that bound it
+    kind: str = "name"  # what the name is bound to: "list", "tuple" (a container) or "name" (a tensor, a value)
+    in_loop: bool = False  # it was suspected inside a host ``while`` loop
+    released_in_loop: bool = False
     last_load: int = -1  # the last statement that read the name
     released: int | None = None  # the statement that deleted or rebound it (or returned from its frame)
     #: (work event, program storages it referenced then) for work after a read of it
@@ -297,7 +300,7 @@ class _Interpreter:
     def _bind(self, frame: _Frame, name: str, value: Any) -> None:
         self._unbind(frame, name)
         frame.env[name] = value
-        binding = Binding(frame.name, name, len(self.builder.events))
+        binding = Binding(frame.name, name, len(self.builder.events), holder_kind(value))
         frame.bindings[name] = binding
         self.bindings.append(binding)
 
@@ -380,7 +383,8 @@ class _Interpreter:
             s = self.keys.get(StorageWeakRef(t.untyped_storage()))
             if s is not None:
                 s.last_use = index
-                s.held_by = ""  # who keeps it past its last use is asked again after this one
+                s.held_by = s.held_in = ""  # who keeps it past its last use is asked again after this one
+                s.held_in_loop = False
                 if st.work and not s.op_writer and st.writer:
                     s.op_writer = st.writer
         for binding in st.loaded:
@@ -390,6 +394,7 @@ class _Interpreter:
             self._note_holders(index)
         for binding in st.unbound:
             binding.released = index
+            binding.released_in_loop = bool(self.trips)
         self.builder.event(f"{self.prefix}{self._where(stmt)} {_short(self.program.line(stmt.lineno))}")
         self._sync()
 
@@ -410,6 +415,7 @@ class _Interpreter:
                 self.held[sid] = s
                 self.builder.acquire(s)
         for sid in [sid for sid in self.held if sid not in reachable]:
+            self.held[sid].freed_in_loop = bool(self.trips)
             self.builder.release(self.held.pop(sid))
         for s in self.stmt.born:
             if s.sid not in reachable:  # a transient: made and dropped within the statement
@@ -425,9 +431,11 @@ class _Interpreter:
     def _note_holders(self, index: int) -> None:
         """At a statement that does work: which references hold storages the program must free.
 
-        A storage past its last use gets the names that still reference it; every binding
-        holding such storages records the event, to be judged once its last read is known."""
+        A storage past its last use gets the names that still reference it (``held_by``: the first
+        ones; ``held_in``: the kind of those holding it last, the reference whose release frees it);
+        every binding holding such storages records the event, to be judged once its last read is known."""
         bound = [(f, b) for f in self.frames for b in f.bindings.values()] + [(None, b) for b in self.stmt.unbound]
+        asked: set[int] = set()
         for frame, binding in bound:
             value = frame.env.get(binding.name) if frame is not None else None
             if frame is None:
@@ -437,12 +445,19 @@ class _Interpreter:
                 continue
             if binding.last_load < index:
                 binding.suspects.append((index, owned))
+                binding.in_loop = binding.in_loop or bool(self.trips)
             for s in owned:
                 last = s.last_use if s.last_use is not None else s.birth
-                if not s.held_by and last < index:
-                    holders = [f"{f.name}.{n}" if f.name != "call" else n for f in self.frames
-                               for n, v in f.env.items() if s in set(self._storages(v))]
-                    s.held_by = ", ".join(holders)
+                if last >= index or s.sid in asked:
+                    continue
+                asked.add(s.sid)
+                holders = [(f"{f.name}.{n}" if f.name != "call" else n, v) for f in self.frames
+                           for n, v in f.env.items() if s in set(self._storages(v))]
+                if not s.held_by:
+                    s.held_by = ", ".join(n for n, _ in holders)
+                kinds = {holder_kind(v) for _, v in holders}
+                s.held_in = next((k for k in ("list", "tuple", "name") if k in kinds), s.held_in)
+                s.held_in_loop = s.held_in_loop or bool(self.trips)
 
     # -- expressions -----------------------------------------------------------------
     def _eval(self, node: ast.expr) -> Any:
@@ -726,6 +741,23 @@ def _binop(op: ast.operator) -> Callable[[Any, Any], Any]:
 # --------------------------------------------------------------------------- findings
 
 
+def storage_kind(s: Storage) -> str:
+    """What a held storage is, in words that do not change with shapes: a scalar of its dtype (a loop's
+    predicate or counter) or a buffer."""
+    return f"{s.dtype.removeprefix('torch.')} scalar" if not s.shape else "buffer"
+
+
+def holder_kind(value: Any) -> str:
+    """What kind of reference holds a storage: a container (``list``: the ``args`` list, a
+    ``while_loop`` carry list; ``tuple``: an op's result tuple) or a plain ``name``.  Cause
+    signatures (:mod:`conformance.checks.cause`) are made of it, never of the names themselves."""
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, tuple):
+        return "tuple"
+    return "name"
+
+
 @dataclass(frozen=True)
 class LateRelease:
     """A storage the program kept past its last use (or allocated and never used)."""
@@ -745,6 +777,9 @@ class LateRelease:
             "should_die_before": events[self.should_die] if 0 <= self.should_die < len(events) else "?",
             "freed_after": events[self.freed] if self.freed is not None else "never (outlives the step)",
             "held_by": s.held_by or "a reference outside the program",
+            "held_in": s.held_in,
+            "in_loop": s.held_in_loop,
+            "released_in_loop": s.freed_in_loop,
             "model_death": f"before {events[self.should_die]}" if 0 <= self.should_die < len(events) else "?",
             "measured_death": f"after {events[self.freed]}" if self.freed is not None else "outlives the step",
         })
@@ -784,6 +819,10 @@ class LateReference:
             "shape": None,
             "role": "reference",
             "holds": [s.producer.split(":")[-1] for s in self.blocked],
+            "held_in": b.kind,
+            "holds_kinds": sorted({storage_kind(s) for s in self.blocked}),
+            "in_loop": b.in_loop,
+            "released_in_loop": b.released_in_loop,
             "last_use": _event(events, b.last_load),
             "should_die_before": _event(events, self.should_die),
             "freed_after": _event(events, b.released) if b.released is not None else "never",

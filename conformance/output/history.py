@@ -53,6 +53,13 @@ CREATE TABLE IF NOT EXISTS results (
     measured_residual_bytes INTEGER,
     PRIMARY KEY (run_id, backend, case_id)
 );
+CREATE TABLE IF NOT EXISTS causes (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    backend TEXT NOT NULL,
+    case_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (run_id, backend, case_id)
+);
 """
 
 
@@ -106,6 +113,7 @@ _COLUMNS = {
     "runs": {"id", "started_at", "label", "fingerprint"},
     "results": {"run_id", "backend", "case_id", "family", "status", "reason", "model_peak_bytes",
                 "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes"},
+    "causes": {"run_id", "backend", "case_id", "signature"},
 }
 
 
@@ -192,7 +200,35 @@ def record_run(
                 db.execute(
                     "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(run_id, r)
                 )
+                if r.cause:
+                    db.execute("INSERT OR REPLACE INTO causes VALUES (?, ?, ?, ?)",
+                               (run_id, r.backend, r.case, r.cause))
         return Run(run_id, when, label)
+
+
+def recorded_run(path: Path, results: Sequence[Result]) -> Run | None:
+    """The run these results were recorded as, if they were (the report records a run's results)."""
+    if not path.exists():
+        return None
+    with closing(connect(path)) as db:
+        found = db.execute("SELECT id, started_at, label FROM runs WHERE fingerprint = ?",
+                           (fingerprint(results),)).fetchone()
+    return Run(*found) if found and _is(found[0], int) and _is(found[1], str) and _is(found[2], str) else None
+
+
+def cause_sightings(path: Path) -> dict[tuple[str, str], list[Run]]:
+    """(backend, cause signature) -> the runs it was seen in, oldest first by when they ran."""
+    if not path.exists():
+        return {}
+    by_id = {r.id: r for r in runs(path)}
+    seen: dict[tuple[str, str], set[int]] = {}
+    with closing(connect(path)) as db:
+        rows = _typed(db.execute("SELECT run_id, backend, signature FROM causes"), int, str, str)
+        for run_id, backend, signature in rows:
+            seen.setdefault((backend, signature), set()).add(run_id)
+    order = {r.id: i for i, r in enumerate(by_id.values())}
+    return {key: [by_id[i] for i in sorted((i for i in ids if i in by_id), key=order.__getitem__)]
+            for key, ids in seen.items()}
 
 
 def _row(run_id: int, r: Result) -> tuple[object, ...]:

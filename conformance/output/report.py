@@ -36,6 +36,7 @@ from conformance.output import history as hist
 from conformance.output.coverage import Coverage, coverage
 from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
+from conformance.output.triage import Triage, triage
 from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.paths import path_arg
 from conformance.util.text import clip, printable
@@ -345,6 +346,7 @@ class Page:
     no_history_why: str = "--no-history"
     by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
     coverage: Coverage | None = None  # the module sweep's table, when the run holds it
+    triage: Triage | None = None  # failures grouped by cause, new ones first (conformance.output.triage)
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -386,6 +388,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
         coverage=coverage(results),
+        triage=triage(results, history if run else None),
     )
 
 

@@ -107,7 +107,7 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
     for m in manifests.values():
         for e in m.entries:
             if e.reason.startswith("UNEXPLAINED"):
-                warnings.append(f"manifest {m.path}: entry {e.case!r} still needs a reason")
+                warnings.append(f"manifest {m.path}: entry {e.label} still needs a reason")
         for e in m.unsized(c.id for c in cases):
             warnings.append(f"manifest {m.path}: entry {e.case!r} expects {e.status} without its excess "
                             "(excess = BYTES); it fails until --update-manifest records it")

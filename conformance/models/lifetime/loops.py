@@ -61,14 +61,18 @@ def loop_parts(node: torch.fx.Node, root: torch.nn.Module) -> LoopParts:
 
 
 def trip_symbols(node: torch.fx.Node, trips: int) -> Symbols:
-    """The unbacked leading size of a stacked loop's outputs, bound to the observed trip count."""
+    """The unbacked leading size of a stacked loop's outputs, bound to the observed trip count.
+
+    A loop that runs no trip still stacks one row: torch's dense kernel returns each carried
+    input as ``val.unsqueeze(0).clone()``, so the size is ``max(trips, 1)``, and every value the
+    backward derives from it (the ``cat`` of the initial carry with the stack's rows) has it too."""
     if _hop_name(node) != "while_loop_stack_output":
         return {}
     val = node.meta.get("val")
     for v in val if isinstance(val, (list, tuple)) else [val]:
         if isinstance(v, torch.Tensor) and v.dim() and isinstance(v.shape[0], torch.SymInt):
             for sym in v.shape[0].node.expr.free_symbols:
-                return {sym: trips}
+                return {sym: max(trips, 1)}
     return {}
 
 

@@ -27,6 +27,9 @@ class Storage:
     # Set by a program model (:mod:`conformance.models.program`) for the storages a generated program handles:
     last_use: int | None = None  # the last event that read or wrote it
     held_by: str = ""  # what still referenced it at the first work past its last use
+    held_in: str = ""  # the kind of that reference: "list", "tuple" (a container holds it) or "name"
+    held_in_loop: bool = False  # it was held so inside a host ``while`` loop
+    freed_in_loop: bool = False  # and let go inside one (a later trip), not after the loop
     op_writer: str = ""  # the kernel or op that produced its contents
     modelled_by_program: bool = False
     allocated_by_program: bool = False  # allocated by the program itself (not returned by an op)

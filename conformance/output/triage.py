@@ -1,0 +1,180 @@
+"""Triage: a run's failures grouped by cause, the news first.
+
+A wide nightly run finds one backend behaviour on dozens of programs.  Grouped by case, each is
+news; grouped by cause (``results.jsonl``'s ``cause``, :mod:`conformance.checks.cause`) the page
+says "the 12th instance of a known cause" once and puts what is new on top: a cause the run
+history has never seen before this run, then a cause with a part no manifest entry knows.
+Each group names its smallest repro (the shortest repro script written, else the pair with the
+smallest modelled peak), and when the history first saw it.
+
+``conformance triage DIR`` prints it; the HTML report shows the same groups
+(:mod:`conformance.output.report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance.api.result import Result
+from conformance.api.verdict import Status
+from conformance.output import history as hist
+from conformance.output.records import RecordsError, read_usable
+
+
+@dataclass
+class Group:
+    """The failures of one backend that share a cause signature."""
+
+    backend: str
+    signature: str
+    parts: tuple[str, ...]
+    results: list[Result] = field(default_factory=list)
+    #: parts of the cause that no manifest entry knew, on any of the group's pairs
+    new_parts: tuple[str, ...] = ()
+    first_seen: hist.Run | None = None  # the earliest run of the history that had it
+    new_this_run: bool = False  # the history has no earlier run that had it
+
+    @property
+    def count(self) -> int:
+        return len(self.results)
+
+    @property
+    def expected(self) -> int:
+        return sum(1 for r in self.results if r.status == Status.XFAIL)
+
+    @property
+    def unexpected(self) -> int:
+        return sum(1 for r in self.results if Status.parse(r.status).is_unexpected)
+
+    @property
+    def smallest(self) -> Result:
+        """The group's smallest repro: the shortest repro script written, else the smallest modelled peak."""
+        return min(self.results, key=_repro_size)
+
+    @property
+    def rank(self) -> tuple[int, int, int, int, str, str]:
+        """New this run first, then a cause partly unknown to the manifests, then unexpected, then by size."""
+        return (not self.new_this_run, not self.new_parts, not self.unexpected, -self.count,
+                self.backend, self.signature)
+
+
+def _raw_status(r: Result) -> Status:
+    """The backend's own verdict; a record from outside may hold any text as its ``raw_status``."""
+    try:
+        return Status.parse(r.raw_status or r.status)
+    except ValueError:
+        return Status.parse(r.status)
+
+
+def _repro_size(r: Result) -> tuple[int, int, str]:
+    size = 1 << 62
+    if r.repro_file:
+        try:
+            size = Path(r.repro_file).stat().st_size
+        except (OSError, ValueError):  # gone, or not a path at all (a record from outside)
+            pass
+    peak = r.memory.model_peak_bytes if r.memory is not None and r.memory.model_peak_bytes is not None else 1 << 62
+    return size, peak, r.case
+
+
+@dataclass
+class Triage:
+    groups: list[Group]
+    pairs: int
+    history: Path | None = None
+    run: hist.Run | None = None  # the run these results are in the history as (None: not recorded)
+
+    @property
+    def failures(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def new_this_run(self) -> list[Group]:
+        return [g for g in self.groups if g.new_this_run]
+
+
+#: fills in the cause of a record written before records carried one (``conformance.checks.cause``
+#: lies above this layer: the command passes it in)
+CauseFiller = Callable[[Result], None]
+
+
+def group_failures(results: Sequence[Result], fill: CauseFiller | None = None) -> list[Group]:
+    """Every failing pair (expected ones included: a known cause is still a cause), by backend and cause."""
+    groups: dict[tuple[str, str], Group] = {}
+    for r in results:
+        raw = _raw_status(r)
+        if not raw.is_failure:
+            continue
+        if not r.cause and fill is not None:
+            fill(r)
+        signature = r.cause or f"{raw.value}: (no cause recorded)"
+        key = (r.backend, signature)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(r.backend, signature, tuple(r.cause_parts) or (signature,))
+        group.results.append(r)
+        group.new_parts = tuple(sorted(set(group.new_parts) | set(r.new_cause_parts)))
+    return list(groups.values())
+
+
+def triage(results: Sequence[Result], history: Path | None = None, fill: CauseFiller | None = None) -> Triage:
+    """The run's failures by cause, with first sightings from ``history`` (when it exists)."""
+    groups = group_failures(results, fill)
+    run = hist.recorded_run(history, results) if history is not None else None
+    sightings = hist.cause_sightings(history) if history is not None else {}
+    order = {r.id: i for i, r in enumerate(hist.runs(history))} if history is not None else {}
+    here = order.get(run.id) if run is not None else None
+    for g in groups:
+        seen = sightings.get((g.backend, g.signature), [])
+        earlier = [s for s in seen if here is None or order.get(s.id, -1) < here]
+        g.first_seen = seen[0] if seen else None
+        g.new_this_run = not earlier
+    return Triage(sorted(groups, key=lambda g: g.rank), len(results), history, run)
+
+
+def render_text(t: Triage, limit: int | None = None) -> list[str]:
+    """The triage as terminal lines (the caller escapes them for the terminal)."""
+    lines = [f"{t.pairs} pairs, {t.failures} failures in {len(t.groups)} cause group(s); "
+             f"{len(t.new_this_run)} new this run"
+             + ("" if t.history is not None else " (no run history: every cause counts as new)")]
+    for g in t.groups[:limit]:
+        tags = [tag for tag, on in (("NEW THIS RUN", g.new_this_run), ("UNKNOWN TO MANIFEST", bool(g.new_parts)))
+                if on]
+        lines.append("")
+        lines.append(f"{'[' + ', '.join(tags) + '] ' if tags else ''}{g.backend}: {g.count} pair(s), "
+                     f"{g.expected} expected, {g.unexpected} unexpected")
+        lines.extend(f"    {p}{'   <- new' if p in g.new_parts else ''}" for p in g.parts)
+        first = (f"run #{g.first_seen.id} ({g.first_seen.started_at})" if g.first_seen is not None
+                 else "not in the history")
+        lines.append(f"    first seen: {first}")
+        small = g.smallest
+        repro = small.repro_file or small.repro or "(no repro)"
+        lines.append(f"    smallest repro: {small.case} -> {repro}")
+        lines.append(f"    cases: {', '.join(sorted(r.case for r in g.results))}")
+    if limit is not None and len(t.groups) > limit:
+        lines.append(f"... {len(t.groups) - limit} more group(s)")
+    return lines
+
+
+def triage_dir(source: Path, history: Path | None = None, use_history: bool = True,
+               fill: CauseFiller | None = None) -> tuple[Triage, list[str]]:
+    """Triage of a results directory (or a ``results.jsonl``) and the warnings its bad lines gave.
+
+    The history defaults to the directory's own ``history.sqlite`` when there is one; it is read,
+    never created.  Raises :class:`RecordsError` or :class:`conformance.output.history.HistoryError`
+    (one line naming the file) for input that cannot be used."""
+    if not source.exists():
+        raise RecordsError(f"{source}: no such results directory or file")
+    path = source / "results.jsonl" if source.is_dir() else source
+    loaded = read_usable(path)
+    if use_history:
+        history = history or hist.default_for(source)
+        if history.exists():
+            hist.check(history, "history")
+        else:
+            history = None
+    else:
+        history = None
+    return triage(loaded.results, history, fill), loaded.warnings()
