@@ -294,7 +294,7 @@ BAD_INPUTS: dict[str, Bad] = {
            ("m_notarray", "'expect' must be an array of tables"),
            ("m_toplevel", "unknown top-level key 'colour'"),
            ("m_issue", "entry 1 (x): 'issue' must be a string"),
-           ("m_nocase", "entry 1: 'case' (an id or glob) is required"),
+           ("m_nocase", "entry 1: 'case' (an id or glob) or 'cause' is required"),
        ]},
     # the command line itself
     "no-subcommand": Bad([], "the following arguments are required: command"),
