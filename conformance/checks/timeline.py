@@ -120,7 +120,7 @@ def compare(model: LifetimeModel, trace: MemoryTrace) -> TimelineDiff:
     for a in trace.allocations:
         (diff.op_transients if a.transient_in else allocations).append(a)
     diff.measured_peak = _peak(allocations)
-    storages = modelled_storages(model)
+    storages = _in_measured_order(modelled_storages(model), allocations)
     matcher = difflib.SequenceMatcher(None, [s.nbytes for s in storages], [a.nbytes for a in allocations],
                                       autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -131,6 +131,38 @@ def compare(model: LifetimeModel, trace: MemoryTrace) -> TimelineDiff:
             diff.unmodelled.extend(allocations[j1:j2])
     _free_order(diff)
     return diff
+
+
+def _in_measured_order(storages: list[Storage], allocations: list[Allocation]) -> list[Storage]:
+    """``storages`` with those born at one event (the results of one op) in the order the op
+    allocated them: the order of a kernel's own results is the kernel's business, not the
+    program's (``convolution_backward`` allocates its bias gradient before its weight gradient).
+
+    Each storage claims the first unclaimed measured allocation of its size from where the
+    previous event's claims reached; a group is ordered by its claims (unclaimed last)."""
+    unclaimed: dict[int, list[int]] = {}
+    for j, a in enumerate(allocations):
+        unclaimed.setdefault(a.nbytes, []).append(j)
+    ordered: list[Storage] = []
+    cursor = 0
+    i = 0
+    while i < len(storages):
+        group = [storages[i]]
+        while i + len(group) < len(storages) and storages[i + len(group)].birth == group[0].birth:
+            group.append(storages[i + len(group)])
+        claims: list[tuple[float, int, Storage]] = []
+        for k, s in enumerate(group):
+            positions = unclaimed.get(s.nbytes, [])
+            at = bisect.bisect_left(positions, cursor)
+            claim: float = positions.pop(at) if at < len(positions) else float("inf")
+            claims.append((claim, k, s))
+        claims.sort(key=lambda c: (c[0], c[1]))
+        ordered.extend(s for _, _, s in claims)
+        reached = [int(c) for c, _, _ in claims if c != float("inf")]
+        if reached:
+            cursor = max(cursor, min(reached))
+        i += len(group)
+    return ordered
 
 
 def _peak(allocations: list[Allocation]) -> int:

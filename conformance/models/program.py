@@ -41,6 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.models.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage, concrete
+from conformance.models.lifetime.accumulate import Layout, layout_of
 from conformance.models.transients import storage_slack
 
 #: Storage roles the program is responsible for freeing (callers' inputs, the autograd
@@ -111,6 +112,8 @@ class WrapperProgram:
     functions: dict[str, ast.FunctionDef] = field(init=False, repr=False)
     namespace: dict[str, Any] = field(init=False, repr=False)
     comments: dict[int, str] = field(init=False, repr=False)
+    #: the layouts of what the last modelled call returned (what ``AccumulateGrad`` checks a gradient's by)
+    result_layouts: list[Layout | None] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
         try:
@@ -161,13 +164,19 @@ class WrapperProgram:
         return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
 
     def model(self, builder: ModelBuilder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
-              donated: bool) -> list[Any]:
+              donated: bool, input_layouts: Sequence[Layout | None] = ()) -> list[Any]:
         """Run the program's references through ``builder``; returns the builder values it returns.
 
         ``inputs`` are the builder's values for the call's arguments (storages), ``input_vals``
-        the fake tensors of the graph's placeholders (their shapes, strides and aliasing).
-        With ``donated`` the caller hands its references over (the boxed convention)."""
-        return _Interpreter(self, builder, prefix).run(list(inputs), list(input_vals), donated)
+        the fake tensors of the graph's placeholders (their shapes, strides and aliasing);
+        ``input_layouts``, where given, the strides the arguments really have (a backward's saved
+        tensors are what the forward's program returned, in the layout it chose, which the graph's
+        placeholders need not say).  With ``donated`` the caller hands its references over (the
+        boxed convention)."""
+        interpreter = _Interpreter(self, builder, prefix)
+        values = interpreter.run(list(inputs), list(input_vals), donated, list(input_layouts))
+        self.result_layouts = interpreter.result_layouts
+        return values
 
 
 def model_program(program: WrapperProgram, input_vals: Sequence[Any], observation: Observation | None = None,
@@ -237,6 +246,7 @@ class _Interpreter:
         self.prefix = prefix
         self.frames: list[_Frame] = []
         self.keys: dict[Any, Storage] = {}
+        self.result_layouts: list[Layout | None] = []
         self.held: dict[int, Storage] = {}  # storages the program references (one builder ref each)
         self.loops: dict[tuple[int, str], int] = {}  # (frame depth, test name) -> trips left
         self.trips: list[int] = []  # the trip of each loop being run, innermost last (for labels)
@@ -246,8 +256,9 @@ class _Interpreter:
         self.fake = FakeTensorMode(allow_non_fake_inputs=False)
 
     # -- entry ---------------------------------------------------------------------
-    def run(self, inputs: list[Any], input_vals: list[Any], donated: bool) -> list[Any]:
-        fakes = self._input_fakes(inputs, input_vals)
+    def run(self, inputs: list[Any], input_vals: list[Any], donated: bool,
+            input_layouts: list[Layout | None] | None = None) -> list[Any]:
+        fakes = self._input_fakes(inputs, input_vals, input_layouts or [])
         self.frames.append(_Frame("call", {}))
         self._bind(self.frames[-1], "args", list(fakes))
         self._sync()  # the argument list references every input
@@ -261,6 +272,8 @@ class _Interpreter:
             result = ret.value
         outputs = self._to_builder(result)
         values = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        returned = list(result) if isinstance(result, (list, tuple)) else [result]
+        self.result_layouts = [layout_of(v, {}) for v in returned]
         for value in values:
             self.builder.acquire(value)  # the caller's references to the results
         self._pop_frame()
@@ -268,13 +281,14 @@ class _Interpreter:
         self.builder.findings.extend(self.bindings)
         return values
 
-    def _input_fakes(self, inputs: list[Any], input_vals: list[Any]) -> list[Any]:
+    def _input_fakes(self, inputs: list[Any], input_vals: list[Any], layouts: list[Layout | None]) -> list[Any]:
         if len(inputs) != len(input_vals):
             raise ProgramError(f"{self.prefix}: {len(input_vals)} placeholders, {len(inputs)} inputs")
         bases: dict[Any, torch.Tensor] = {}
         fakes: list[Any] = []
         sym = self.builder.symbols  # a dynamic-shape graph's sizes, at this call's values
-        for value, val in zip(inputs, input_vals):
+        layouts = layouts + [None] * (len(inputs) - len(layouts))
+        for value, val, layout in zip(inputs, input_vals, layouts):
             if isinstance(val, torch.SymInt):  # a size the wrapper reads from its arguments (``s0 = arg2_1``)
                 fakes.append(concrete(val, sym))
                 continue
@@ -284,6 +298,8 @@ class _Interpreter:
             key = StorageWeakRef(val.untyped_storage())
             shape = tuple(concrete(n, sym) for n in val.shape)
             stride = tuple(concrete(n, sym) for n in val.stride())
+            if layout is not None and layout[0] == shape:
+                stride = layout[1]
             with self.fake:
                 if key in bases:
                     fake = bases[key].as_strided(shape, stride, concrete(val.storage_offset(), sym))

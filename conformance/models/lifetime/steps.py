@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
+from conformance.models.lifetime.accumulate import Layout, accumulate_grads, layout_of
 from conformance.models.lifetime.aliasing import storages_in
 from conformance.models.lifetime.graph import GraphWalker
 from conformance.models.lifetime.liveness import ModelBuilder
@@ -18,10 +19,13 @@ from conformance.models.lifetime.staging import CallingConvention
 
 
 class GraphProgram(Protocol):
-    """What a backend generated for one graph, able to model its own references (a program model)."""
+    """What a backend generated for one graph, able to model its own references (a program model);
+    ``result_layouts``: the layouts of what its last modelled call returned."""
+
+    result_layouts: list[Layout | None]
 
     def model(self, builder: ModelBuilder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
-              donated: bool) -> list[Any]: ...
+              donated: bool, input_layouts: Sequence[Layout | None] = ()) -> list[Any]: ...
 
 
 def model_graph(
@@ -101,6 +105,8 @@ def model_forward_backward(
     out_names = [a.name if isinstance(a, torch.fx.Node) else None for a in _flat_args(out_node)]
     bw_names = {name for name, _ in _placeholder_vals(backward)}
     saved = {name: v for name, v in zip(out_names, fw_outputs) if name in bw_names}
+    # what the forward's program returned, in the layouts it chose (its saved tensors' real strides)
+    fw_layouts = dict(zip(out_names, fw_program.result_layouts)) if fw_program is not None else {}
     user_outputs = [v for name, v in zip(out_names, fw_outputs) if name not in bw_names]
     for value in saved.values():
         for s in storages_in(value):
@@ -123,10 +129,15 @@ def model_forward_backward(
     donated = saved_inputs == "donated"
     if bw_program is not None:
         bw_vals = [v for _, v in _placeholder_vals(backward)]
-        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated)
+        bw_layouts = [fw_layouts.get(name) for name, _ in _placeholder_vals(backward)]
+        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated, input_layouts=bw_layouts)
     else:
         bw_convention = CallingConvention(donated, staged, results_at_start)
         bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    # the engine makes each gradient its leaf's .grad, copying one whose layout breaks the contract
+    layouts = (bw_program.result_layouts if bw_program is not None
+               else [layout_of(v, builder.symbols) for v in _flat_args(_output_node(backward), meta=True)])
+    bw_outputs = accumulate_grads(builder, bw_outputs, layouts, [v for _, v in _placeholder_vals(forward)])
     if not donated:  # the caller's list of saved tensors is dropped only after the call
         builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
         builder.release(tangents)  # the list's reference to each tangent
@@ -141,6 +152,14 @@ def _placeholder_vals(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:
     return [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _flat_args(out_node: torch.fx.Node) -> list[Any]:
+def _flat_args(out_node: torch.fx.Node, meta: bool = False) -> list[Any]:
+    """The output node's arguments (with ``meta``: their fake values)."""
     args = out_node.args[0]
-    return list(args) if isinstance(args, (list, tuple)) else [args]
+    flat = list(args) if isinstance(args, (list, tuple)) else [args]
+    if meta:
+        return [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in flat]
+    return flat
+
+
+def _output_node(gm: torch.fx.GraphModule) -> torch.fx.Node:
+    return next(n for n in gm.graph.nodes if n.op == "output")

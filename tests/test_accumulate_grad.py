@@ -1,0 +1,110 @@
+"""The autograd engine's AccumulateGrad in the models, held to the real engine.
+
+A compiled backward that returns a gradient in another layout than its parameter's (inductor's
+layout optimisation gives a channels-last convolution weight gradient) costs a copy the engine
+makes; the models must say so, and the program check must follow a multi-result fallback whose
+results come in another order than the program names them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.checks.timeline import compare
+from conformance.models.lifetime import LifetimeModel, Storage
+from conformance.models.lifetime.accumulate import obeys_layout_contract
+from conformance.probes.cpu import Allocation, MemoryTrace
+
+SHAPE = (8, 4, 3, 3)
+CONTIGUOUS = (36, 9, 3, 1)
+CHANNELS_LAST = (36, 1, 12, 4)
+
+
+#: the address of the gradient the last backward returned (an address only: a reference would stop the
+#: engine from stealing the tensor, whose test counts references)
+_RETURNED: list[int] = []
+
+
+class _ReturnsGrad(torch.autograd.Function):
+    """Identity whose backward hands the engine a gradient of the given strides."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:  # type: ignore[override]
+        ctx.stride = stride  # type: ignore[attr-defined]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        out = torch.empty_strided(grad.shape, ctx.stride)  # type: ignore[attr-defined]
+        out.copy_(grad)
+        _RETURNED.append(out.data_ptr())
+        return out, None
+
+
+def _engine_copies(leaf_stride: tuple[int, ...], grad_stride: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether the real engine stored a copy (not the tensor the backward returned) as ``.grad``."""
+    leaf = torch.empty_strided(shape, leaf_stride).normal_().requires_grad_()
+    _RETURNED.clear()
+    _ReturnsGrad.apply(leaf, grad_stride).sum().backward()
+    assert leaf.grad is not None and len(_RETURNED) == 1
+    return leaf.grad.data_ptr() != _RETURNED[0]
+
+
+@pytest.mark.parametrize(("shape", "leaf_stride", "grad_stride"), [
+    (SHAPE, CONTIGUOUS, CONTIGUOUS),
+    (SHAPE, CONTIGUOUS, CHANNELS_LAST),
+    (SHAPE, CHANNELS_LAST, CHANNELS_LAST),
+    (SHAPE, CHANNELS_LAST, CONTIGUOUS),
+    ((8, 1, 3, 3), (9, 9, 3, 1), (9, 1, 3, 1)),  # a size-1 dimension's stride does not count
+    ((6,), (1,), (1,)),
+])
+def test_layout_contract_is_the_engines(shape: tuple[int, ...], leaf_stride: tuple[int, ...],
+                                        grad_stride: tuple[int, ...]) -> None:
+    contract = obeys_layout_contract((shape, grad_stride), (shape, leaf_stride))
+    assert contract is not _engine_copies(leaf_stride, grad_stride, shape)
+
+
+def _storage(sid: int, nbytes: int, birth: int, death: int | None) -> Storage:
+    return Storage(sid, nbytes, f"buf{sid}", "op", (), "float32", birth=birth, death=death)
+
+
+def _trace(*sizes_and_frees: tuple[int, int | None]) -> MemoryTrace:
+    allocations = []
+    for seq, (nbytes, order_free) in enumerate(sizes_and_frees):
+        allocations.append(Allocation(seq, nbytes, seq, order_free, seq=seq, order_alloc=seq, order_free=order_free))
+    return MemoryTrace("torch-cpu", allocations)
+
+
+def test_one_ops_results_match_in_the_order_it_allocated_them() -> None:
+    # convolution_backward's [weight grad, bias grad], both born at event 1; the kernel allocates the bias's first
+    model = LifetimeModel(["a", "b", "c"], [8, 896, 896], [_storage(0, 8, 0, 2), _storage(1, 864, 1, None),
+                                                          _storage(2, 24, 1, None)])
+    diff = compare(model, _trace((8, 5), (24, None), (864, None)))
+    assert diff.exact, diff.sentence()
+
+
+def test_two_ops_results_in_the_wrong_order_still_depart() -> None:
+    # born at two events: the order is the program's, and a measurement in the other order departs from it
+    model = LifetimeModel(["a", "b", "c"], [8, 872, 896], [_storage(0, 8, 0, 2), _storage(1, 864, 1, None),
+                                                          _storage(2, 24, 2, None)])
+    diff = compare(model, _trace((8, 5), (24, None), (864, None)))
+    assert not diff.exact
+
+
+@pytest.mark.parametrize("case_id", ["mod-Conv2d-train", "mod-Conv2d-GroupNorm-block-train"])
+def test_inductor_convolution_training_follows_its_program_with_the_engines_copy(case_id: str) -> None:
+    """Inductor returns a channels-last weight gradient here (its layout optimisation); the engine copies it
+    into the parameter's layout.  The program model says so and the measured timeline follows it exactly."""
+    from conformance.api.case import select_cases
+    from conformance.api.verdict import Status
+    from conformance.backends.inductor import InductorBackend
+    from conformance.run.engine import run_case
+
+    (case,) = select_cases([case_id])
+    result = run_case(case, InductorBackend())
+    assert result.status == Status.PASS, f"{case_id}: {result.status}: {result.reason}"
+    program = next(c for c in result.checks if c.name.value == "program")
+    assert program.figures["timeline"] == "exact"
+    assert result.memory is not None and result.memory.program_timeline is not None
+    assert any("AccumulateGrad" in event for event, _ in result.memory.program_timeline)
