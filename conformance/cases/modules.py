@@ -4,7 +4,8 @@ The first models a user tries are made of these: if the harness is not exact on 
 alone, its verdicts on their compositions cannot be read.  Each module is a case for
 inference (``mod-<Name>-infer``) and, where it has a gradient, for a training step
 (``mod-<Name>-train``): a module without parameters has its first floating input scaled by a
-learnable scalar (so it trains too), and the loss is the mean square of every floating output.
+learnable tensor of its shape (so it trains too), and the loss is the mean square plus the mean of
+every floating output (so no gradient is zero in exact arithmetic: see :class:`_Step`).
 Modules whose forward draws random numbers (``RReLU``, ``FractionalMaxPool``, a dropout with
 ``p > 0``) run for inference only, in eval mode, where they draw none; dropouts train with
 ``p = 0``.
@@ -255,14 +256,19 @@ def swept_classes() -> set[str]:
 
 
 class _Step(nn.Module):
-    """The module called as a step: its outputs, or (training) the mean square of each floating output,
-    summed; ``scaled``: the first floating input is scaled by a learnable scalar (a module without
-    parameters then has a gradient)."""
+    """The module called as a step: its outputs, or (training) the mean square plus the mean of each
+    floating output, summed; ``scaled``: the first floating input is scaled elementwise by a learnable
+    tensor (a module without parameters then has a gradient).
 
-    def __init__(self, module: nn.Module, trains: bool, scaled: bool) -> None:
+    Neither may make a gradient zero in exact arithmetic, which no relative parity can hold (it is
+    rounding noise): the mean square alone gives a normalization's bias a zero gradient (its output
+    has zero mean), and a scalar scale has a zero gradient through a scale-invariant module
+    (``CosineSimilarity``, ``CosineEmbeddingLoss``)."""
+
+    def __init__(self, module: nn.Module, trains: bool, scaled: torch.Size | None) -> None:
         super().__init__()
         self.module, self.trains = module, trains
-        self.scale = nn.Parameter(torch.ones(())) if trains and scaled else None
+        self.scale = nn.Parameter(torch.ones(scaled)) if trains and scaled is not None else None
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         if self.scale is not None:
@@ -271,7 +277,7 @@ class _Step(nn.Module):
         out = self.module(*inputs)
         if not self.trains:
             return out
-        return sum((t.square().mean() for t in _floating(out)), torch.zeros(()))
+        return sum((t.square().mean() + t.mean() for t in _floating(out)), torch.zeros(()))
 
 
 def _floating(out: object) -> list[torch.Tensor]:
@@ -287,7 +293,8 @@ def _builder(swept: SweptModule, trains: bool) -> Callable[[int], Workload]:
         inputs, module = swept.inputs(), swept.make()
         # only a module without parameters needs the scale to have a gradient: before a normalization,
         # the scale's gradient is zero up to rounding, which no parity check can hold
-        scaled = not any(True for _ in module.parameters()) and any(t.is_floating_point() for t in inputs)
+        floating = [t for t in inputs if t.is_floating_point()]
+        scaled = floating[0].shape if floating and not any(True for _ in module.parameters()) else None
         return Workload(_Step(module, trains, scaled), inputs)
 
     return build
