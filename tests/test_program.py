@@ -234,3 +234,23 @@ def test_a_call_that_writes_an_argument_is_work(call: str) -> None:
     if "buf0" not in call:
         (f,) = late  # buf0's last use was the mm before it: freed after this work, late
         assert f.storage.producer.endswith("buf0")
+
+
+@pytest.mark.parametrize("check", ["assert_size_stride", "assert_size_stride_grouped"])
+def test_a_layout_the_program_asserts_is_the_layout_it_returns(check: str) -> None:
+    """A fallback kernel may make another layout than its meta function says (oneDNN's convolution
+    backward returns a channels-last weight gradient); the program's own check states the real one,
+    and what the program returns is modelled in it (the engine copies a gradient by its layout)."""
+    body = f"""
+        arg0_1, = args
+        args.clear()
+        buf0 = torch.ops.aten.clone.default(arg0_1)
+        {check}(buf0, (2, 3, 4, 4), (48, 1, 12, 3))
+        return (buf0, )
+    """
+    prog = program(body, extra=RENAMED_CHECKS)
+    model_program(prog, inputs((2, 3, 4, 4)))
+    assert prog.result_layouts == [((2, 3, 4, 4), (48, 1, 12, 3))]
+    unchecked = program(body.replace(f"{check}(buf0, (2, 3, 4, 4), (48, 1, 12, 3))", "pass"), extra=RENAMED_CHECKS)
+    model_program(unchecked, inputs((2, 3, 4, 4)))
+    assert unchecked.result_layouts == [((2, 3, 4, 4), (48, 16, 4, 1))]
