@@ -23,7 +23,15 @@ import torch
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
 from conformance.api.result import DomainFigures, MemoryFigures, Result
-from conformance.api.step import StepOutput, clear_grads, params_of, snapshot, trace_step
+from conformance.api.step import (
+    StepOutput,
+    clear_grads,
+    eager_modules,
+    params_of,
+    snapshot,
+    trace_step,
+    trace_user_kernels,
+)
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
 from conformance.checks.judge import (
     ProbedStep,
@@ -264,8 +272,12 @@ def _probed_steps(
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
+        held = received or user
+        eager = models.eager(compiled, call)
+        if eager is not None:  # the received graphs (if any) do not cover the modules run eagerly
+            held, source = eager, "user-kernels"
         compiling = calls.compiling.get(call)
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation, calls.new_graphs(call),
+        steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None))
     return steps, source
 
@@ -283,6 +295,8 @@ class _Models:
         self.changing = case.shapes is not None
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
+        self._eager: dict[int, LifetimeModel] = {}
+        self._eager_modules: bool | None = None
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
         # only loops depend on the inputs' values, and cases whose shapes change on their shapes
@@ -290,6 +304,21 @@ class _Models:
         if key not in self._user:
             self._user[key] = user_level_model(self.case, key)
         return self._user[key]
+
+    def eager(self, compiled: CompiledStep, call: int) -> LifetimeModel | None:
+        """The model of the step as eager PyTorch runs it with the user's kernels, for a backend that
+        leaves modules of this case's step to eager (:meth:`CompiledStep.leaves_modules_to_eager`);
+        None for every other pair."""
+        if not compiled.leaves_modules_to_eager():
+            return None
+        if self._eager_modules is None:
+            self._eager_modules = bool(eager_modules(self.case.build().model))
+        if not self._eager_modules:
+            return None
+        key = call if self.case.kind == "loop" or self.changing else 0
+        if key not in self._eager:
+            self._eager[key] = user_kernels_model(self.case, key, self.user(call)[1])
+        return self._eager[key]
 
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("received graphs not modelled ({}); held to the user-level model",
@@ -327,6 +356,20 @@ def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observat
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
     return model_graph(gm, executor.observation.copy(), retained), executor.observation
+
+
+def user_kernels_model(case: Case, call: int, observation: Observation) -> LifetimeModel:
+    """The lifetime model of the case's step on the ``call``-th inputs as eager PyTorch runs it with the
+    user's kernels (:func:`conformance.api.step.trace_user_kernels`): oneDNN's RNN layers with their
+    workspace and scratchpad, the C++ composites' and autograd nodes' scopes.  Kernels whose
+    workspace depends on the CPU count their upper bound, so the model bounds the measurement from
+    above (the ``<=`` contract of a compiling backend)."""
+    workload = case.build()
+    if call:
+        workload.inputs = case.inputs_for(call)
+    gm = trace_user_kernels(workload, case.trains)
+    retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
+    return model_graph(gm, observation.copy(), retained)
 
 
 def probed_step(
