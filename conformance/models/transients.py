@@ -668,8 +668,9 @@ def mkldnn_rnn_layer_backward(operands: Sequence[Any], out: Any, grad_enabled: b
             grads += _nbytes(like)
     shared = _nbytes(cx) if isinstance(cx, torch.Tensor) and _same_storage(hx, cx) else 0
     bias = onednn_rnn.LSTM_GATES * layer.H * onednn_rnn.F32
-    inner = layer.backward_weights() + layer.training_scratchpad(True)
-    return onednn_rnn.Bounds(0, 0) + grads + bias + shared + inner
+    inner = grads + bias + shared + layer.backward_weights() + layer.training_scratchpad(True)
+    # the clone of the bias gradient (an output) is made after all of that is freed
+    return onednn_rnn.Bounds(0, 0) + max(inner - bias, 0)
 
 
 def _same_storage(a: Any, b: Any) -> bool:
