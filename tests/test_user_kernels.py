@@ -102,7 +102,8 @@ def test_inductor_rnn_pairs_pass_on_the_user_kernels_model(case_id: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case_id", ["mod-LSTM-infer", "mod-LSTM-train", "mod-GRU-infer", "mod-RNN-train"])
+@pytest.mark.parametrize("case_id", ["mod-LSTM-infer", "mod-LSTM-train", "mod-GRU-infer", "mod-GRU-2layer-infer",
+                                     "mod-RNN-train"])
 def test_an_extra_allocation_in_an_eager_rnn_step_is_caught(case_id: str) -> None:
     """A scratch buffer of 4 KiB alive across the step (the RNN's eager region included) fails the peak,
     and the blame names the allocation, not None."""

@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
+from conformance.models.rnn_scopes import COMPOSITES, composite_holds
 from conformance.models.transients import GRAD_ENABLED, reference_kernels
 
 
@@ -237,8 +238,19 @@ def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule
 
     step, args, _ = functional_step(workload, trains, scoped_backward if trains else None)
 
+    composites: list[list[torch.fx.Node]] = []  # the nodes each call of an RNN.cpp composite made
+
+    class Composites(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if getattr(func, "__name__", None) not in COMPOSITES:
+                return func(*args, **(kwargs or {}))
+            start = len(traced())
+            out = func(*args, **(kwargs or {}))
+            composites.append(traced()[start:])
+            return out
+
     def run(*a: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        with contextlib.nullcontext() if trains else torch.no_grad():
+        with contextlib.nullcontext() if trains else torch.no_grad(), Composites():
             return step(*a)
 
     try:
@@ -249,15 +261,25 @@ def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule
             handle.remove()
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
+
+    def hold(node: torch.fx.Node, until: torch.fx.Node) -> None:
+        held = node.meta.get(HOLD_UNTIL)
+        if held not in order or order[held] < order[until]:
+            node.meta[HOLD_UNTIL] = until
+
+    scoped: dict[torch.fx.Node, torch.fx.Node] = {}  # RNN.cpp's scopes (oneDNN's mkldnn_rnn: its whole call)
+    for made in composites:
+        onednn = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in made)
+        scoped.update(dict.fromkeys(made, made[-1]) if onednn and made else composite_holds(made))
     for made in calls:
         if not made:
             continue
         inside = set(made)
         used = [a for n in made for a in n.all_input_nodes if a not in inside]
-        for node in [*made, *used]:  # what the call made, and what its caller holds for it
-            held = node.meta.get(HOLD_UNTIL)
-            if held not in order or order[held] < order[made[-1]]:
-                node.meta[HOLD_UNTIL] = made[-1]
+        for node in made:  # what the call made (what a composite in it made: to the composite's scopes)
+            hold(node, scoped.get(node, made[-1]))
+        for node in used:  # what its caller holds for it
+            hold(node, made[-1])
     for node in nodes:
         if isinstance(node.target, torch._ops.OpOverload):
             node.meta[GRAD_ENABLED] = trains

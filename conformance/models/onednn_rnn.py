@@ -39,8 +39,9 @@ The vector ISA changes two things, both bounded here (:class:`Bounds`):
   blocked per gate in blocks of ``n_block = 2 x simd_width`` outputs (``ldgOi32o`` with
   AVX-512, ``ldgOi16o`` with AVX2; rnn_brgemm_utils.cpp ``configure_brgemm``): the hidden
   size is padded to 16 (AVX2) or 32 (AVX-512) per gate;
-* the brgemm batch descriptors count K blocks that oneDNN sizes from the L2 cache
-  (``brgemm_calc_k_block``): at least one per GEMM, at most one per reduction element.
+* the brgemm batch descriptors: ``(K blocks + 1)`` per thread, doubled where oneDNN fuses the
+  layer and iteration GEMMs (``brgemm_fwd_iter_layer_fuse_possible``, which depends on the
+  blocking it picks); an f32 LSTM's K is one block (``brgemm_calc_k_block``), so 2 to 4 per thread.
 
 Training runs the reference GEMM path, whose layouts do not depend on the ISA: the
 forward reorders the weights to ``ldigo`` with ``ld = get_good_ld(4H)``; the backward to
@@ -157,8 +158,10 @@ class LstmLayer:
         GEMM, plus one, for both GEMMs when oneDNN fuses them)."""
         space = _pages([*self._ws_regions(False), *self._scratch_regions(False, False)])
         threads = torch.get_num_threads()
+        # an LSTM's K blocks are whole (brgemm_calc_k_block splits K only for vanilla RNN or AMX, neither
+        # an f32 LSTM's): one block per GEMM, plus one, doubled where the two GEMMs are fused
         fewest = (1 + 1) * threads * BRGEMM_BATCH_ELEMENT + ALIGN
-        most = 2 * (max(self.I, self.H) + 1) * threads * BRGEMM_BATCH_ELEMENT + ALIGN
+        most = 2 * (1 + 1) * threads * BRGEMM_BATCH_ELEMENT + ALIGN
         return Bounds(self._registry(space) + fewest, self._registry(space) + most)
 
     def inference_weights(self) -> Bounds:
