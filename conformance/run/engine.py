@@ -123,6 +123,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
+    models.eager_modules = bool(eager_modules(workload.model))
     calls = shapes.Calls(case)
     calls.see(0, workload.inputs)
     t0 = time.perf_counter()
@@ -296,7 +297,8 @@ class _Models:
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
         self._eager: dict[int, LifetimeModel] = {}
-        self._eager_modules: bool | None = None
+        #: the case's step has modules ``torch.compile`` leaves to eager (:func:`eager_modules`)
+        self.eager_modules = False
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
         # only loops depend on the inputs' values, and cases whose shapes change on their shapes
@@ -309,11 +311,7 @@ class _Models:
         """The model of the step as eager PyTorch runs it with the user's kernels, for a backend that
         leaves modules of this case's step to eager (:meth:`CompiledStep.leaves_modules_to_eager`);
         None for every other pair."""
-        if not compiled.leaves_modules_to_eager():
-            return None
-        if self._eager_modules is None:
-            self._eager_modules = bool(eager_modules(self.case.build().model))
-        if not self._eager_modules:
+        if not (self.eager_modules and compiled.leaves_modules_to_eager()):
             return None
         key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._eager:
