@@ -123,7 +123,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
-    models.eager_modules = bool(eager_modules(workload.model))
+    # the user-kernels model is of CPU kernels (oneDNN's, ATen's CPU composites): a step on another device
+    # runs that device's (cuDNN's) RNN
+    on_cpu = (backend.capabilities.devices or ("cpu",))[0] == "cpu"
+    models.eager_modules = on_cpu and bool(eager_modules(workload.model))
     calls = shapes.Calls(case)
     calls.see(0, workload.inputs)
     t0 = time.perf_counter()
