@@ -18,7 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
-from conformance.models.rnn_scopes import COMPOSITES, composite_holds
+from conformance.models.rnn_scopes import COMPOSITES, composite_holds, onednn_holds
 from conformance.models.transients import GRAD_ENABLED, reference_kernels
 
 
@@ -267,10 +267,10 @@ def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule
         if held not in order or order[held] < order[until]:
             node.meta[HOLD_UNTIL] = until
 
-    scoped: dict[torch.fx.Node, torch.fx.Node] = {}  # RNN.cpp's scopes (oneDNN's mkldnn_rnn: its whole call)
+    scoped: dict[torch.fx.Node, torch.fx.Node] = {}  # RNN.cpp's scopes (native and oneDNN's)
     for made in composites:
         onednn = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in made)
-        scoped.update(dict.fromkeys(made, made[-1]) if onednn and made else composite_holds(made))
+        scoped.update(onednn_holds(made) if onednn else composite_holds(made))
     for made in calls:
         if not made:
             continue

@@ -63,3 +63,36 @@ def composite_holds(made: list[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.N
             if step is not None and all(u <= step for u in uses):
                 holds[node] = made[step]
     return holds
+
+
+def onednn_holds(made: list[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.Node]:
+    """For each node of one ``aten::lstm`` call that oneDNN runs (RNN.cpp's ``mkldnn_rnn`` in
+    native/mkldnn), the node its value is held until: a layer's output (``layer_output[direction]``)
+    until the next layer's call for that direction has returned (it is reassigned then), the two
+    directions' ``cat`` (``layer_input``) until the next layer's ``cat``, everything else (the
+    contiguous input and states, their per-layer views, the per-layer final states) until the call
+    returns."""
+    if not made:
+        return {}
+    end = made[-1]
+    holds = dict.fromkeys(made, end)
+    layers = [n for n in made if n.target is aten.mkldnn_rnn_layer.default]
+    if not layers:
+        return holds
+    directions = 2 if bool(layers[0].args[13]) else 1
+    for k, call in enumerate(layers):
+        holds[call] = call  # the call's result tuple (``outputs``) is a local of its loop iteration
+        reassigned = layers[k + directions] if k + directions < len(layers) else end
+        for item in call.users:
+            if item.args[1] == 0:
+                holds[item] = reassigned
+    def joins_directions(node: torch.fx.Node) -> bool:
+        """``at::cat(layer_output, -1)``: the directions' outputs of one layer."""
+        parts = node.args[0] if node.target is aten.cat.default else None
+        return isinstance(parts, (list, tuple)) and all(
+            isinstance(a, torch.fx.Node) and a.args[0] in layers for a in parts)
+
+    cats = [n for n in made if joins_directions(n)]
+    for k, cat in enumerate(cats):
+        holds[cat] = cats[k + 1] if k + 1 < len(cats) else end
+    return holds
