@@ -119,3 +119,18 @@ def test_an_extra_allocation_in_an_eager_rnn_step_is_caught(case_id: str) -> Non
     assert result.status is Status.FAIL_PEAK, result.reason
     assert result.excess_bytes is not None and 0 < result.excess_bytes <= SCRATCH_BYTES
     assert "None" not in result.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id", ["mod-LSTM-infer", "mod-GRU-2layer-infer", "mod-LSTM-train"])
+def test_an_exact_backend_is_held_to_the_models_range(case_id: str) -> None:
+    """A backend whose contract is equality (the example vendor's) and that leaves the RNN to eager is held
+    to the range the model spans: CPU-dependent workspaces at their low end and every value to its last
+    use, up to their high end and the C++ scopes."""
+    from example_vendor import ExampleVendorBackend
+
+    result = run_case(_case(case_id), ExampleVendorBackend(), RunOptions(steps=2))
+    assert result.status is Status.PASS, result.reason
+    (peak,) = [c for c in result.checks if c.name == "peak"]
+    assert peak.figures["model_low_peak_bytes"] <= peak.figures["measured_peak_bytes"]
+    assert peak.figures["measured_peak_bytes"] <= peak.figures["model_peak_bytes"]

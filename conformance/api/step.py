@@ -174,7 +174,7 @@ def _users_kernels() -> Iterator[None]:
         torch._C._set_mkldnn_enabled(enabled)
 
 
-def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule:
+def trace_user_kernels(workload: Workload, trains: bool, scopes: bool = True) -> torch.fx.GraphModule:
     """The step traced as eager PyTorch runs it with the user's kernels, for a backend that leaves
     the modules :func:`eager_modules` names to eager (a compiler's graph breaks).
 
@@ -186,7 +186,8 @@ def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule
     and per-step hidden states, ``mkldnn_rnn``'s per-layer outputs) live as long as their scope,
     not to their last use.  That bounds C++ scopes from above: a temporary of one C++ expression
     dies earlier than its function returns, but no value the call made (and did not return or save
-    for the backward) lives longer."""
+    for the backward) lives longer.  ``scopes=False``: every value to its last use (no scope keeps
+    anything longer: the model's lower bound)."""
     calls: list[list[torch.fx.Node]] = []  # the nodes each eager module's call (each backward node) made
     starts: list[int] = []
 
@@ -271,7 +272,7 @@ def trace_user_kernels(workload: Workload, trains: bool) -> torch.fx.GraphModule
     for made in composites:
         onednn = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in made)
         scoped.update(onednn_holds(made) if onednn else composite_holds(made))
-    for made in calls:
+    for made in calls if scopes else []:
         if not made:
             continue
         inside = set(made)

@@ -191,7 +191,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     try:
         with clock.phase("model"):
             models.changing = calls.changing
-            steps, source = _probed_steps(compiled, models, traces, result, calls)
+            steps, source = _probed_steps(compiled, models, traces, result, calls,
+                                          backend.capabilities.exact_memory)
         shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
@@ -264,7 +265,7 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 def _probed_steps(
     compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    calls: shapes.Calls,
+    calls: shapes.Calls, exact: bool = False,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
@@ -276,13 +277,15 @@ def _probed_steps(
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
-        held = received or user
+        held, low = received or user, None
         eager = models.eager(compiled, call)
         if eager is not None:  # the received graphs (if any) do not cover the modules run eagerly
             held, source = eager, "user-kernels"
+            low = models.eager_low(call) if exact else None
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
-                                calls.label(call), _one_trace(compiling) if compiling is not None else None))
+                                calls.label(call), _one_trace(compiling) if compiling is not None else None,
+                                low))
     return steps, source
 
 
@@ -300,6 +303,7 @@ class _Models:
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
         self._eager: dict[int, LifetimeModel] = {}
+        self._eager_low: dict[int, LifetimeModel] = {}
         #: the case's step has modules ``torch.compile`` leaves to eager (:func:`eager_modules`)
         self.eager_modules = False
 
@@ -320,6 +324,13 @@ class _Models:
         if key not in self._eager:
             self._eager[key] = user_kernels_model(self.case, key, self.user(call)[1])
         return self._eager[key]
+
+    def eager_low(self, call: int) -> LifetimeModel:
+        """The lower bound of :meth:`eager`'s model (built after it, for an exact backend's contract)."""
+        key = call if self.case.kind == "loop" or self.changing else 0
+        if key not in self._eager_low:
+            self._eager_low[key] = user_kernels_model(self.case, key, self.user(call)[1], high=False)
+        return self._eager_low[key]
 
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("received graphs not modelled ({}); held to the user-level model",
@@ -359,18 +370,20 @@ def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observat
     return model_graph(gm, executor.observation.copy(), retained), executor.observation
 
 
-def user_kernels_model(case: Case, call: int, observation: Observation) -> LifetimeModel:
+def user_kernels_model(case: Case, call: int, observation: Observation,
+                       high: bool = True) -> LifetimeModel:
     """The lifetime model of the case's step on the ``call``-th inputs as eager PyTorch runs it with the
     user's kernels (:func:`conformance.api.step.trace_user_kernels`): oneDNN's RNN layers with their
-    workspace and scratchpad, the C++ composites' and autograd nodes' scopes.  Kernels whose
-    workspace depends on the CPU count their upper bound, so the model bounds the measurement from
-    above (the ``<=`` contract of a compiling backend)."""
+    workspace and scratchpad, the C++ composites' and autograd nodes' scopes.  ``high``: kernels whose
+    workspace depends on the CPU count their upper bound and values are held to their scopes' ends,
+    so the model bounds the measurement from above; ``False``: their lower bound and every value to
+    its last use, a bound from below (what an exact backend's peak must not go under)."""
     workload = case.build()
     if call:
         workload.inputs = case.inputs_for(call)
-    gm = trace_user_kernels(workload, case.trains)
+    gm = trace_user_kernels(workload, case.trains, scopes=high)
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, observation.copy(), retained)
+    return model_graph(gm, observation.copy(), retained, high=high)
 
 
 def probed_step(
