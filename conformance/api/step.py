@@ -180,14 +180,21 @@ def trace_user_kernels(workload: Workload, trains: bool, scopes: bool = True) ->
 
     Unlike :func:`trace_step`: oneDNN is on (``nn.LSTM`` traces to ``mkldnn_rnn_layer`` and its
     backward, modelled from oneDNN's layouts in :mod:`conformance.models.transients`); an inference
-    step is traced without grad, as it runs (the LSTM keeps no workspace then); and every value an
-    eager module's call makes is held until that call returns (``HOLD_UNTIL``): the Python locals
-    of its ``forward`` and the locals of the C++ composite it calls (``aten::gru``'s layer outputs
-    and per-step hidden states, ``mkldnn_rnn``'s per-layer outputs) live as long as their scope,
-    not to their last use.  That bounds C++ scopes from above: a temporary of one C++ expression
-    dies earlier than its function returns, but no value the call made (and did not return or save
-    for the backward) lives longer.  ``scopes=False``: every value to its last use (no scope keeps
-    anything longer: the model's lower bound)."""
+    step is traced without grad, as it runs (the LSTM keeps no workspace then); and values live as
+    long as the scope that holds them, not to their last use (``HOLD_UNTIL``):
+
+    * what an eager module's ``forward`` makes in Python (the zero initial states), and what its
+      caller passes in, until the call returns;
+    * what the C++ composite it calls makes (``torch._VF.gru``/``rnn_tanh``/``rnn_relu``/``lstm``,
+      seen through a ``TorchFunctionMode``), to RNN.cpp's scopes: a cell's temporaries to its
+      step's end, a layer's projected input and outputs to its stack, oneDNN's per-layer outputs
+      until the next layer reassigns them (:mod:`conformance.models.rnn_scopes`);
+    * what one autograd node's formula (a C++ function) makes, and the saved tensors and gradients
+      it is called with, until the node returns (pre- and post-hooks on every node of the loss's
+      graph); the root gradient for the whole backward.
+
+    A C++ temporary may die before its scope ends, so this bounds eager PyTorch from above; no value
+    lives longer.  ``scopes=False``: every value to its last use (the model's lower bound)."""
     calls: list[list[torch.fx.Node]] = []  # the nodes each eager module's call (each backward node) made
     starts: list[int] = []
 
