@@ -77,6 +77,15 @@ class CompiledStep(ABC):
         """
         return None
 
+    def leaves_modules_to_eager(self) -> bool:
+        """Whether modules the compiler does not trace run as eager PyTorch inside this backend's step
+        (``torch.compile``: Dynamo breaks the graph at an ``nn.LSTM``, ``nn.GRU``, ``nn.RNN``; see
+        :func:`conformance.api.step.eager_modules`).  Where such a module is in the case's step, the
+        graphs the backend received do not cover the step, and the engine holds it to the model of
+        the step as eager PyTorch runs it with the user's kernels
+        (:func:`conformance.api.step.trace_user_kernels`) instead."""
+        return False
+
     def program_model(self, observation: Observation) -> LifetimeModel | None:
         """The lifetime model of the program the backend *generated*, if it can show it.
 

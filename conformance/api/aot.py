@@ -213,6 +213,10 @@ class DynamoStep(CompiledStep):
     def begin_call(self) -> None:
         """A new call of the step begins (what a dispatch log counts calls by)."""
 
+    def leaves_modules_to_eager(self) -> bool:
+        """Dynamo leaves the modules it does not trace (RNNs) to eager PyTorch: a graph break."""
+        return True
+
 
 class AotStep(DynamoStep):
     """A :class:`DynamoStep` whose backend is built on :class:`AotRecorder`: received graphs modelled,

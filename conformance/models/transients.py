@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from conformance.models import onednn_rnn
+
 #: TensorIterator ops (binary arithmetic and comparisons) and their in-place forms.
 ELEMENTWISE_BINARY_OPS = frozenset({
     "add", "sub", "mul", "div", "rsub", "remainder", "lt", "le", "gt", "ge", "eq", "ne",
@@ -58,11 +60,41 @@ def reference_kernels() -> Iterator[None]:
         torch._C._set_mkldnn_enabled(enabled)
 
 
+#: node meta key: whether autograd recorded the op (``at::GradMode::is_enabled()`` inside its kernel); a
+#: kernel that allocates more when it is (oneDNN's LSTM workspace) reads it, and takes True without it
+GRAD_ENABLED = "conformance_grad_enabled"
+
+
 def kernel_transient_bytes(node: torch.fx.Node) -> int:
-    """What the eager CPU kernel of ``node`` allocates inside the op beyond its outputs."""
+    """What the eager CPU kernel of ``node`` allocates inside the op beyond its outputs.
+
+    An entry whose bytes depend on the CPU (:class:`~conformance.models.onednn_rnn.Bounds`) gives its
+    upper bound here: a model with such an entry bounds a measurement from above (the contract of a
+    backend held to ``<=``); :func:`kernel_transient_bounds` gives both ends."""
+    bounds = kernel_transient_bounds(node)
+    return bounds.high
+
+
+def kernel_transient_bounds(node: torch.fx.Node) -> onednn_rnn.Bounds:
+    """:func:`kernel_transient_bytes` as the least and the most any supported CPU allocates (equal
+    for every entry but those of oneDNN's kernels)."""
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
-        return 0
+        return onednn_rnn.Bounds(0, 0)
+    name = target.overloadpacket.__name__
+    if name in ONEDNN_TABLE:
+        try:
+            return ONEDNN_TABLE[name]([_val(a) for a in node.args], node.meta.get("val"),
+                                      bool(node.meta.get(GRAD_ENABLED, True)))
+        except onednn_rnn.NotModelled as exc:
+            raise KernelNotModelled(str(exc)) from exc
+    exact = _table_bytes(node)
+    return onednn_rnn.Bounds(exact, exact)
+
+
+def _table_bytes(node: torch.fx.Node) -> int:
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)
     entry = TABLE.get(target.overloadpacket.__name__)
     if entry is None:
         return 0
@@ -78,6 +110,12 @@ def kernel_storage_slack(node: torch.fx.Node, t: Any) -> int:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return 0
+    if target.overloadpacket.__name__ == "mkldnn_rnn_layer":
+        try:
+            return mkldnn_rnn_workspace([_val(a) for a in node.args], node.meta.get("val"), t,
+                                        bool(node.meta.get(GRAD_ENABLED, True)))
+        except onednn_rnn.NotModelled as exc:
+            raise KernelNotModelled(str(exc)) from exc
     return storage_slack(target, [_val(a) for a in node.args], node.meta.get("val"), t)
 
 
@@ -581,6 +619,74 @@ def flash_attention_backward(target: torch._ops.OpOverload, operands: Sequence[A
 def _not_reduced(q: torch.Tensor, target: torch._ops.OpOverload) -> None:
     if q.dtype in REDUCED_FLOATS:  # packed key/value and reduced-precision copies: not measured yet
         raise KernelNotModelled(f"{target} on {q.dtype} is not in the transient table")
+
+
+# --------------------------------------------------------------------------- oneDNN's LSTM (users' kernels)
+
+
+_LSTM_MODE = 2  # ideep::rnn_kind::LSTM, the mode aten::lstm passes (the only RNN ATen runs on oneDNN)
+
+
+def _lstm_layer(operands: Sequence[Any], mode_at: int) -> onednn_rnn.LstmLayer:
+    x, w_ih, hx = operands[0], operands[1], operands[5]
+    if int(operands[mode_at]) != _LSTM_MODE or x.dtype != torch.float32:
+        raise onednn_rnn.NotModelled(f"mkldnn_rnn_layer in mode {operands[mode_at]} on {x.dtype} is not modelled")
+    return onednn_rnn.layer_of(x, w_ih, hx)
+
+
+def mkldnn_rnn_workspace(operands: Sequence[Any], out: Any, t: Any, grad_enabled: bool) -> int:
+    """``mkldnn_rnn_layer``'s fourth output, the workspace the backward reads: ``(0,)`` by its shape,
+    ``workspace_desc().get_size()`` bytes when autograd records the op (none otherwise); see
+    :meth:`conformance.models.onednn_rnn.LstmLayer.workspace`."""
+    if not grad_enabled or not isinstance(out, (list, tuple)) or len(out) < 4 or out[3] is not t:
+        return 0
+    return _lstm_layer(operands, 9).workspace()
+
+
+def mkldnn_rnn_layer(operands: Sequence[Any], out: Any, grad_enabled: bool) -> onednn_rnn.Bounds:
+    """``mkldnn_rnn_layer`` (one LSTM layer and direction on oneDNN): the summed bias (``4H``
+    float32), then, in training, the weights reordered for the reference GEMM and its
+    scratchpad; in inference, the weights blocked for brgemm and its scratchpad, whose sizes
+    depend on the vector ISA (the bounds: :mod:`conformance.models.onednn_rnn`)."""
+    layer = _lstm_layer(operands, 9)
+    bias = onednn_rnn.LSTM_GATES * layer.H * onednn_rnn.F32
+    if grad_enabled:
+        return onednn_rnn.Bounds(0, 0) + bias + layer.training_weights() + layer.training_scratchpad(layer.N < 128)
+    return layer.inference_weights() + layer.inference_scratchpad() + bias
+
+
+def mkldnn_rnn_layer_backward(operands: Sequence[Any], out: Any, grad_enabled: bool) -> onednn_rnn.Bounds:
+    """``mkldnn_rnn_layer_backward``: zeros for each output gradient autograd did not give (the
+    output's, ``hy``'s, ``cy``'s) or a contiguous copy of one that is not contiguous, the summed
+    bias, a clone of ``cx`` sharing ``hx``'s storage, then the weights and gradients in oneDNN's
+    layouts and the scratchpad (:meth:`conformance.models.onednn_rnn.LstmLayer.backward_weights`)."""
+    layer = _lstm_layer(operands, 14)
+    hx, cx, output = operands[5], operands[6], operands[7]
+    grads = 0
+    for given, like in zip(operands[10:13], (output, hx, cx)):
+        if given is None or not given.is_contiguous():
+            grads += _nbytes(like)
+    shared = _nbytes(cx) if isinstance(cx, torch.Tensor) and _same_storage(hx, cx) else 0
+    bias = onednn_rnn.LSTM_GATES * layer.H * onednn_rnn.F32
+    inner = grads + bias + shared + layer.backward_weights() + layer.training_scratchpad(True)
+    # the clone of the bias gradient (an output) is made after all of that is freed
+    return onednn_rnn.Bounds(0, 0) + max(inner - bias, 0)
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    try:
+        return bool(a.untyped_storage()._cdata == b.untyped_storage()._cdata)
+    except Exception:  # a fake tensor without a storage to compare: none shared
+        return False
+
+
+OneDnnEntry = Callable[[Sequence[Any], Any, bool], onednn_rnn.Bounds]
+
+#: oneDNN's kernels, which run only where oneDNN is on (the users' kernels, not the reference executor's)
+ONEDNN_TABLE: dict[str, OneDnnEntry] = {
+    "mkldnn_rnn_layer": mkldnn_rnn_layer,
+    "mkldnn_rnn_layer_backward": mkldnn_rnn_layer_backward,
+}
 
 
 Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]

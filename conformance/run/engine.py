@@ -23,7 +23,15 @@ import torch
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
 from conformance.api.result import DomainFigures, MemoryFigures, Result
-from conformance.api.step import StepOutput, clear_grads, params_of, snapshot, trace_step
+from conformance.api.step import (
+    StepOutput,
+    clear_grads,
+    eager_modules,
+    params_of,
+    snapshot,
+    trace_step,
+    trace_user_kernels,
+)
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
 from conformance.checks.judge import (
     ProbedStep,
@@ -115,6 +123,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"):
         workload = case.build()
+    # the user-kernels model is of CPU kernels (oneDNN's, ATen's CPU composites): a step on another device
+    # runs that device's (cuDNN's) RNN
+    on_cpu = (backend.capabilities.devices or ("cpu",))[0] == "cpu"
+    models.eager_modules = on_cpu and bool(eager_modules(workload.model))
     calls = shapes.Calls(case)
     calls.see(0, workload.inputs)
     t0 = time.perf_counter()
@@ -179,7 +191,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     try:
         with clock.phase("model"):
             models.changing = calls.changing
-            steps, source = _probed_steps(compiled, models, traces, result, calls)
+            steps, source = _probed_steps(compiled, models, traces, result, calls,
+                                          backend.capabilities.exact_memory)
         shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
@@ -252,7 +265,7 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 def _probed_steps(
     compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    calls: shapes.Calls,
+    calls: shapes.Calls, exact: bool = False,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
@@ -264,9 +277,15 @@ def _probed_steps(
         received = models.received(compiled, observation, result)
         program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
+        held, low = received or user, None
+        eager = models.eager(compiled, call)
+        if eager is not None:  # the received graphs (if any) do not cover the modules run eagerly
+            held, source = eager, "user-kernels"
+            low = models.eager_low(call) if exact else None
         compiling = calls.compiling.get(call)
-        steps.append(ProbedStep(call, trace, received or user, user, program, observation, calls.new_graphs(call),
-                                calls.label(call), _one_trace(compiling) if compiling is not None else None))
+        steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
+                                calls.label(call), _one_trace(compiling) if compiling is not None else None,
+                                low))
     return steps, source
 
 
@@ -283,6 +302,10 @@ class _Models:
         self.changing = case.shapes is not None
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
+        self._eager: dict[int, LifetimeModel] = {}
+        self._eager_low: dict[int, LifetimeModel] = {}
+        #: the case's step has modules ``torch.compile`` leaves to eager (:func:`eager_modules`)
+        self.eager_modules = False
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
         # only loops depend on the inputs' values, and cases whose shapes change on their shapes
@@ -290,6 +313,24 @@ class _Models:
         if key not in self._user:
             self._user[key] = user_level_model(self.case, key)
         return self._user[key]
+
+    def eager(self, compiled: CompiledStep, call: int) -> LifetimeModel | None:
+        """The model of the step as eager PyTorch runs it with the user's kernels, for a backend that
+        leaves modules of this case's step to eager (:meth:`CompiledStep.leaves_modules_to_eager`);
+        None for every other pair."""
+        if not (self.eager_modules and compiled.leaves_modules_to_eager()):
+            return None
+        key = call if self.case.kind == "loop" or self.changing else 0
+        if key not in self._eager:
+            self._eager[key] = user_kernels_model(self.case, key, self.user(call)[1])
+        return self._eager[key]
+
+    def eager_low(self, call: int) -> LifetimeModel:
+        """The lower bound of :meth:`eager`'s model (built after it, for an exact backend's contract)."""
+        key = call if self.case.kind == "loop" or self.changing else 0
+        if key not in self._eager_low:
+            self._eager_low[key] = user_kernels_model(self.case, key, self.user(call)[1], high=False)
+        return self._eager_low[key]
 
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("received graphs not modelled ({}); held to the user-level model",
@@ -327,6 +368,22 @@ def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observat
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
     return model_graph(gm, executor.observation.copy(), retained), executor.observation
+
+
+def user_kernels_model(case: Case, call: int, observation: Observation,
+                       high: bool = True) -> LifetimeModel:
+    """The lifetime model of the case's step on the ``call``-th inputs as eager PyTorch runs it with the
+    user's kernels (:func:`conformance.api.step.trace_user_kernels`): oneDNN's RNN layers with their
+    workspace and scratchpad, the C++ composites' and autograd nodes' scopes.  ``high``: kernels whose
+    workspace depends on the CPU count their upper bound and values are held to their scopes' ends,
+    so the model bounds the measurement from above; ``False``: their lower bound and every value to
+    its last use, a bound from below (what an exact backend's peak must not go under)."""
+    workload = case.build()
+    if call:
+        workload.inputs = case.inputs_for(call)
+    gm = trace_user_kernels(workload, case.trains, scopes=high)
+    retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
+    return model_graph(gm, observation.copy(), retained, high=high)
 
 
 def probed_step(

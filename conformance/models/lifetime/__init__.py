@@ -27,7 +27,7 @@ One module per concern:
 What eager kernels allocate inside an op is :mod:`conformance.models.transients`.
 """
 
-from conformance.models.lifetime.liveness import ModelBuilder, release_schedule
+from conformance.models.lifetime.liveness import HOLD_UNTIL, ModelBuilder, release_schedule
 from conformance.models.lifetime.loops import WHILE_LOOP_OPS, LoopParts, is_while_loop, loop_parts
 from conformance.models.lifetime.model import LifetimeModel, ModelError, Observation, Storage, op_name
 from conformance.models.lifetime.sizes import bind_symbols, concrete, size_of, storage_nbytes
@@ -35,6 +35,7 @@ from conformance.models.lifetime.staging import CallingConvention
 from conformance.models.lifetime.steps import GraphProgram, model_forward_backward, model_graph
 
 __all__ = [
+    "HOLD_UNTIL",
     "WHILE_LOOP_OPS",
     "CallingConvention",
     "GraphProgram",

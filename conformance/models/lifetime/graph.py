@@ -17,7 +17,7 @@ from conformance.models.lifetime.loops import is_while_loop, unroll_while_loop
 from conformance.models.lifetime.model import ModelError, Storage, op_name
 from conformance.models.lifetime.sizes import storage_nbytes
 from conformance.models.lifetime.staging import IDEAL, Call, CallingConvention
-from conformance.models.transients import kernel_storage_slack, kernel_transient_bytes
+from conformance.models.transients import kernel_storage_slack, kernel_transient_bounds, kernel_transient_bytes
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class GraphWalker:
 
     builder: ModelBuilder
     kernel_transients: bool = False
+    #: a kernel whose workspace depends on the CPU counts its upper bound (``False``: its lower)
+    high: bool = True
 
     def run_graph(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], prefix: str,
                   convention: CallingConvention = IDEAL) -> list[Any]:
@@ -86,5 +88,8 @@ class GraphWalker:
 
         value = aliases.resolve(node.meta.get("val"), allocate)
         self.builder.acquire(value)
-        self.builder.event(label, kernel_transient_bytes(node) if self.kernel_transients else 0)
+        transient = 0
+        if self.kernel_transients:
+            transient = kernel_transient_bytes(node) if self.high else kernel_transient_bounds(node).low
+        self.builder.event(label, transient)
         return value

@@ -17,14 +17,21 @@ from conformance.models.lifetime.aliasing import storages_in
 from conformance.models.lifetime.model import LifetimeModel, Observation, Storage
 from conformance.models.lifetime.sizes import Symbols, concrete_shape
 
+#: node meta key: the node until which the node's value is held at least (a value an eager region
+#: made: its C++ and Python scopes keep it until the region returns; see
+#: :func:`conformance.api.step.trace_user_kernels`)
+HOLD_UNTIL = "conformance_hold_until"
+
 
 def release_schedule(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
     """For each node, the nodes whose values may be dropped right after it runs.
 
-    A value is dropped after its last user; a value nobody uses is dropped right
-    after it is made.  Values the graph returns are never dropped.
+    A value is dropped after its last user, or after the node its ``HOLD_UNTIL`` meta
+    names when that comes later; a value nobody uses is dropped right after it is made.
+    Values the graph returns are never dropped.
     """
     nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
     returned: set[torch.fx.Node] = set()
     last_use: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in nodes:
@@ -37,7 +44,11 @@ def release_schedule(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx
     for node in nodes:
         if node.op in ("output", "get_attr") or node in returned:
             continue
-        schedule[last_use.get(node, node)].append(node)
+        last = last_use.get(node, node)
+        hold = node.meta.get(HOLD_UNTIL)
+        if hold in order and order[hold] > order[last]:
+            last = hold
+        schedule[last].append(node)
     return schedule
 
 

@@ -35,6 +35,7 @@ def model_graph(
     staged: bool = False,
     results_at_start: int = 0,
     kernel_transients: bool = True,
+    high: bool = True,
 ) -> LifetimeModel:
     """Model a whole step traced as one graph (the user-level graph).
 
@@ -44,12 +45,14 @@ def model_graph(
     (a backend that copies its inputs for the call and allocates its results up front).
     ``kernel_transients`` adds what eager kernels allocate inside an op
     (:func:`conformance.models.transients.kernel_transient_bytes`): this graph is what eager runs op by op.
-    The graphs a compiler received are modelled without them.
+    The graphs a compiler received are modelled without them.  ``high``: a kernel whose workspace
+    depends on the CPU (:func:`conformance.models.transients.kernel_transient_bounds`) counts its
+    upper bound; ``False``, its lower.
     """
     builder = ModelBuilder(observation or Observation())
     inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(gm)]
     convention = CallingConvention(staged=staged, results_at_start=results_at_start)
-    outputs = GraphWalker(builder, kernel_transients).run_graph(gm, inputs, "", convention)
+    outputs = GraphWalker(builder, kernel_transients, high).run_graph(gm, inputs, "", convention)
     return builder.finish(outputs, set(retained_outputs))
 
 
