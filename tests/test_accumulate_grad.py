@@ -108,3 +108,33 @@ def test_inductor_convolution_training_follows_its_program_with_the_engines_copy
     assert program.figures["timeline"] == "exact"
     assert result.memory is not None and result.memory.program_timeline is not None
     assert any("AccumulateGrad" in event for event, _ in result.memory.program_timeline)
+
+
+def _copy_block_model() -> LifetimeModel:
+    """Two gradients (100 B, 200 B) returned by a backward, then the engine's two layout copies."""
+    from conformance.models.lifetime.accumulate import COPY_OP
+
+    small, big = _storage(0, 100, 0, 2), _storage(1, 200, 1, 3)
+    small_copy = Storage(2, 100, "bw:AccumulateGrad[0]", COPY_OP, (), "float32", birth=2, death=None, copy_of=0)
+    big_copy = Storage(3, 200, "bw:AccumulateGrad[1]", COPY_OP, (), "float32", birth=3, death=None, copy_of=1)
+    return LifetimeModel(["a", "b", "copy 0", "copy 1"], [100, 300, 400, 500], [small, big, small_copy, big_copy])
+
+
+def test_the_engines_copies_match_in_the_order_the_engine_made_them() -> None:
+    """The engine's ready queue, not the program, orders the AccumulateGrad nodes: copies made in the
+    other order (each original freed right after its copy) follow the model."""
+    model = _copy_block_model()
+    same = compare(model, _trace((100, 4), (200, 6), (100, None), (200, None)))
+    # order_free is a position among allocations and frees: the big copy first, its original freed at once
+    swapped = MemoryTrace("torch-cpu", [Allocation(0, 100, 0, 6, seq=0, order_alloc=0, order_free=6),
+                                        Allocation(1, 200, 1, 4, seq=1, order_alloc=1, order_free=4),
+                                        Allocation(2, 200, 3, None, seq=2, order_alloc=3),
+                                        Allocation(3, 100, 5, None, seq=3, order_alloc=5)])
+    assert compare(model, swapped).exact, compare(model, swapped).sentence()
+    assert not same.unmodelled and not same.missing
+
+
+def test_a_copy_the_engine_did_not_make_departs() -> None:
+    model = _copy_block_model()
+    diff = compare(model, _trace((100, 4), (200, None), (100, None)))
+    assert not diff.exact and [s.nbytes for s in diff.missing] == [200]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.models.lifetime import LifetimeModel, Storage
+from conformance.models.lifetime.accumulate import COPY_OP, in_engine_order
 from conformance.probes.cpu import Allocation, MemoryTrace
 
 
@@ -120,17 +121,50 @@ def compare(model: LifetimeModel, trace: MemoryTrace) -> TimelineDiff:
     for a in trace.allocations:
         (diff.op_transients if a.transient_in else allocations).append(a)
     diff.measured_peak = _peak(allocations)
+    matched, missing, unmodelled = _match(model, allocations)
+    engine = in_engine_order(model, _engine_order(model, matched))
+    if engine is not model:
+        matched, missing, unmodelled = _match(engine, allocations)
+    diff.matched, diff.missing, diff.unmodelled = matched, missing, unmodelled
+    _free_order(diff)
+    return diff
+
+
+def _match(model: LifetimeModel, allocations: list[Allocation]
+           ) -> tuple[list[tuple[Storage, Allocation]], list[Storage], list[Allocation]]:
+    """The model's storages aligned with the measured allocations, in order of allocation, by size."""
     storages = _in_measured_order(modelled_storages(model), allocations)
+    matched: list[tuple[Storage, Allocation]] = []
+    missing: list[Storage] = []
+    unmodelled: list[Allocation] = []
     matcher = difflib.SequenceMatcher(None, [s.nbytes for s in storages], [a.nbytes for a in allocations],
                                       autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            diff.matched.extend(zip(storages[i1:i2], allocations[j1:j2]))
+            matched.extend(zip(storages[i1:i2], allocations[j1:j2]))
         else:
-            diff.missing.extend(storages[i1:i2])
-            diff.unmodelled.extend(allocations[j1:j2])
-    _free_order(diff)
-    return diff
+            missing.extend(storages[i1:i2])
+            unmodelled.extend(allocations[j1:j2])
+    return matched, missing, unmodelled
+
+
+def _engine_order(model: LifetimeModel, matched: list[tuple[Storage, Allocation]]) -> list[Storage]:
+    """The model's ``AccumulateGrad`` copies in the order the engine made them (its ready queue's, which
+    no program says): each copy's original is freed as soon as the copy is made, so the copies go in
+    the order their originals were measured to be freed (a copy whose original was not matched: last)."""
+    copies = [s for s in model.storages if s.op == COPY_OP]
+    if len(copies) < 2:
+        return copies
+    freed = {id(s): a.order_free for s, a in matched if a.order_free is not None}
+    late = 1 << 62
+
+    by_sid = {s.sid: s for s in model.storages}
+
+    def when(copy: Storage) -> int:
+        original = by_sid.get(copy.copy_of) if copy.copy_of is not None else None
+        return freed.get(id(original), late) if original is not None else late
+
+    return sorted(copies, key=lambda c: (when(c), c.birth))
 
 
 def _in_measured_order(storages: list[Storage], allocations: list[Allocation]) -> list[Storage]:

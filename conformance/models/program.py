@@ -574,6 +574,8 @@ class _Interpreter:
         except Exception as exc:
             raise self._error(node, f"{name} did not run on fake tensors: {type(exc).__name__}: {exc}") from exc
         if _is_check(func, result, operands, versions):
+            with self.fake:  # what the check states of a layout is the real one (see _adopt_asserted_layout)
+                _adopt_asserted_layout(args)
             return result
         self._work(node, args, kwargs, name)
         return self._born(node, result, name, lambda t: storage_slack(func, args, result, t))
@@ -693,9 +695,10 @@ class _Interpreter:
 
 
 def _adopt_asserted_layout(args: Sequence[Any]) -> None:
-    """A failed check of the form ``check(t, size, stride, ...)`` (what ``assert_size_stride`` and its
-    renamed successors take) states the layout the real program has: ``t``'s fake takes it, where its
-    storage holds it.  A fallback kernel may return another layout than its meta function says
+    """A check of the form ``check(t, size, stride, ...)`` (what ``assert_size_stride``, its renamed
+    successors and ``assert_tensor_metadata`` take) states the layout the real program has: ``t``'s
+    fake takes it, where its storage holds it (a check may pass on fakes whatever the strides:
+    ``assert_tensor_metadata`` on torch 2.14).  A fallback kernel may return another layout than its meta function says
     (oneDNN's convolution backward picks its gradient's), and the program asserts the real one."""
     if len(args) < 3 or not isinstance(args[0], torch.Tensor):
         return

@@ -17,16 +17,19 @@ model of a compiled forward and backward.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from conformance.models.lifetime.liveness import ModelBuilder
-from conformance.models.lifetime.model import Storage
+from conformance.models.lifetime.model import LifetimeModel, Storage
 from conformance.models.lifetime.sizes import Symbols, concrete
 
 #: a tensor's layout as ints: its shape and its strides
 Layout = tuple[tuple[int, ...], tuple[int, ...]]
+#: the op a layout copy records (what :func:`in_engine_order` knows a copy by)
+COPY_OP = "autograd::AccumulateGrad (layout copy)"
 
 
 def layout_of(t: Any, symbols: Symbols) -> Layout | None:
@@ -87,8 +90,8 @@ def accumulate_grads(builder: ModelBuilder, grads: Sequence[Any], grad_layouts: 
             continue
         shape, stride = leaf_layout
         nbytes = _span(shape, stride if is_dense(leaf_layout) else _contiguous_strides(shape)) * leaf.element_size()
-        copy = builder.new_storage(nbytes, f"{prefix}AccumulateGrad[{i}]", "autograd::AccumulateGrad (layout copy)",
-                                   leaf, "intermediate")
+        copy = builder.new_storage(nbytes, f"{prefix}AccumulateGrad[{i}]", COPY_OP, leaf, "intermediate")
+        copy.copy_of = grad.sid
         builder.acquire(copy)
         builder.event(f"{prefix}AccumulateGrad[{i}]: copy of {grad.producer} into the parameter's layout")
         builder.release(grad)
@@ -101,3 +104,37 @@ def _span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
     if any(n == 0 for n in shape):
         return 0
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+
+
+
+def in_engine_order(model: LifetimeModel, order: Sequence[Storage]) -> LifetimeModel:
+    """``model`` with its ``AccumulateGrad`` copies made in ``order`` (a permutation of its copies).
+
+    The engine runs the ``AccumulateGrad`` nodes a backward's results feed in the order of its
+    ready queue, which neither the program nor the graph says; each copy is made, and its
+    original released, in one event of the model.  This re-lays those events (pure: the model
+    is not changed; the storages of the block are new objects)."""
+    copies = [s for s in model.storages if s.op == COPY_OP]
+    if len(copies) < 2 or sorted(id(s) for s in order) != sorted(id(s) for s in copies):
+        return model
+    events = sorted(s.birth for s in copies)
+    if events != list(range(events[0], events[0] + len(events))):
+        return model  # not one block of consecutive copies: no claim
+    first = events[0]
+    by_sid = {s.sid: s for s in model.storages}
+    originals = {s.birth: [by_sid[s.copy_of]] if s.copy_of in by_sid and by_sid[s.copy_of].death == s.birth else []
+                 for s in copies}
+    before = model.live_bytes[first] - next(s for s in copies if s.birth == first).nbytes
+    replaced: dict[int, Storage] = {}
+    labels, live = list(model.events), list(model.live_bytes)
+    running = before
+    for j, copy in enumerate(order):
+        event = first + j
+        replaced[id(copy)] = replace(copy, birth=event)
+        for original in originals[copy.birth]:
+            replaced[id(original)] = replace(original, death=event)
+        labels[event] = model.events[copy.birth]
+        live[event] = running + copy.nbytes
+        running = live[event] - sum(o.nbytes for o in originals[copy.birth])
+    storages = [replaced.get(id(s), s) for s in model.storages]
+    return LifetimeModel(labels, live, storages, set(model.work_events), list(model.findings))

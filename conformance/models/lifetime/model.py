@@ -33,6 +33,7 @@ class Storage:
     op_writer: str = ""  # the kernel or op that produced its contents
     modelled_by_program: bool = False
     allocated_by_program: bool = False  # allocated by the program itself (not returned by an op)
+    copy_of: int | None = None  # the sid of the storage this one copies (the engine's AccumulateGrad layout copy)
 
     def describe(self) -> dict[str, Any]:
         return {

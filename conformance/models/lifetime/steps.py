@@ -137,14 +137,19 @@ def model_forward_backward(
     else:
         bw_convention = CallingConvention(donated, staged, results_at_start)
         bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    if not donated:  # the caller's list of saved tensors is dropped only after the call
+        builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
+        builder.release(tangents)  # the list's reference to each tangent
+    # A scalar loss's gradient is the engine's root (GraphRoot keeps it until backward() ends);
+    # another tangent is released when the backward call returns.
+    scalar = {name for name, val in _placeholder_vals(backward) if isinstance(val, torch.Tensor) and val.dim() == 0}
+    root = [v for v in tangents if v.producer.removeprefix("bw:") in scalar]
+    builder.release([v for v in tangents if v not in root])
     # the engine makes each gradient its leaf's .grad, copying one whose layout breaks the contract
     layouts = (bw_program.result_layouts if bw_program is not None
                else [layout_of(v, builder.symbols) for v in _flat_args(_output_node(backward), meta=True)])
     bw_outputs = accumulate_grads(builder, bw_outputs, layouts, [v for _, v in _placeholder_vals(forward)])
-    if not donated:  # the caller's list of saved tensors is dropped only after the call
-        builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
-        builder.release(tangents)  # the list's reference to each tangent
-    builder.release(tangents)
+    builder.release(root)
     return builder.finish(
         [*user_outputs, *bw_outputs],
         set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
