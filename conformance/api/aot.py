@@ -201,13 +201,19 @@ class DynamoStep(CompiledStep):
         if not self.compiles_optimizer(workload) or workload.optimizer is None:
             return super().optimizer_step(workload)
         if self._compiled_optimizer_step is None:
-            self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_backend)
+            self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_compiler())
         with no_autograd_cache():
             self._compiled_optimizer_step()
         workload.optimizer.zero_grad(set_to_none=True)
 
+    def optimizer_compiler(self) -> Any:
+        """What ``torch.compile(optimizer.step, backend=...)`` gets: :attr:`optimizer_backend` unless the step
+        records what it compiles (:meth:`optimizer_model` then models it)."""
+        return self.optimizer_backend
+
     def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
-        """The eager optimizer's segment, unless the optimizer step is compiled (its program is not modelled)."""
+        """The eager optimizer's segment, unless the optimizer step is compiled (its program is not modelled
+        here: a step whose backend shows its program overrides this)."""
         return None if self.compiles_optimizer(self.workload) else eager
 
     def compiles_optimizer(self, workload: Workload) -> bool:

@@ -52,6 +52,8 @@ class OptimizerSegment:
     events: list[str] = field(default_factory=list)
     storages: list[Storage] = field(default_factory=list)  # birth and death are segment event indices
     transients: list[int] = field(default_factory=list)  # bytes an op allocates and frees inside its call
+    #: events that allocated or computed, where the segment is a generated program's (:func:`segment_of_program`)
+    work_events: set[int] = field(default_factory=set)
 
     @property
     def live_bytes(self) -> list[int]:
@@ -220,6 +222,25 @@ def _tensors_of(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimiz
     return found
 
 
+def segment_of_program(model: LifetimeModel) -> OptimizerSegment:
+    """The segment of an optimizer step a compiler generated a program for, from that program's model
+    (e.g. :func:`conformance.models.program.model_program` of inductor's wrapper for ``torch.compile(
+    optimizer.step)``): its own storages, with what the program model found about them (last uses, the
+    references holding them) kept for the program checks; what it returns is dropped when it returns."""
+    segment = OptimizerSegment([f"{OPTIMIZER_PREFIX}{e}" for e in model.events], [], [], set(model.work_events))
+    end = len(model.events) - 1
+    for s in model.storages:
+        if s.role == "caller" or not s.nbytes or s.birth < 0:
+            continue
+        copied = dataclasses.replace(s, sid=len(segment.storages), producer=f"{OPTIMIZER_PREFIX}{s.producer}")
+        if copied.death is None and copied.role == "output":
+            copied.death, copied.role = end, "intermediate"
+        segment.storages.append(copied)
+    segment.transients = [0] * len(segment.events)  # what the storages alone leave live, then the rest
+    segment.transients = [max(0, m - s) for m, s in zip(model.live_bytes, segment.live_bytes)]
+    return segment
+
+
 def with_optimizer_step(model: LifetimeModel, segment: OptimizerSegment) -> LifetimeModel:
     """``model`` (a step's, ending with its outputs held and gradients retained) followed by the
     optimizer's step and ``zero_grad(set_to_none=True)`` (pure: ``model`` is not changed).
@@ -235,7 +256,8 @@ def with_optimizer_step(model: LifetimeModel, segment: OptimizerSegment) -> Life
             s.death = end
     offset = len(model.events)
     appended = [dataclasses.replace(s, sid=len(storages) + i, birth=s.birth + offset,
-                                    death=None if s.death is None else s.death + offset)
+                                    death=None if s.death is None else s.death + offset,
+                                    last_use=None if s.last_use is None else s.last_use + offset)
                 for i, s in enumerate(segment.storages)]
     held = sum(s.nbytes for s in storages if s.death is None and s.role != "caller")
     events = [*model.events, *segment.events, ZERO_GRAD_EVENT]
@@ -244,4 +266,5 @@ def with_optimizer_step(model: LifetimeModel, segment: OptimizerSegment) -> Life
         if s.death is None and s.role == "retained":
             s.death = zero_grad
     live = [*model.live_bytes, *(held + b for b in segment.live_bytes), held + segment.residual_bytes]
-    return LifetimeModel(events, live, [*storages, *appended], set(model.work_events), list(model.findings))
+    work = set(model.work_events) | {i + offset for i in segment.work_events}
+    return LifetimeModel(events, live, [*storages, *appended], work, list(model.findings))
