@@ -153,3 +153,25 @@ def test_without_an_optimizer_the_gradients_are_the_residual() -> None:
     assert memory is not None and memory.model_residual_bytes > 0
     assert memory.residual_per_step == [memory.model_residual_bytes] * DEFAULT_STEPS
     assert all(not event.startswith(OPTIMIZER_PREFIX) for event, _ in memory.model_timeline)
+
+
+class _UnmodelledOptimizerBackend(EagerBackend):
+    """Eager, but its step says it cannot model its optimizer step (as a compiled one with no program)."""
+
+    name = "eager-unmodelled-optimizer"
+
+    def compile(self, case, workload):  # type: ignore[no-untyped-def]
+        step = super().compile(case, workload)
+        step.optimizer_model = lambda eager: None  # type: ignore[method-assign]
+        return step
+
+
+def test_an_optimizer_step_the_backend_does_not_model_runs_outside_the_window_with_a_note() -> None:
+    (case,) = select_cases(["adam-mlp-s-train"])
+    result = run_case(case, _UnmodelledOptimizerBackend())
+    assert result.status == "pass", result.reason
+    assert any("optimizer step ran outside the probes' window" in n for n in result.notes), result.notes
+    memory = result.memory
+    assert memory is not None and memory.model_residual_bytes > 0  # the gradients, as before the optimizer
+    assert memory.residual_per_step == [memory.model_residual_bytes] * DEFAULT_STEPS
+    assert result.parity["ok"] and "optim[fc1.weight].exp_avg" in result.parity["calls"]["0"]["compared"]

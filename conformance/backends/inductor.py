@@ -16,7 +16,7 @@ import torch.fx
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
 from conformance.api.aot import AotRecorder, AotStep, DynamoStep, ReceivedGraph, model_of_received
 from conformance.api.case import Case, Workload
-from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward
+from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_forward_backward
 from conformance.models.optimizer import OptimizerSegment, segment_of_program
 from conformance.models.program import WrapperProgram, model_program
 
@@ -62,7 +62,13 @@ class InductorStep(AotStep):
         self.recorder = self.compiler.recorder
         #: inductor as ``torch.compile(optimizer.step)`` calls it, recording the program it generates
         self.optimizer_recorder = RecordingCompiler()
+        #: why the compiled optimizer step is not modelled (a note), where it is not
+        self.optimizer_not_modelled = ""
         super().__init__(case, workload, self.compiler)
+
+    def notes(self) -> list[str]:
+        why = [f"the compiled optimizer step: {self.optimizer_not_modelled}"] if self.optimizer_not_modelled else []
+        return [*super().notes(), *why]
 
     def optimizer_compiler(self) -> Any:
         return self.optimizer_recorder
@@ -74,9 +80,14 @@ class InductorStep(AotStep):
             return eager
         graphs = self.optimizer_recorder.graphs
         if len(graphs) != 1 or graphs[0].source is None or graphs[0].is_backward:
+            self.optimizer_not_modelled = f"inductor compiled {len(graphs)} graphs for it (one program is modelled)"
             return None
         vals = [n.meta.get("val") for n in graphs[0].gm.graph.nodes if n.op == "placeholder"]
-        return segment_of_program(model_program(WrapperProgram(graphs[0].source, "forward"), vals))
+        try:
+            return segment_of_program(model_program(WrapperProgram(graphs[0].source, "forward"), vals))
+        except ModelError as exc:
+            self.optimizer_not_modelled = f"its program is not modelled: {exc}"
+            return None
 
     def program_model(self, observation: Observation) -> LifetimeModel | None:
         ran = self.recorder.ran(observation)

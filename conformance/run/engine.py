@@ -145,6 +145,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             models.optimizer = _optimizer_model(case, compiled, workload, result)
     except HookError as exc:
         return _verdict(result, Status.FAIL_RUN, str(exc))
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
+                        traceback.format_exc())
     # the optimizer step runs in the probed calls' windows when its memory is modelled
     optimizer = (lambda: compiled.optimizer_step(workload)) if models.optimizer is not None else None
 
@@ -216,6 +219,11 @@ def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, tor
 def _optimizer_model(case: Case, compiled: CompiledStep, workload: Workload, result: Result) -> OptimizerSegment | None:
     """The model of the optimizer step the probed calls hold in their window (``None``: it runs outside)."""
     if workload.optimizer is None:
+        return None
+    devices = {p.device.type for p in params_of(workload.model).values()}
+    if devices != {"cpu"}:
+        result.notes.append(f"the optimizer step ran outside the probes' window: its model is recorded and "
+                            f"verified on the CPU only, these parameters are on {', '.join(sorted(devices))}")
         return None
     eager = optimizer_segment(case)
     if eager is None:
