@@ -100,10 +100,7 @@ class _Recorder(TorchDispatchMode):
         self.live.pop(ptr).storage.death = len(self.segment.events) - 1
 
     def see(self, t: Any, op: str) -> None:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_meta:
-            return
-        storage = t.untyped_storage()
-        ptr, nbytes = storage.data_ptr(), storage.nbytes()
+        ptr, nbytes = _storage_of(t)
         if not nbytes or ptr in self.existing:
             return
         seen = self.live.get(ptr)
@@ -150,6 +147,18 @@ class _Recorder(TorchDispatchMode):
         return 0
 
 
+def _storage_of(t: Any) -> tuple[int, int]:
+    """A CPU tensor's storage (data pointer, bytes); ``(0, 0)`` for anything else (sparse and other
+    storage-less layouts, other devices: the CPU allocator the segment is held to does not see them)."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_meta or t.layout != torch.strided:
+        return 0, 0
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return 0, 0
+    return storage.data_ptr(), storage.nbytes()
+
+
 def _op_label(func: Any) -> str:
     return str(func)
 
@@ -192,8 +201,9 @@ def record_optimizer_step(params: Iterable[torch.nn.Parameter], optimizer: torch
     params = list(params)
     existing: set[int] = set()
     for t in _tensors_of(params, optimizer):
-        if t.device.type == "cpu" and t.untyped_storage().nbytes():
-            existing.add(t.untyped_storage().data_ptr())
+        ptr, nbytes = _storage_of(t)
+        if nbytes:
+            existing.add(ptr)
     recorder = _Recorder(existing)
     with recorder:
         optimizer.step()
