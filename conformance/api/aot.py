@@ -202,9 +202,13 @@ class DynamoStep(CompiledStep):
             return super().optimizer_step(workload)
         if self._compiled_optimizer_step is None:
             self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_compiler())
+        self.begin_optimizer_call()
         with no_autograd_cache():
             self._compiled_optimizer_step()
         workload.optimizer.zero_grad(set_to_none=True)
+
+    def begin_optimizer_call(self) -> None:
+        """A new call of the compiled optimizer step begins (what its compiler's dispatch log counts by)."""
 
     def optimizer_compiler(self) -> Any:
         """What ``torch.compile(optimizer.step, backend=...)`` gets: :attr:`optimizer_backend` unless the step

@@ -73,14 +73,21 @@ class InductorStep(AotStep):
     def optimizer_compiler(self) -> Any:
         return self.optimizer_recorder
 
+    def begin_optimizer_call(self) -> None:
+        self.optimizer_recorder.recorder.log.begin_call()
+
     def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
-        """A compiled optimizer step is held to the wrapper inductor generated for it (one graph: one
-        program), modelled as the step's are; ``None`` (not modelled, a note) when it compiled several."""
+        """A compiled optimizer step is held to the wrapper inductor generated for the graph its latest call
+        ran (the steady state: its state made, any recompile for it done), modelled as the step's are;
+        ``None`` (not modelled, a note) when that call ran several graphs or none that shows its program."""
         if not self.compiles_optimizer(self.workload):
             return eager
-        graphs = self.optimizer_recorder.graphs
+        log = self.optimizer_recorder.recorder.log
+        ran = sorted({d.graph for d in log.calls[-1]}) if log.calls else []
+        graphs = [self.optimizer_recorder.graphs[i] for i in ran]
         if len(graphs) != 1 or graphs[0].source is None or graphs[0].is_backward:
-            self.optimizer_not_modelled = f"inductor compiled {len(graphs)} graphs for it (one program is modelled)"
+            self.optimizer_not_modelled = (f"its latest call ran {len(graphs)} compiled graphs (one program is "
+                                           "modelled)")
             return None
         vals = [n.meta.get("val") for n in graphs[0].gm.graph.nodes if n.op == "placeholder"]
         try:

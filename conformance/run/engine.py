@@ -140,16 +140,6 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
     clear_grads(workload.model)
-    try:
-        with clock.phase("model"):
-            models.optimizer = _optimizer_model(case, compiled, workload, result)
-    except HookError as exc:
-        return _verdict(result, Status.FAIL_RUN, str(exc))
-    except Exception as exc:
-        return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
-                        traceback.format_exc())
-    # the optimizer step runs in the probed calls' windows when its memory is modelled
-    optimizer = (lambda: compiled.optimizer_step(workload)) if models.optimizer is not None else None
 
     last_call = 1 + options.steps
     traces: list[tuple[int, list[MemoryTrace]]] = []
@@ -164,6 +154,20 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             del out
             calls.end()
             states[1] = _end_call(compiled, workload, results)
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
+    try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
+        with clock.phase("model"):
+            models.optimizer = _optimizer_model(case, compiled, workload, result)
+    except HookError as exc:
+        return _verdict(result, Status.FAIL_RUN, str(exc))
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
+                        traceback.format_exc())
+    # the optimizer step runs in the probed calls' windows when its memory is modelled
+    optimizer = (lambda: compiled.optimizer_step(workload)) if models.optimizer is not None else None
+    try:
+        with clock.phase("probe"):
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
