@@ -25,6 +25,7 @@ from conformance.api.case import Case, Workload
 from conformance.api.step import StepOutput, host_copies, optimizer_state, params_of
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import MemoryProbe, MemoryTrace
 
 SCRATCH_BYTES = 4096
@@ -48,6 +49,9 @@ class FaultyStep(CompiledStep):
 
     def optimizer_step(self, workload: Workload) -> None:
         self.fault.optimizer_step(self, workload)
+
+    def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
+        return self.inner.optimizer_model(eager)
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return self.inner.received_model(observation)
@@ -303,6 +307,40 @@ class WrongOptimizerState(Fault):
             state[0].mul_(0.5)
 
 
+class OptimizerHoldsGradients(Fault):
+    """The optimizer step keeps references to the gradients it stepped with (until its next step), so
+    ``zero_grad(set_to_none=True)`` frees nothing: the gradients outlive every step."""
+
+    name, changes = "optimizer-holds-gradients", "memory"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.kept = [p.grad for p in params_of(workload.model).values() if p.grad is not None]
+        step.inner.optimizer_step(workload)
+
+
+class OptimizerLeaksPerStep(Fault):
+    """Every optimizer step leaves one more tensor alive: a copy of the first parameter's first state
+    tensor (momentum buffer, Adam's first moment), kept forever."""
+
+    name, changes = "optimizer-leaks-per-step", "memory"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        step.inner.optimizer_step(workload)
+        state = [t for n, t in optimizer_state(workload.model, workload.optimizer).items() if not n.endswith(".step")]
+        if not state:
+            step.applied = False
+            return
+        step.kept.append(state[0].clone())
+
+
 class InductorFault(Fault):
     """A fault in inductor's code generation: the program it generates is wrong, nothing else."""
 
@@ -367,7 +405,7 @@ class DroppedFree(InductorFault):
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
     InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, FrozenWeights, OptimizerSkipsParameter,
-    WrongOptimizerState, TupleNeverFreed, DroppedFree,
+    WrongOptimizerState, OptimizerHoldsGradients, OptimizerLeaksPerStep, TupleNeverFreed, DroppedFree,
 )}
 GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
 INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]

@@ -162,15 +162,26 @@ def test_eager_is_byte_exact_on_every_training_case_with_adam(case: Case, optimi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["none", "wrong-optimizer-state", "optimizer-skips-a-parameter"])
+@pytest.mark.parametrize("fault", ["none", "wrong-optimizer-state", "optimizer-skips-a-parameter",
+                                   "optimizer-holds-gradients", "optimizer-leaks-per-step"])
 def test_inductor_with_the_optimizer_step_compiled_too(fault: str) -> None:
     """torch.compile(opt.step) with inductor: clean, it passes (parameters and Adam state equal to the
-    eager references on every call); a fault in the step it compiled is caught."""
+    eager references on every call) with the compiled optimizer in the probed window, held to the
+    wrapper inductor generated for it (the program check's timeline exact); a fault in the step it
+    compiled is caught, by parity or, for memory it keeps, by the residual."""
     backend = planted(backend_classes()["inductor"], fault)()
     result = run_case(_case("adam-compiled-mlp-s-train"), backend)
     if fault == "none":
         assert result.status == Status.PASS, result.reason
-        assert not any("ran eagerly" in n for n in result.notes), result.notes
-        assert result.memory is not None and result.memory.model_source == "received-graphs"
+        assert not any("ran eagerly" in n or "outside the probes' window" in n for n in result.notes), result.notes
+        memory = result.memory
+        assert memory is not None and memory.model_source == "received-graphs"
+        assert memory.residual_per_step == [0] * DEFAULT_STEPS  # zero_grad freed the gradients in the window
+        program = memory.program_timeline or []
+        assert any(e.startswith("optimizer:") and "args.clear()" in e for e, _ in program), program[-5:]
+        check = result.check("program")
+        assert check is not None and check.figures["timeline"] == "exact"
+    elif fault.startswith("optimizer-") and fault != "optimizer-skips-a-parameter":
+        assert result.status == Status.FAIL_RESIDUAL, result.reason
     else:
         assert result.status == Status.FAIL_PARITY and result.reason.startswith("call 0: "), result.reason

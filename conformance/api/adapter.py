@@ -22,6 +22,7 @@ from conformance.api.case import Case, Workload
 from conformance.api.step import StepOutput, step_optimizer
 from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
+from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
 
 ENTRY_POINT_GROUP = "conformance.backends"
@@ -63,12 +64,24 @@ class CompiledStep(ABC):
     def optimizer_step(self, workload: Workload) -> None:
         """End a training step as users do: ``optimizer.step()`` and ``zero_grad(set_to_none=True)``.
 
-        The engine calls it after each call's results are taken, outside the memory probes' window
-        (what the optimizer allocates is not yet held to a model); the parameters and the optimizer
+        The engine calls it after each call's results are taken; on a probed call inside the memory
+        probes' window, after the step's outputs are dropped, held to the step's model with the
+        optimizer's segment appended (:meth:`optimizer_model`); the parameters and the optimizer
         state it leaves are checked on every call.  By default the case's optimizer runs eagerly after
         the compiled forward and backward, as ``torch.compile(model)`` users run it; a backend that
-        also compiles the optimizer step overrides it."""
+        also compiles the optimizer step overrides it (and :meth:`optimizer_model`)."""
         step_optimizer(workload)
+
+    def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
+        """The model of what :meth:`optimizer_step` allocates and frees, appended to every model a probed
+        call is held to (:func:`conformance.models.optimizer.with_optimizer_step`).
+
+        ``eager`` is the case's own optimizer's step, recorded as it runs eagerly
+        (:func:`conformance.models.optimizer.record_optimizer_step`): what the default
+        :meth:`optimizer_step` runs, so the default returns it.  ``None``: this step's optimizer
+        step cannot be modelled (a compiled one whose program the backend does not show); the
+        engine then steps it outside the probes' window, and the pair says so in a note."""
+        return eager
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         """The lifetime model of the graphs the backend actually received, if it exposes them.

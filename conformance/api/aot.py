@@ -31,6 +31,7 @@ from conformance.api.dispatch import Dispatched, DispatchLog
 from conformance.api.step import StepOutput, run_module_step
 from conformance.models.donation import BackwardWatch, classify, saved_positions
 from conformance.models.lifetime import LifetimeModel, Observation, bind_symbols, model_forward_backward
+from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import MemoryTrace
 
 CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Any]
@@ -197,13 +198,32 @@ class DynamoStep(CompiledStep):
 
     def optimizer_step(self, workload: Workload) -> None:
         """The optimizer step, compiled with :attr:`optimizer_backend` when the case asks for it."""
-        if not self.case.compile_optimizer or self.optimizer_backend is None or workload.optimizer is None:
+        if not self.compiles_optimizer(workload) or workload.optimizer is None:
             return super().optimizer_step(workload)
         if self._compiled_optimizer_step is None:
-            self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_backend)
+            self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_compiler())
+        self.begin_optimizer_call()
         with no_autograd_cache():
             self._compiled_optimizer_step()
         workload.optimizer.zero_grad(set_to_none=True)
+
+    def begin_optimizer_call(self) -> None:
+        """A new call of the compiled optimizer step begins (what its compiler's dispatch log counts by)."""
+
+    def optimizer_compiler(self) -> Any:
+        """What ``torch.compile(optimizer.step, backend=...)`` gets: :attr:`optimizer_backend` unless the step
+        records what it compiles (:meth:`optimizer_model` then models it)."""
+        return self.optimizer_backend
+
+    def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
+        """The eager optimizer's segment, unless the optimizer step is compiled (its program is not modelled
+        here: a step whose backend shows its program overrides this)."""
+        return None if self.compiles_optimizer(self.workload) else eager
+
+    def compiles_optimizer(self, workload: Workload) -> bool:
+        """The optimizer step is compiled too: the case asks for it and this backend names a compiler for it."""
+        return bool(self.case.compile_optimizer and self.optimizer_backend is not None
+                    and workload.optimizer is not None)
 
     def notes(self) -> list[str]:
         if self.case.compile_optimizer and self.optimizer_backend is None:

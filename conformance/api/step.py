@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
+from conformance.models.optimizer import OptimizerSegment, record_optimizer_step
 from conformance.models.rnn_scopes import COMPOSITES, composite_holds, onednn_holds
 from conformance.models.transients import GRAD_ENABLED, reference_kernels
 
@@ -76,6 +77,27 @@ def step_optimizer(workload: Workload) -> None:
     if workload.optimizer is not None:
         workload.optimizer.step()
         workload.optimizer.zero_grad(set_to_none=True)
+
+
+def optimizer_segment(case: Case) -> OptimizerSegment | None:
+    """The model of the case's optimizer step in the steady state (:mod:`conformance.models.optimizer`),
+    recorded on a fresh build of the case: its state made by one step, then one step recorded; ``None``
+    for a step with no optimizer."""
+    if not case.trains:
+        return None
+    workload = case.build()
+    optimizer = case.make_optimizer(workload.model)
+    if optimizer is None:
+        return None
+    params = list(params_of(workload.model).values())
+    for recorded in (False, True):
+        with torch.no_grad():
+            for p in params:
+                p.grad = torch.full_like(p, 1e-3)
+        if recorded:
+            return record_optimizer_step(params, optimizer, lambda: optimizer.zero_grad(set_to_none=True))
+        optimizer.step()  # the state every probed call finds, made by the first call's step
+    return None
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:

@@ -16,8 +16,9 @@ import torch.fx
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
 from conformance.api.aot import AotRecorder, AotStep, DynamoStep, ReceivedGraph, model_of_received
 from conformance.api.case import Case, Workload
-from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward
-from conformance.models.program import WrapperProgram
+from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_forward_backward
+from conformance.models.optimizer import OptimizerSegment, segment_of_program
+from conformance.models.program import WrapperProgram, model_program
 
 __all__ = ["DynamoStep", "InductorBackend", "ReceivedGraph", "RecordingCompiler", "model_of_received"]
 
@@ -59,7 +60,41 @@ class InductorStep(AotStep):
     def __init__(self, case: Case, workload: Workload) -> None:
         self.compiler = RecordingCompiler()
         self.recorder = self.compiler.recorder
+        #: inductor as ``torch.compile(optimizer.step)`` calls it, recording the program it generates
+        self.optimizer_recorder = RecordingCompiler()
+        #: why the compiled optimizer step is not modelled (a note), where it is not
+        self.optimizer_not_modelled = ""
         super().__init__(case, workload, self.compiler)
+
+    def notes(self) -> list[str]:
+        why = [f"the compiled optimizer step: {self.optimizer_not_modelled}"] if self.optimizer_not_modelled else []
+        return [*super().notes(), *why]
+
+    def optimizer_compiler(self) -> Any:
+        return self.optimizer_recorder
+
+    def begin_optimizer_call(self) -> None:
+        self.optimizer_recorder.recorder.log.begin_call()
+
+    def optimizer_model(self, eager: OptimizerSegment) -> OptimizerSegment | None:
+        """A compiled optimizer step is held to the wrapper inductor generated for the graph its latest call
+        ran (the steady state: its state made, any recompile for it done), modelled as the step's are;
+        ``None`` (not modelled, a note) when that call ran several graphs or none that shows its program."""
+        if not self.compiles_optimizer(self.workload):
+            return eager
+        log = self.optimizer_recorder.recorder.log
+        ran = sorted({d.graph for d in log.calls[-1]}) if log.calls else []
+        graphs = [self.optimizer_recorder.graphs[i] for i in ran]
+        if len(graphs) != 1 or graphs[0].source is None or graphs[0].is_backward:
+            self.optimizer_not_modelled = (f"its latest call ran {len(graphs)} compiled graphs (one program is "
+                                           "modelled)")
+            return None
+        vals = [n.meta.get("val") for n in graphs[0].gm.graph.nodes if n.op == "placeholder"]
+        try:
+            return segment_of_program(model_program(WrapperProgram(graphs[0].source, "forward"), vals))
+        except ModelError as exc:
+            self.optimizer_not_modelled = f"its program is not modelled: {exc}"
+            return None
 
     def program_model(self, observation: Observation) -> LifetimeModel | None:
         ran = self.recorder.ran(observation)
@@ -69,7 +104,8 @@ class InductorStep(AotStep):
         return model_of_programs([forward] if backward is None else [forward, backward], bound)
 
     def program_files(self) -> frozenset[str]:
-        return frozenset(g.code_file for g in self.recorder.graphs if g.code_file)
+        graphs = [*self.recorder.graphs, *self.optimizer_recorder.graphs]
+        return frozenset(g.code_file for g in graphs if g.code_file)
 
 
 def _code_file(compiled: Any) -> str | None:

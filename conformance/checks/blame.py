@@ -100,13 +100,14 @@ def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -
 
 
 def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
-    """Storages still alive after the step that the model says die within it."""
+    """Storages still alive after the step that the model says die within it (gradients too, where the
+    model frees them: an optimizer step's ``zero_grad(set_to_none=True)``)."""
     matched = match(model, trace)
-    retained = [s for s in model.storages if s.role == "retained"]
+    retained = [s for s in model.storages if s.role == "retained" and s.death is None]
     blamed = []
     for a in trace.still_alive():
         s = matched.get(a.seq)
-        if s is not None and s.role == "retained":
+        if s is not None and s.role == "retained" and s.death is None:
             continue
         if s is None:  # a retained storage the order-matching missed?
             twin = next((r for r in retained if r.nbytes == a.nbytes), None)

@@ -27,6 +27,7 @@ from conformance.api.step import (
     StepOutput,
     clear_grads,
     eager_modules,
+    optimizer_segment,
     params_of,
     snapshot,
     trace_step,
@@ -42,9 +43,10 @@ from conformance.checks.judge import (
     judge_residual,
 )
 from conformance.checks.parity import ParityReport
-from conformance.checks.state import after_call, compare_calls
+from conformance.checks.state import after_call, compare_calls, state_of
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
 from conformance.models.transients import KernelNotModelled
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
 from conformance.probes.observer import fallback_reason
@@ -165,20 +167,37 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             del out
             calls.end()
             states[1] = _end_call(compiled, workload, results)
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
+    try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
+        with clock.phase("model"):
+            models.optimizer = _optimizer_model(case, compiled, workload, result)
+    except HookError as exc:
+        return _verdict(result, Status.FAIL_RUN, str(exc))
+    except Exception as exc:
+        return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
+                        traceback.format_exc())
+    # the optimizer step runs in the probed calls' windows when its memory is modelled
+    optimizer = (lambda: compiled.optimizer_step(workload)) if models.optimizer is not None else None
+    try:
+        with clock.phase("probe"):
             _freeze_survivors()
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
                 calls.see(call, workload.inputs)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True)
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run; its
-                    # results and state are the first run's (no optimizer step between the two)
+                    # results and state are the first run's (the state the re-run changes, its optimizer
+                    # step's included, is put back as the first run left it, outside the window)
                     calls.compiled(call, domain_traces)
-                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False)
+                    left = after_call(workload)
+                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer)
+                    _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
-                states[call] = _end_call(compiled, workload, snap)
+                states[call] = _end_call(compiled, workload, snap, optimizer is None)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
@@ -205,11 +224,45 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                         traceback.format_exc())
 
 
-def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """End a call outside any probe's window: the optimizer step (a training case's), then copies of the
-    state the call left (:func:`conformance.checks.state.after_call`) beside its results' copies."""
-    compiled.optimizer_step(workload)  # outside the window: what the optimizer allocates is not modelled yet
+def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor],
+              step: bool = True) -> dict[str, torch.Tensor]:
+    """End a call outside any probe's window: the optimizer step (a training case's, with ``step``: an
+    unprobed call's, or one whose optimizer is not modelled), then copies of the state the call left
+    (:func:`conformance.checks.state.after_call`) beside its results' copies."""
+    if step:
+        compiled.optimizer_step(workload)
     return {**results, **after_call(workload)}
+
+
+def _optimizer_model(case: Case, compiled: CompiledStep, workload: Workload, result: Result) -> OptimizerSegment | None:
+    """The model of the optimizer step the probed calls hold in their window (``None``: it runs outside)."""
+    if workload.optimizer is None:
+        return None
+    devices = {p.device.type for p in params_of(workload.model).values()}
+    if devices != {"cpu"}:
+        result.notes.append(f"the optimizer step ran outside the probes' window: its model is recorded and "
+                            f"verified on the CPU only, these parameters are on {', '.join(sorted(devices))}")
+        return None
+    eager = optimizer_segment(case)
+    if eager is None:
+        return None
+    segment = compiled.optimizer_model(eager)
+    if segment is not None and not isinstance(segment, OptimizerSegment):
+        raise HookError(f"CompiledStep.optimizer_model() returned {type(segment).__name__}, not an OptimizerSegment "
+                        "or None")
+    if segment is None:
+        result.notes.append("the optimizer step ran outside the probes' window: this backend does not model "
+                            "what its optimizer step allocates (CompiledStep.optimizer_model), so its memory is "
+                            "not judged; the state it leaves is checked on every call")
+    return segment
+
+
+def _restore(workload: Workload, left: dict[str, torch.Tensor]) -> None:
+    """Put the state a call left back (in place, allocating nothing) after a re-run changed it."""
+    with torch.no_grad():
+        for name, t in state_of(workload).items():
+            if name in left and t.shape == left[name].shape:
+                t.copy_(left[name])
 
 
 def _freeze_survivors() -> None:
@@ -301,6 +354,9 @@ class _Models:
         #: the case's shapes change between calls (declared, or seen in its inputs)
         self.changing = case.shapes is not None
         self._user: dict[int, tuple[LifetimeModel, Observation]] = {}
+        #: the optimizer step's model, appended to every model a probed call is held to (``None``: the
+        #: step has no optimizer in the probes' window)
+        self.optimizer: OptimizerSegment | None = None
         self._backend: dict[tuple[str, tuple[int, ...], int], LifetimeModel | None] = {}
         self._eager: dict[int, LifetimeModel] = {}
         self._eager_low: dict[int, LifetimeModel] = {}
@@ -311,7 +367,8 @@ class _Models:
         # only loops depend on the inputs' values, and cases whose shapes change on their shapes
         key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._user:
-            self._user[key] = user_level_model(self.case, key)
+            model, observation = user_level_model(self.case, key)
+            self._user[key] = self._with_optimizer(model), observation
         return self._user[key]
 
     def eager(self, compiled: CompiledStep, call: int) -> LifetimeModel | None:
@@ -322,15 +379,19 @@ class _Models:
             return None
         key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._eager:
-            self._eager[key] = user_kernels_model(self.case, key, self.user(call)[1])
+            self._eager[key] = self._with_optimizer(user_kernels_model(self.case, key, self.user(call)[1]))
         return self._eager[key]
 
     def eager_low(self, call: int) -> LifetimeModel:
         """The lower bound of :meth:`eager`'s model (built after it, for an exact backend's contract)."""
         key = call if self.case.kind == "loop" or self.changing else 0
         if key not in self._eager_low:
-            self._eager_low[key] = user_kernels_model(self.case, key, self.user(call)[1], high=False)
+            self._eager_low[key] = self._with_optimizer(
+                user_kernels_model(self.case, key, self.user(call)[1], high=False))
         return self._eager_low[key]
+
+    def _with_optimizer(self, model: LifetimeModel) -> LifetimeModel:
+        return model if self.optimizer is None else with_optimizer_step(model, self.optimizer)
 
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("received graphs not modelled ({}); held to the user-level model",
@@ -346,7 +407,8 @@ class _Models:
         key = (why_not, tuple(observation.trip_counts), observation.call if self.changing else -1)
         if key not in self._backend:
             try:
-                self._backend[key] = boundary.model(build(observation.copy()), _hook_name(build))
+                built = boundary.model(build(observation.copy()), _hook_name(build))
+                self._backend[key] = None if built is None else self._with_optimizer(built)
             except ModelError as exc:
                 self._backend[key] = None
                 result.notes.append(why_not.format(exc))
@@ -391,12 +453,15 @@ def probed_step(
     model: torch.nn.Module,
     make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe,
     keep_results: bool = False,
+    optimizer: Callable[[], None] | None = None,
 ) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
-    """One step inside the probes' window; outputs are dropped inside it, grads kept.
+    """One step inside the probes' window; outputs are dropped inside it, grads kept; then, with
+    ``optimizer``, the optimizer's step and ``zero_grad(set_to_none=True)`` inside it too.
 
     Returns the backend's main probe's trace (the torch CPU allocator unless the backend
     says otherwise), then one trace per extra domain the step declares; and, with
-    ``keep_results``, copies of the step's results made outside torch's allocators."""
+    ``keep_results``, copies of the step's results (gradients included) made outside torch's
+    allocators before the optimizer runs."""
     clear_grads(model)
     gc.collect()
     extras = compiled.extra_probes()
@@ -410,6 +475,8 @@ def probed_step(
         if keep_results and out is not None:
             kept = snapshot(out)
         del out
+        if optimizer is not None:
+            optimizer()
     main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
     return [main, *(extra.trace for extra in extras)], kept
 
