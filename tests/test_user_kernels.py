@@ -54,7 +54,7 @@ def _measure(name: str, spec: tuple, trains: bool) -> tuple[int, int, int, int, 
     at its high end, the model's residual) of one step of the module."""
     make, shape = spec
     torch.manual_seed(0)
-    workload = Workload(_Step(make(), trains, scaled=False), (torch.randn(shape),))
+    workload = Workload(_Step(make(), trains, scaled=None), (torch.randn(shape),))
     gm = trace_user_kernels(workload, trains)
     retained = range(1, 1 + len(params_of(workload.model))) if trains else ()
     model = model_graph(gm, None, retained)
