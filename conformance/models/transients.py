@@ -420,6 +420,10 @@ def embedding_dense_backward(target: torch._ops.OpOverload, operands: Sequence[A
     return _dense_copies(torch.contiguous_format, operands[0], operands[1])
 
 
+#: EmbeddingBag's ``mean`` divides by ``bag_size.clamp_min(1)`` (torch 2.15 on), not ``maximum(bag_size, ones)``
+_MEAN_DIVISOR_CLAMPS = torch.torch_version.TorchVersion(torch.__version__) >= "2.15"
+
+
 def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``_embedding_bag`` / ``_embedding_bag_forward_only`` on CPU (EmbeddingBag.cpp), 1-D indices.
 
@@ -429,7 +433,8 @@ def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: A
     elements: 8 bytes more than the ``n`` its shape says), and then, for ``mean``, divides by
     ``max(bag_size, 1)`` (a copy of the bag sizes, the maximum, and a divisor per bag in the
     weight's dtype), or, for ``max``, keeps a scratch index per bag while ``max_indices`` is
-    made.  The op's peak is the larger of the two moments."""
+    made.  The op's peak is the larger of the two moments.  From torch 2.15 the divisor is
+    ``bag_size.clamp_min(1)``: no tensor of ones beside the maximum (one bag-sized int64 less)."""
     weight, indices, offsets = operands[:3]
     mode = int(operands[4]) if len(operands) > 4 else 0
     per_sample = operands[6] if len(operands) > 6 else None
@@ -441,7 +446,9 @@ def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: A
     result, offset2bag, bag_size, max_indices = (_nbytes(t) for t in out[:4])
     zeros_and_cumsum = result + 2 * (n + 1) * index
     if mode == 1:
-        after = result + (n + 1) * index + bag_size + max_indices + 2 * bags * index + bags * weight.element_size()
+        divisor_copies = 1 if _MEAN_DIVISOR_CLAMPS else 2
+        after = (result + (n + 1) * index + bag_size + max_indices + divisor_copies * bags * index
+                 + bags * weight.element_size())
     elif mode == 2:
         after = result + (n + 1) * index + bag_size + bags * index + max_indices
     else:
