@@ -335,6 +335,12 @@ def _probed_steps(
         if eager is not None:  # the received graphs (if any) do not cover the modules run eagerly
             held, source = eager, "user-kernels"
             low = models.eager_low(call) if exact else None
+            if program is not None:  # nor does the program: it is one part of the measured step
+                program = None
+                note = ("generated program not held to the measured timeline: it covers the compiled part of "
+                        "a step whose other modules run eagerly (the step is held to the user-kernels model)")
+                if note not in result.notes:
+                    result.notes.append(note)
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,
