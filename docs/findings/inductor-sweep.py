@@ -45,7 +45,9 @@ def layout_copy() -> bool:
     if conv is None or returned is None:
         return False
     result = conv.group(1)
-    channels_last = re.search(rf"assert_size_stride\({result}, \(2, 6, 8, 8\), \(384, 1, 48, 6\)", forward)
+    # the wrapper's check of the convolution's result states its layout (assert_size_stride on 2.13,
+    # a grouped or metadata assert on later releases): channels-last strides on the same line
+    channels_last = re.search(rf"assert\w*\([^\n]*\b{result}\b[^\n]*\(384, 1, 48, 6\)", forward)
     freed_before_return = f"del {result}\n" in forward.split(returned.group(0))[0].split(conv.group(0))[1]
     shows = channels_last is not None and returned.group(1) != result and not freed_before_return
     print(f"layout-copy: convolution result {result} channels-last={channels_last is not None}, "
