@@ -116,3 +116,38 @@ def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) ->
                 continue
         blamed.append(_entry(a, s, model, "still alive after the step"))
     return explaining(blamed, trace.residual_bytes - model.residual_bytes, limit)
+
+
+def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: MemoryTrace,
+                          program_matched: list[tuple[Storage, Allocation]], limit: int = 10) -> list[dict[str, Any]]:
+    """Where the generated program was held to the measurement exactly: the buffers alive at the measured
+    peak that ``model`` (the received graphs') does not hold alive there, named by the program's own
+    statements (``buf3``, made at ``fw:line 40``), which a reader of the wrapper can find.
+
+    ``program_matched``: the program's storages paired with the measured allocations that realise them
+    (:func:`conformance.checks.timeline.compare`)."""
+    in_graphs = match(model, trace)
+    in_program = {a.seq: s for s, a in program_matched}
+    live = trace.live_at(trace.peak_time)
+    latest_birth = max((in_graphs[a.seq].birth for a in live if a.seq in in_graphs), default=-1)
+    candidates = []
+    for a in live:
+        s = in_graphs.get(a.seq)
+        if s is not None and (s.death is None or s.death >= latest_birth):
+            continue  # the received graphs' schedule holds it alive at its peak too
+        p = in_program.get(a.seq)
+        if p is None:
+            candidates.append(_entry(a, s, model, "alive at measured peak"))
+            continue
+        entry = _entry(a, p, program, "alive at measured peak")
+        made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
+        entry["producer"] = f"{p.producer.split(':')[-1]} (made at {made})"
+        entry["model"] = "generated program"
+        candidates.append(entry)
+    excess = trace.peak_bytes - model.peak_bytes
+    chosen = explaining(candidates, excess, limit)
+    if not chosen and excess > 0 and candidates:
+        # each extra buffer is larger than the excess (the graphs hold something small the program
+        # does not): the smallest that alone accounts for it
+        chosen = [min((c for c in candidates if c["bytes"] >= excess), key=lambda c: c["bytes"])]
+    return chosen

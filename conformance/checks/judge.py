@@ -14,7 +14,7 @@ from typing import Any
 
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check, CheckName, Status, passed
-from conformance.checks.blame import blame_peak, blame_residual
+from conformance.checks.blame import blame_peak, blame_peak_in_program, blame_residual
 from conformance.checks.cause import PARTS_KEY, SHARES_KEY, TIMELINE_PART, program_part, program_parts
 from conformance.checks.timeline import compare as compare_timeline
 from conformance.models.donation import DETAIL_KEY
@@ -131,6 +131,10 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
         return passed(CheckName.PEAK, **figures)
     above = measured > model
     blamed = blame_peak(worst.model, trace) if above else []  # a peak below the model has no culprit
+    if above and program_held and worst.program is not None:
+        named = blame_peak_in_program(worst.model, worst.program, trace,
+                                      compare_timeline(worst.program, worst.trace).matched)
+        blamed = named or blamed
     rel = "!=" if exact else ">"
     culprits = f"; alive past modelled death: {names(blamed)}" if above else "; the model holds more than was measured"
     if exact and not above and worst.model_low is not None:  # under the range's lower bound
