@@ -119,6 +119,37 @@ def test_a_result_tuple_never_deleted_blocks_its_items_at_their_last_use() -> No
     assert "buf3 = buf1[1]" in model.events[ref.binding.last_load]
 
 
+CAT = """
+    arg0_1, = args
+    args.clear()
+    buf1 = empty_strided_cpu((32, 16), (16, 1), torch.float32)
+    buf0 = reinterpret_tensor(buf1, (16, 16), (16, 1), 256)  # alias
+    cpp_fused_0(arg0_1, buf0)
+    buf2 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
+    extern_kernels.mm(reinterpret_tensor(buf1, (16, 32), (32, 1), 0), {operand}, out=buf2)
+    del buf0
+    del buf1
+    return (buf2, )
+"""
+
+
+def test_an_alias_into_a_concatenated_buffer_kept_to_its_base_release_blocks_nothing() -> None:
+    """Inductor deletes a ``cat``'s alias names with the buffer itself: the alias (half the storage) is
+    kept past its last read (the kernel writing into it), but the buffer is reused whole or not at
+    all, through its own name, which the last use reads."""
+    _, late, refs = findings(CAT.format(operand="reinterpret_tensor(buf1, (32, 16), (16, 1), 0)"), (16, 16))
+    assert late == [] and refs == []
+
+
+def test_a_whole_tensor_kept_past_its_last_read_still_blocks_the_reuse() -> None:
+    """The same program with a second name for the whole buffer kept past its last read: flagged."""
+    body = CAT.format(operand="reinterpret_tensor(buf1, (32, 16), (16, 1), 0)").replace(
+        "    cpp_fused_0(arg0_1, buf0)\n", "    cpp_fused_0(arg0_1, buf0)\n    buf9 = buf1\n    cpp_fused_1(buf9)\n")
+    _, _, refs = findings(body.replace("    del buf1\n", "    del buf1\n    del buf9\n"), (16, 16))
+    (ref,) = refs
+    assert ref.binding.label == "buf9"
+
+
 def test_a_scratch_buffer_the_program_never_uses_is_named() -> None:
     body = CLEAN.replace("    cpp_fused_1(buf2)\n", "    buf9 = empty_strided_cpu((64,), (1,), torch.float32)\n"
                                                    "    del buf9\n    cpp_fused_1(buf2)\n")

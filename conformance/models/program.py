@@ -459,7 +459,7 @@ class _Interpreter:
             owned = tuple(s for s in self._storages(value) if s.role in FREED_BY_PROGRAM and s.nbytes)
             if not owned:
                 continue
-            if binding.last_load < index:
+            if binding.last_load < index and not _part_views(value):
                 binding.suspects.append((index, owned))
                 binding.in_loop = binding.in_loop or bool(self.trips)
             for s in owned:
@@ -738,6 +738,16 @@ def _tensors(value: Any) -> Iterable[torch.Tensor]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+
+
+def _part_views(value: Any) -> bool:
+    """Whether ``value`` is tensors each viewing only part of its storage: an alias into a buffer
+    (``reinterpret_tensor(buf3, ..., 64)  # alias``, a slice a ``cat``'s kernel writes into), which
+    the buffer's own name outlives.  Such a name kept past its last read blocks no reuse: a
+    storage is reused whole, through the name that owns it."""
+    tensors = list(_tensors(value))
+    return bool(tensors) and all(
+        t.untyped_storage().nbytes() > t.numel() * t.element_size() for t in tensors)
 
 
 def _root_name(node: ast.expr) -> str:
