@@ -214,6 +214,10 @@ def _bag_backward(mode: int) -> Callable[..., Any]:
     return f
 
 
+def _weighted_bag_backward(g: Any, i: Any, o: Any, o2b: Any, size: Any, maxi: Any, weights: Any) -> Any:
+    return aten._embedding_bag_backward.default(g, i, o, o2b, size, maxi, 20, False, 0, False, weights)
+
+
 def _reduced(fn: Callable[..., Any], reduction: int) -> Callable[..., Any]:
     def f(a: Any, b: Any) -> Any:
         return fn(a, b, reduction)
@@ -235,19 +239,19 @@ def _sized(op: Callable[..., Any], size: list[int], *rest: Any) -> Callable[...,
     return f
 
 
-def _conv_transposed(s: int) -> Callable[..., Any]:
+def _conv_transposed(s: int, groups: int = 1) -> Callable[..., Any]:
     def f(x: Any, w: Any, b: Any) -> Any:
         k = x.dim() - 2
-        return aten.convolution.default(x, w, b, [s] * k, [0] * k, [1] * k, True, [0] * k, 1)
+        return aten.convolution.default(x, w, b, [s] * k, [0] * k, [1] * k, True, [0] * k, groups)
 
     return f
 
 
-def _conv_transposed_backward(s: int) -> Callable[..., Any]:
+def _conv_transposed_backward(s: int, groups: int = 1) -> Callable[..., Any]:
     def f(g: Any, x: Any, w: Any) -> Any:
         k = x.dim() - 2
-        return aten.convolution_backward.default(g, x, w, [w.shape[1]], [s] * k, [0] * k, [1] * k, True, [0] * k,
-                                                 1, [True, True, True])
+        return aten.convolution_backward.default(g, x, w, [w.shape[1] * groups], [s] * k, [0] * k, [1] * k, True,
+                                                 [0] * k, groups, [True, True, True])
 
     return f
 
@@ -270,6 +274,15 @@ def _module_sweep_calls() -> list[OpCall]:
 
             calls.append(OpCall(f"_embedding_bag_backward-{n}x{bags}-mode{mode}", "_embedding_bag_backward",
                                 _bag_backward(mode), bag_bw_args))
+
+        def weighted_bw_args(bag_args: Any = bag_args) -> tuple[Any, ...]:  # per_sample_weights: sum only
+            w, i, o = bag_args()
+            weights = torch.rand(i.shape[0])
+            out, o2b, size, maxi = aten._embedding_bag.default(w, i, o, False, 0, False, weights)
+            return torch.randn_like(out), i, o, o2b, size, maxi, weights
+
+        calls.append(OpCall(f"_embedding_bag_backward-{n}x{bags}-weighted", "_embedding_bag_backward",
+                            _weighted_bag_backward, weighted_bw_args))
     losses: dict[str, Callable[..., Any]] = {
         "mse_loss": lambda a, b, r: aten.mse_loss.default(a, b, r),
         "smooth_l1_loss": lambda a, b, r: aten.smooth_l1_loss.default(a, b, r, 1.0),
@@ -350,22 +363,54 @@ def _module_sweep_calls() -> list[OpCall]:
     calls.append(OpCall("rrelu-eval", "rrelu_with_noise",
                         lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, False),
                         lambda: (torch.randn(6, 10), torch.empty(6, 10))))
-    for n, s, bias in ((2, 2, True), (1, 2, False), (2, 1, True)):
+    for n, s, bias, groups in ((2, 2, True, 1), (1, 2, False, 1), (2, 1, True, 1), (2, 2, True, 2),
+                               (1, 1, False, 2), (3, 2, False, 4)):
         for dims in (1, 2, 3):
-            xs, ws = (n, 4, *[5] * dims), (4, 6, *[3] * dims)
+            xs, ws = (n, 4, *[5] * dims), (4, 6 // groups if groups < 4 else 1, *[3] * dims)
 
-            def t_args(xs: Any = xs, ws: Any = ws, bias: bool = bias) -> tuple[Any, ...]:
-                return torch.randn(xs), torch.randn(ws), torch.randn(ws[1]) if bias else None
+            def t_args(xs: Any = xs, ws: Any = ws, bias: bool = bias, groups: int = groups) -> tuple[Any, ...]:
+                return torch.randn(xs), torch.randn(ws), torch.randn(ws[1] * groups) if bias else None
 
-            conv_t, conv_t_bw = _conv_transposed(s), _conv_transposed_backward(s)
+            conv_t, conv_t_bw = _conv_transposed(s, groups), _conv_transposed_backward(s, groups)
 
             def t_bw_args(t_args: Any = t_args, conv_t: Any = conv_t) -> tuple[Any, ...]:
                 x, w, b = t_args()
                 return torch.randn_like(conv_t(x, w, b)), x, w
 
-            tag = f"{dims}d-n{n}-s{s}-bias{int(bias)}"
+            tag = f"{dims}d-n{n}-s{s}-bias{int(bias)}" + (f"-groups{groups}" if groups > 1 else "")
             calls.append(OpCall(f"conv-transpose-{tag}", "convolution", conv_t, t_args))
             calls.append(OpCall(f"conv-transpose-backward-{tag}", "convolution_backward", conv_t_bw, t_bw_args))
+    calls.extend(_composite_calls())
+    return calls
+
+
+#: ``_trilinear``'s four forms (``nn.Bilinear``'s forward, then the three its gradients take):
+#: the operands (0: x1, 1: weight, 2: x2, 3: the output's gradient) and (expand1, expand2, expand3, sumdim)
+_TRILINEAR_FORMS = {
+    "forward": ((0, 1, 2), ([1, 3], [0], [1, 2], [2, 3])),
+    "grad-x1": ((3, 1, 2), ([2, 3], [0], [1, 2], [1, 3])),
+    "grad-weight": ((0, 3, 2), ([1, 3], [2, 3], [1, 2], [0])),
+    "grad-x2": ((0, 1, 3), ([1, 3], [0], [2, 3], [1, 2])),
+}
+
+
+def _trilinear(dims: Any) -> Callable[..., Any]:
+    def f(a: Any, b: Any, c: Any) -> Any:
+        return aten._trilinear.default(a, b, c, *dims)
+
+    return f
+
+
+def _composite_calls() -> list[OpCall]:
+    """Kernels with no CPU kernel of their own: their composite body's workspace (conformance.models.composite)."""
+    calls: list[OpCall] = []
+    for n, i1, i2, o in ((4, 8, 6, 5), (1, 3, 3, 2), (6, 2, 9, 7)):
+        shapes = {0: (n, i1), 1: (o, i1, i2), 2: (n, i2), 3: (n, o)}
+        for form, (operands, dims) in _TRILINEAR_FORMS.items():
+            def args(operands: Any = operands, shapes: Any = shapes) -> tuple[Any, ...]:
+                return tuple(torch.randn(shapes[i]) for i in operands)
+
+            calls.append(OpCall(f"_trilinear-{form}-{n}x{i1}x{i2}x{o}", "_trilinear", _trilinear(dims), args))
     return calls
 
 

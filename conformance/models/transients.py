@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.utils._pytree import tree_flatten
 
-from conformance.models import onednn_rnn
+from conformance.models import composite, onednn_rnn
 
 #: TensorIterator ops (binary arithmetic and comparisons) and their in-place forms.
 ELEMENTWISE_BINARY_OPS = frozenset({
@@ -95,13 +96,42 @@ def kernel_transient_bounds(node: torch.fx.Node) -> onednn_rnn.Bounds:
 def _table_bytes(node: torch.fx.Node) -> int:
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
-    entry = TABLE.get(target.overloadpacket.__name__)
-    if entry is None:
-        return 0
     operands = [_val(a) for a in node.args]
-    if not any(isinstance(t, torch.Tensor) for t in operands):
+    if node.kwargs:  # keyword operands in schema order, after the positional ones
+        schema = target._schema.arguments[len(operands):]
+        operands += [_val(node.kwargs[a.name]) if a.name in node.kwargs
+                     else a.default_value if a.has_default_value() else None for a in schema]
+    return op_workspace(target, operands, node.meta.get("val"))
+
+
+def op_workspace(target: Any, operands: Sequence[Any], out: Any) -> int:
+    """The table's bytes for one call of ``target`` (an entry, or a composite kernel's body:
+    :mod:`conformance.models.composite`); 0 for an op with neither."""
+    if not isinstance(target, torch._ops.OpOverload) or not any(isinstance(t, torch.Tensor) for t in operands):
         return 0
-    return entry(target, operands, node.meta.get("val"))
+    entry = TABLE.get(target.overloadpacket.__name__)
+    if entry is not None:
+        return entry(target, operands, out)
+    if _symbolic(operands) or _symbolic([out]):
+        return 0
+    try:
+        return composite.composite_workspace(target, operands, out, op_workspace) or 0
+    except composite.CompositeNotModelled:
+        # a body that checks its operands' values cannot run on stand-ins: taken to allocate nothing
+        # beyond its outputs, as an op without an entry is (an exact backend's check shows it otherwise)
+        return 0
+
+
+def _symbolic(values: Sequence[Any]) -> bool:
+    """Whether any size, stride or number in ``values`` is a symbol (a dynamic graph's)."""
+    symbols = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    for v in tree_flatten(list(values))[0]:
+        if isinstance(v, symbols):
+            return True
+        if isinstance(v, torch.Tensor) and any(isinstance(d, symbols)
+                                               for d in (*v.shape, *v.stride(), v.storage_offset())):
+            return True
+    return False
 
 
 def kernel_storage_slack(node: torch.fx.Node, t: Any) -> int:
@@ -253,6 +283,15 @@ def _transposed_columns(x: torch.Tensor, weight: torch.Tensor, samples: int) -> 
             * math.prod(int(d) for d in x.shape[2:]) * x.element_size())
 
 
+def _transposed_input_slice(x: torch.Tensor, weight: torch.Tensor, groups: int) -> int:
+    """A group's input channels of a transposed convolution (``C_in / groups``, the weight's first
+    dimension split), made contiguous: a copy unless the batch is 1."""
+    if groups == 1 or int(x.shape[0]) == 1:
+        return 0
+    spatial = math.prod(int(d) for d in x.shape[2:])
+    return int(x.shape[0]) * (int(weight.shape[0]) // groups) * spatial * x.element_size()
+
+
 def _grouped(workspace: int, copies: int, outputs: int, groups: int) -> int:
     """A native kernel without group support runs once per group on contiguous slices, then
     concatenates: at the last group, the earlier groups' results, the slices, the workspace and
@@ -285,13 +324,17 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
         workspace = geo.columns(1)
     elif backend == "NnpackSpatial":
         workspace = geo.c_out * 4 if bias is None else 0
-    elif backend in ("SlowTranspose2d", "SlowTranspose3d") and groups == 1:
-        # col2im from columns of C_out x prod(kernel) x prod(input spatial): the whole batch at once in
-        # 2d; one sample at a time in 3d, beside a row of ones over the output's positions for the bias
+    elif backend in ("SlowTranspose2d", "SlowTranspose3d"):
+        # col2im from columns of C_out x prod(kernel) x prod(input spatial) (per group: the weight's
+        # second dimension): the whole batch at once in 2d; one sample at a time in 3d, beside a row
+        # of ones over the output's positions for the bias
         if backend == "SlowTranspose2d":
-            return _dense_copies(layout, x, weight) + _transposed_columns(x, weight, geo.batch)
-        ones = math.prod(geo.out_spatial) * geo.itemsize if bias is not None else 0
-        return _dense_copies(layout, x, weight) + _transposed_columns(x, weight, 1) + ones
+            workspace = _transposed_columns(x, weight, geo.batch)
+        else:
+            workspace = _transposed_columns(x, weight, 1) + (
+                math.prod(geo.out_spatial) * geo.itemsize if bias is not None else 0)
+        dense = _dense_copies(layout, x, weight)
+        return dense + _grouped(workspace, _transposed_input_slice(x, weight, groups), _nbytes(out), groups)
     else:
         raise KernelNotModelled(f"convolution on ATen's {backend} backend is not in the transient table")
     dense = _dense_copies(layout, x, weight)
@@ -326,10 +369,16 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
     elif backend in ("SlowDilated2d", "NnpackSpatial"):
         workspace = (geo.columns(1) if want_input or want_weight else 0) + (
             geo.c_out * geo.itemsize if want_bias else 0)
-    elif backend in ("SlowTranspose2d", "SlowTranspose3d") and groups == 1:
+    elif backend in ("SlowTranspose2d", "SlowTranspose3d"):
         # one sample's columns, for either gradient, one at a time
         workspace = _transposed_columns(x, weight, 1) if want_input or want_weight else 0
-        return _dense_copies(layout, grad_out, x, weight) + workspace
+        dense = _dense_copies(layout, grad_out, x, weight)
+        if groups == 1:
+            return dense + workspace
+        outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
+        copies = _transposed_input_slice(x, weight, groups) + geo.channel_slice(int(weight.shape[1]),
+                                                                                grad_out.shape[2:])
+        return dense + _grouped(workspace, copies, outputs, groups)
     else:
         raise KernelNotModelled(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
@@ -461,7 +510,8 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     """``_embedding_bag_backward`` (dense) on CPU: ``sum`` and ``mean`` sort the indices (sorted
     values and their order) and gather the bag of each, three int64 copies of the ``n`` indices
     alive at once (``sum``, whose forward kept no ``offset2bag``, first rebuilds it: ``n + 1``
-    elements); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
+    elements), and ``sum`` with ``per_sample_weights`` also gathers those weights in sorted order
+    (``n`` of their dtype); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
     gradients, and the nonempty bags' positions."""
     grad, indices, _offsets, offset2bag = operands[:4]
     mode = int(operands[8]) if len(operands) > 8 else 0
@@ -471,7 +521,9 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     n, index = int(indices.numel()), 8
     if mode in (0, 1):
         rebuilt = (n + 1) * index if offset2bag.numel() == 0 else 0
-        return rebuilt + 3 * n * index
+        weights = operands[10] if len(operands) > 10 else None
+        sorted_weights = n * weights.element_size() if isinstance(weights, torch.Tensor) else 0
+        return rebuilt + 3 * n * index + sorted_weights
     if mode == 2:
         bags = int(grad.shape[0])
         return bags * int(grad.shape[1]) * (index + grad.element_size()) + bags * index
@@ -534,6 +586,13 @@ def im2col(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> 
     """``im2col`` (``nn.Unfold``) unfolds from a contiguous copy of its input, made even when the
     input is contiguous already."""
     return _nbytes(operands[0])
+
+
+def col2im(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``col2im`` (``nn.Fold``) folds from its columns as they are when contiguous, from a contiguous
+    copy otherwise (columns made by a transpose)."""
+    x = operands[0]
+    return 0 if not isinstance(x, torch.Tensor) or x.is_contiguous() else _nbytes(x)
 
 
 def col2im_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
@@ -716,6 +775,7 @@ TABLE: dict[str, Entry] = {
     **dict.fromkeys(("soft_margin_loss_backward", "binary_cross_entropy_backward"), pointwise_loss_backward),
     **dict.fromkeys(("multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), multilabel_margin),
     "im2col": im2col,
+    "col2im": col2im,
     **dict.fromkeys(("upsample_nearest2d", "upsample_bilinear2d", *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
     "_embedding_bag": embedding_bag,
