@@ -31,6 +31,7 @@ from conformance.api.dispatch import Dispatched, DispatchLog
 from conformance.api.step import StepOutput, run_module_step
 from conformance.models.donation import BackwardWatch, classify, saved_positions
 from conformance.models.lifetime import LifetimeModel, Observation, bind_symbols, model_forward_backward
+from conformance.models.lifetime.steps import INPUT_UPDATES
 from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import MemoryTrace
 
@@ -72,6 +73,8 @@ class AotRecorder:
     def record(self, gm: torch.fx.GraphModule, is_backward: bool) -> ReceivedGraph:
         """Keep a snapshot of a graph as received (before the backend's own passes rewrite it)."""
         received = ReceivedGraph(snapshot(gm), is_backward)
+        if not is_backward:
+            received.gm.meta[INPUT_UPDATES] = _input_updates()
         self.graphs.append(received)
         return received
 
@@ -257,3 +260,11 @@ class AotStep(DynamoStep):
         if not self.case.trains:
             return {}
         return self.recorder.backward_findings(traces, observation, **self.model_options)
+
+
+def _input_updates() -> int:
+    """How many leading outputs of the forward being compiled update inputs at run time (AOTAutograd's
+    metadata of the graph it is compiling; 0 where none is at hand)."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    return int(getattr(metadata, "num_mutated_inp_runtime_indices", 0) or 0)

@@ -56,6 +56,11 @@ def model_graph(
     return builder.finish(outputs, set(retained_outputs))
 
 
+#: a forward graph's ``meta`` key: how many of its leading outputs AOTAutograd's runtime wrapper copies into
+#: the inputs they update and drops (``ViewAndMutationMeta.num_mutated_inp_runtime_indices``)
+INPUT_UPDATES = "conformance_input_updates"
+
+
 def model_forward_backward(
     forward: torch.fx.GraphModule,
     backward: torch.fx.GraphModule | None,
@@ -102,15 +107,21 @@ def model_forward_backward(
     else:
         fw_convention = CallingConvention(staged=staged, results_at_start=results_at_start)
         fw_outputs = walker.run_graph(forward, fw_inputs, "fw:", fw_convention)
+    # AOTAutograd's runtime wrapper copies the leading outputs into the inputs they update (a parameter
+    # changed in place under no_grad, as Embedding's max_norm does) and drops them when the call returns
+    updates = int(forward.meta.get(INPUT_UPDATES, 0))
     if backward is None:
-        return builder.finish(fw_outputs, set())
+        builder.release(fw_outputs[:updates])
+        return builder.finish(fw_outputs[updates:], set())
     out_node = next(n for n in forward.graph.nodes if n.op == "output")
     out_names = [a.name if isinstance(a, torch.fx.Node) else None for a in _flat_args(out_node)]
     bw_names = {name for name, _ in _placeholder_vals(backward)}
     saved = {name: v for name, v in zip(out_names, fw_outputs) if name in bw_names}
     # what the forward's program returned, in the layouts it chose (its saved tensors' real strides)
     fw_layouts = dict(zip(out_names, fw_program.result_layouts)) if fw_program is not None else {}
-    user_outputs = [v for name, v in zip(out_names, fw_outputs) if name not in bw_names]
+    builder.release([v for name, v in zip(out_names[:updates], fw_outputs) if name not in bw_names])
+    user_outputs = [v for i, (name, v) in enumerate(zip(out_names, fw_outputs))
+                    if name not in bw_names and i >= updates]
     for value in saved.values():
         for s in storages_in(value):
             if s.role == "intermediate":
