@@ -77,6 +77,7 @@ MODULES: tuple[SweptModule, ...] = (
     # linear, bilinear, identity
     SweptModule("Identity", nn.Identity, VEC),
     SweptModule("Linear", lambda: nn.Linear(8, 6), VEC),
+    SweptModule("Bilinear", lambda: nn.Bilinear(8, 6, 5), lambda: (torch.randn(4, 8), torch.randn(4, 6))),
     # convolutions
     SweptModule("Conv1d", lambda: nn.Conv1d(4, 6, 3, padding=1), IMG1),
     SweptModule("Conv2d", lambda: nn.Conv2d(4, 6, 3, padding=1), IMG2),
@@ -89,8 +90,11 @@ MODULES: tuple[SweptModule, ...] = (
     SweptModule("ConvTranspose1d", lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), IMG1),
     SweptModule("ConvTranspose2d", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), IMG2),
     SweptModule("ConvTranspose3d", lambda: nn.ConvTranspose3d(4, 6, 3, stride=2), IMG3),
+    SweptModule("ConvTranspose1d-grouped", lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, groups=2), IMG1),
+    SweptModule("ConvTranspose2d-grouped", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2), IMG2),
     SweptModule("Unfold", lambda: nn.Unfold(3, padding=1), IMG2),
     SweptModule("Fold", lambda: nn.Fold((4, 4), 2), _randn(2, 16, 9)),
+    SweptModule("Fold-strided-columns", lambda: nn.Fold((4, 4), 2), lambda: (torch.randn(2, 9, 16).transpose(1, 2),)),
     # activations
     *(SweptModule(cls.__name__, cls, VEC) for cls in (
         nn.ReLU, nn.ReLU6, nn.Sigmoid, nn.Tanh, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.Hardshrink, nn.LeakyReLU,
@@ -133,6 +137,10 @@ MODULES: tuple[SweptModule, ...] = (
     SweptModule("EmbeddingBag", lambda: nn.EmbeddingBag(20, 8, mode="mean"),
                 lambda: (torch.randint(0, 20, (12,)), torch.tensor([0, 3, 7, 9]))),
     SweptModule("EmbeddingBag-sum", lambda: nn.EmbeddingBag(20, 8, mode="sum"),
+                lambda: (torch.randint(0, 20, (4, 3)),)),
+    SweptModule("Embedding-max_norm", lambda: nn.Embedding(20, 8, max_norm=1.0),  # renorms its weight in place
+                lambda: (torch.randint(0, 20, (4, 6)),)),
+    SweptModule("EmbeddingBag-max-padding_idx", lambda: nn.EmbeddingBag(20, 8, mode="max", padding_idx=0),
                 lambda: (torch.randint(0, 20, (4, 3)),)),
     # recurrent
     SweptModule("RNN", lambda: nn.RNN(8, 12), _randn(5, 3, 8)),
@@ -237,9 +245,6 @@ LEFT_OUT: dict[str, str] = {
     "RNNBase": "a base class (RNN, LSTM, GRU swept)", "RNNCellBase": "a base class (the cells swept)",
     "MaxUnpool1d": "as MaxUnpool2d (swept through its round trip)",
     "MaxUnpool3d": "as MaxUnpool2d (swept through its round trip)",
-    "Bilinear": "its kernel (aten._trilinear) loops over slices with bmm/mul temporaries the transient "
-                "table does not model yet: eager is one slice's temporaries over the model (64 B inference, "
-                "384 B training); not swept until it is modelled",
     "DataParallel": "a multi-device wrapper", "NLLLoss2d": "a deprecated alias of NLLLoss (swept)",
     "GaussianNLLLoss": "its forward raises on a negative variance (`torch.any(var < 0)`): a branch on tensor "
                        "values, which a step's static ATen graph cannot hold",
