@@ -65,6 +65,24 @@ def _bn(train: bool) -> Callable[..., Any]:
     return f
 
 
+def _bn_legit(train: bool) -> Callable[..., Any]:
+    def f(x: Any, w: Any, b: Any, rm: Any, rv: Any) -> Any:
+        return aten._native_batch_norm_legit.default(x, w, b, rm, rv, train, 0.1, 1e-5)
+
+    return f
+
+
+def _bn_legit_no_stats(train: bool) -> Callable[..., Any]:
+    def f(x: Any, w: Any, b: Any) -> Any:
+        return aten._native_batch_norm_legit.no_stats(x, w, b, train, 0.1, 1e-5)
+
+    return f
+
+
+def _bn_no_training(x: Any, w: Any, b: Any, rm: Any, rv: Any) -> Any:
+    return aten._native_batch_norm_legit_no_training.default(x, w, b, rm, rv, 0.1, 1e-5)
+
+
 def _bn_backward(train: bool, mask: tuple[bool, ...]) -> Callable[..., Any]:
     def f(g: Any, x: Any, w: Any, rm: Any, rv: Any, sm: Any, si: Any) -> Any:
         return aten.native_batch_norm_backward.default(g, x, w, rm, rv, sm, si, train, 1e-5, list(mask))
@@ -136,6 +154,14 @@ def _calls() -> list[OpCall]:
                 continue
             calls.append(OpCall(f"batch-norm-{shape}-train{int(train)}", "native_batch_norm", _bn(train),
                                 lambda shape=shape: bn_args(shape)))
+            calls.append(OpCall(f"batch-norm-legit-{shape}-train{int(train)}", "_native_batch_norm_legit",
+                                _bn_legit(train), lambda shape=shape: bn_args(shape)))
+            if train:  # without running statistics, only training normalizes (eval crashes the kernel)
+                calls.append(OpCall(f"batch-norm-legit-no-stats-{shape}", "_native_batch_norm_legit",
+                                    _bn_legit_no_stats(train), lambda shape=shape: bn_args(shape)[:3]))
+            else:  # composite (torch 2.8's eval graphs): its body calls _native_batch_norm_legit
+                calls.append(OpCall(f"batch-norm-no-training-{shape}", "_native_batch_norm_legit_no_training",
+                                    _bn_no_training, lambda shape=shape: bn_args(shape)))
             for mask in ((True, True, True), (False, True, True), (True, False, False)):
                 def bw_args(shape: Any = shape, train: bool = train) -> tuple[Any, ...]:
                     x, w, b, rm, rv = bn_args(shape)

@@ -166,6 +166,14 @@ def embedding_bag_offset2bag(target: torch._ops.OpOverload, operands: Sequence[A
     return 8
 
 
+def _argument(target: torch._ops.OpOverload, operands: Sequence[Any], name: str) -> Any:
+    """The operand ``name`` of ``target``'s schema (overloads place it differently)."""
+    for i, a in enumerate(target._schema.arguments):
+        if a.name == name:
+            return operands[i] if i < len(operands) else a.default_value
+    raise KeyError(f"{target} has no argument {name!r}")
+
+
 def _val(arg: Any) -> Any:
     if isinstance(arg, torch.fx.Node):
         return arg.meta.get("val")
@@ -409,7 +417,7 @@ def batch_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any)
     accumulation type); in training the batch statistics are its outputs, and on the
     channels-last path (see :func:`_channels_last`) they are reduced through a
     ``threads x C`` buffer when there are more rows (``numel / C``) than threads."""
-    x, train = operands[0], operands[5]
+    x, train = operands[0], _argument(target, operands, "training")
     channels, acc = x.shape[1], _acc_itemsize(x)
     threads = torch.get_num_threads()
     stats = threads * channels * acc if train and _channels_last(x) and x.numel() // channels > threads else 0
@@ -765,6 +773,7 @@ TABLE: dict[str, Entry] = {
     "convolution": convolution,
     "convolution_backward": convolution_backward,
     "native_batch_norm": batch_norm,
+    "_native_batch_norm_legit": batch_norm,  # what _native_batch_norm_legit_no_training's body calls (torch 2.8)
     "native_batch_norm_backward": batch_norm_backward,
     "native_layer_norm_backward": layer_norm_backward,
     "embedding": embedding,
