@@ -12,7 +12,8 @@ run once, on tensors of the operands' shapes, strides and dtypes, under a
   end): the body's own C++ references decide, as they do in the measured kernel;
 * an inner op with workspace of its own adds its table entry at its call.
 
-The result is in the kernel transient table's terms: bytes alive inside the op on top of its
+Only ATen's bodies are run: a user's custom op is the user's code.  The result is in the kernel
+transient table's terms: bytes alive inside the op on top of its
 outputs (:mod:`conformance.models.transients`).  The body runs on zeros: ops whose work depends on
 values (a data-dependent shape) are not composite bodies the table can hold, and say so.
 """
@@ -29,6 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+#: the libraries whose composite bodies are modelled: torch's own
+ATEN_NAMESPACES = frozenset({"aten", "prims"})
 #: the dispatch keys of a composite body that runs for CPU tensors when no CPU kernel is registered
 _COMPOSITE_KEYS = ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")
 
@@ -39,8 +42,12 @@ class CompositeNotModelled(NotImplementedError):
 
 def composite_key(target: torch._ops.OpOverload) -> torch._C.DispatchKey | None:
     """The key of ``target``'s composite body, where that body is what a CPU call runs and may allocate:
-    not for a view or an in-place op (results aliasing an operand), which allocate nothing of their own."""
+    an ATen op's only (a user's custom op runs the user's own code, which modelling must not call:
+    it may count calls or keep what it is given), and not a view or an in-place op (results
+    aliasing an operand), which allocate nothing of their own."""
     schema = target._schema
+    if target.namespace not in ATEN_NAMESPACES:
+        return None
     if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
         return None
     name = target.name()
