@@ -437,7 +437,18 @@ def _composite_calls() -> list[OpCall]:
                 return tuple(torch.randn(shapes[i]) for i in operands)
 
             calls.append(OpCall(f"_trilinear-{form}-{n}x{i1}x{i2}x{o}", "_trilinear", _trilinear(dims), args))
+    # a body whose inner op takes keyword operands (new_empty's dtype): they reach that op's own model
+    for dtype in (torch.bool, torch.float32, torch.int64):
+        calls.append(OpCall(f"new_ones-{dtype}", "new_ones", _new_ones(dtype),
+                            lambda: (torch.randint(0, 10, (2, 16)),)))
     return calls
+
+
+def _new_ones(dtype: torch.dtype) -> Callable[..., Any]:
+    def f(x: Any) -> Any:
+        return aten.new_ones.default(x, [3, 7], dtype=dtype)
+
+    return f
 
 
 CALLS = _calls()

@@ -95,9 +95,20 @@ class _Body(TorchDispatchMode):
             if seen is None or not seen.alive():
                 seen = self.live[ptr] = _Live(nbytes)
             seen.refs.append(weakref.ref(t))
-        workspace = self.inner_workspace(func, args, out) if isinstance(func, torch._ops.OpOverload) else 0
+        workspace = (self.inner_workspace(func, schema_operands(func, args, kwargs), out)
+                     if isinstance(func, torch._ops.OpOverload) else 0)
         self.peak = max(self.peak, self.bytes_now() + workspace)
         return out
+
+
+def schema_operands(target: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """A call's operands in ``target``'s schema order, keyword ones included (defaults where absent): the
+    form the kernel transient table's entries read."""
+    operands = list(args)
+    for a in target._schema.arguments[len(operands):]:
+        operands.append(kwargs[a.name] if a.name in kwargs
+                        else a.default_value if a.has_default_value() else None)
+    return operands
 
 
 def _storage(t: Any) -> tuple[int, int]:

@@ -96,11 +96,8 @@ def kernel_transient_bounds(node: torch.fx.Node) -> onednn_rnn.Bounds:
 def _table_bytes(node: torch.fx.Node) -> int:
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
-    operands = [_val(a) for a in node.args]
-    if node.kwargs:  # keyword operands in schema order, after the positional ones
-        schema = target._schema.arguments[len(operands):]
-        operands += [_val(node.kwargs[a.name]) if a.name in node.kwargs
-                     else a.default_value if a.has_default_value() else None for a in schema]
+    operands = composite.schema_operands(target, [_val(a) for a in node.args],
+                                         {k: _val(v) for k, v in node.kwargs.items()})
     return op_workspace(target, operands, node.meta.get("val"))
 
 
