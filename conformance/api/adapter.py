@@ -121,6 +121,8 @@ class CompiledStep(ABC):
         return frozenset()
 
     def notes(self) -> list[str]:
+        """Lines the backend wants on the pair's record (``result.notes``): what it did that a reader
+        of the verdict should know (a fallback taken, a route chosen, a figure it could not read)."""
         return []
 
     def extra_probes(self) -> list[MemoryProbe]:
@@ -151,15 +153,21 @@ class Backend(ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: Bytes of documented slack allowed above the model's peak, with the reason.
     peak_slack_bytes: ClassVar[int] = 0
+    #: Why ``peak_slack_bytes`` is allowed (the op workspace it stands for), quoted in the peak check.
     peak_slack_reason: ClassVar[str] = ""
     #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
     cost_weight: ClassVar[float] = 1.0
+    #: The backend's manifest of expected non-passes (a TOML file); ``None``: the built-in manifest
+    #: ``conformance/backends/manifests/<name>.toml`` where there is one.
+    manifest_path: ClassVar[str | None] = None
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run on this machine, or ``None`` when it can."""
         return None
 
     def versions(self) -> dict[str, str]:
+        """The versions a verdict depends on (torch, the compiler, its runtime), recorded on every
+        result and in the run history, so a change of verdict can be put beside a change of version."""
         return {"torch": torch.__version__}
 
     def make_probe(self) -> MemoryProbe:
