@@ -210,7 +210,8 @@ BAD_INPUTS: dict[str, Bad] = {
     "out-empty-path": Bad(run_with("--out", ""), "argument --out: an empty path names no file or directory"),
     "report-empty-out": Bad(["report", "prev", "-o", ""], "argument -o/--out/--output: an empty path names no file"),
     "merge-empty-input": Bad(["merge", "", "-o", "{tmp}/m"], "argument DIR: an empty path names no file"),
-    "out-holds-results": Bad(run_with("--out", "prev"), "--out prev already holds results; pass --overwrite"),
+    "out-holds-results": Bad(run_with("--out", "prev"),
+                              "--out prev already holds results; to keep them, give this run its own directory"),
     "out-not-empty": Bad(run_with("--out", "notes"), "--out notes is not empty (readme.txt)"),
     "out-results-is-dir": Bad(run_with("--out", "dirres", "--overwrite"), "dirres/results.jsonl is a directory"),
     "out-junit-is-dir": Bad(run_with("--out", "dirjunit", "--overwrite"), "dirjunit/junit.xml is a directory"),
@@ -491,7 +492,7 @@ def test_unknown_pytest_option_is_one_line(prev_copy: Path) -> None:
     proc = cli_subprocess("run", "--backend", "eager", "--case", "mlp-s-infer", "--out", str(prev_copy), "--overwrite",
                           "--no-isolate", "--bogus-flag", cwd=prev_copy.parent)
     assert proc.returncode == 2, proc.stderr
-    assert_one_line(proc.stderr, "conformance: error: pytest: unrecognized arguments: --bogus-flag")
+    assert_one_line(proc.stderr, "conformance: error: unknown option for 'conformance run': --bogus-flag (see")
     assert snapshot(prev_copy) == before
 
 
@@ -657,7 +658,7 @@ def test_sigkill_leaves_verdicts_for_resume_and_no_worker(hanging_run: HangingRu
     assert read_records(hanging_run.out / "results.jsonl.partial").results  # what it finished is on disk
     refused = cli_subprocess("run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out", cwd=tmp_path)
     assert refused.returncode == 2
-    assert_one_line(refused.stderr, "--out out already holds results; pass --overwrite to replace them or --resume")
+    assert_one_line(refused.stderr, "--out out already holds results; to keep them, give this run its own directory")
     assert snapshot(hanging_run.out) == before  # the stale lock was taken and cleared; the verdicts untouched
     resumed = cli_subprocess("run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out", "--resume",
                              "--timeout", "3", cwd=tmp_path)

@@ -24,6 +24,7 @@ from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
+from conformance.util.text import did_you_mean
 
 ENTRY_POINT_GROUP = "conformance.backends"
 CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs", "dynamic_shapes")
@@ -206,8 +207,8 @@ class BackendRegistry:
             self.backends[backend.name] = backend
             return backend
         raise BackendError(
-            f"unknown backend {name!r} (known: {', '.join(sorted(self.backends)) or 'none'}; "
-            "see 'conformance list backends')"
+            f"unknown backend {name!r}{did_you_mean(name, self.backends)} (known: "
+            f"{', '.join(sorted(self.backends)) or 'none'}; see 'conformance list backends')"
         )
 
     def usable(self) -> list[Backend]:

@@ -25,6 +25,8 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from conformance.util.text import did_you_mean
+
 CaseKind = Literal["inference", "train_step", "loop"]
 
 
@@ -384,6 +386,22 @@ def _import_file(path: Path) -> None:
         raise
 
 
+def families(cases: Iterable[Case]) -> dict[str, int]:
+    """Case counts by family, in registry order."""
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case.family] = counts.get(case.family, 0) + 1
+    return counts
+
+
+def _could_name(pattern: str, family: str) -> bool:
+    """Whether ``pattern`` could name a case of ``family`` (its ids start with the family's first
+    word: ``zoo-*`` for ``zoo (torchvision)``), so the family's install hint applies to it."""
+    word = re.split(r"[^A-Za-z0-9]", family, maxsplit=1)[0]
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    return bool(word) and (literal.startswith(word) or word.startswith(literal))
+
+
 def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
     cases = all_cases()
@@ -396,7 +414,10 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     chosen += resolved
     unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
     if unmatched:
-        known = ", ".join(c.id for c in cases[:8])
-        missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items())
-        raise CaseError(f"unknown case {unmatched[0]!r} (known: {known}, ...; see 'conformance list cases'){missing}")
+        pattern = unmatched[0]
+        known = ", ".join(f"{family} ({n})" for family, n in families(cases).items())
+        missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items()
+                          if _could_name(pattern, family))
+        raise CaseError(f"unknown case {pattern!r}{did_you_mean(pattern, (c.id for c in cases))} "
+                        f"(families: {known}; see 'conformance list cases'){missing}")
     return chosen

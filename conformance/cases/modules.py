@@ -59,6 +59,14 @@ class SweptModule:
     inputs: Inputs
     trains: bool = True  # has a gradient and draws no random numbers in train mode
     note: str = ""
+    what: str = ""  # what the case runs, where it is more than the class alone (a small block)
+
+    def describe(self) -> str:
+        """The case's description: the class alone, its variant, or the block it stands in."""
+        cls, _, variant = self.name.partition("-")
+        if self.what:
+            return self.what
+        return f"torch.nn.{cls} alone" + (f" ({variant.replace('-', ' ')})" if variant else "")
 
 
 def _with(cls: type[nn.Module], *args: object) -> Callable[[], nn.Module]:
@@ -83,9 +91,11 @@ MODULES: tuple[SweptModule, ...] = (
     SweptModule("Conv2d", lambda: nn.Conv2d(4, 6, 3, padding=1), IMG2),
     SweptModule("Conv3d", lambda: nn.Conv3d(4, 6, 3, padding=1), IMG3),
     SweptModule("Conv1d-BatchNorm1d", lambda: nn.Sequential(
-        nn.Conv1d(4, 6, 3, padding=1, bias=False), nn.BatchNorm1d(6), nn.ReLU()), IMG1),
+        nn.Conv1d(4, 6, 3, padding=1, bias=False), nn.BatchNorm1d(6), nn.ReLU()), IMG1,
+        what="a block: torch.nn.Conv1d (no bias), BatchNorm1d, ReLU"),
     SweptModule("Conv2d-GroupNorm-block", lambda: nn.Sequential(
-        nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.GroupNorm(2, 8), nn.SiLU()), IMG2),
+        nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.GroupNorm(2, 8), nn.SiLU()), IMG2,
+        what="a block: torch.nn.Conv2d (no bias), GroupNorm, SiLU"),
     SweptModule("Conv2d-depthwise", lambda: nn.Conv2d(4, 4, 3, padding=1, groups=4), IMG2),
     SweptModule("ConvTranspose1d", lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), IMG1),
     SweptModule("ConvTranspose2d", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), IMG2),
@@ -195,7 +205,8 @@ MODULES: tuple[SweptModule, ...] = (
                 note="random pooling regions: one draw per call"),
     SweptModule("FractionalMaxPool3d", lambda: nn.FractionalMaxPool3d(2, output_size=2), IMG3, trains=False,
                 note="random pooling regions: one draw per call"),
-    SweptModule("MaxUnpool2d-roundtrip", lambda: _Unpool(), IMG2),
+    SweptModule("MaxUnpool2d-roundtrip", lambda: _Unpool(), IMG2,
+                what="torch.nn.MaxPool2d (indices returned), then MaxUnpool2d on its output"),
     # distances
     SweptModule("CosineSimilarity", nn.CosineSimilarity, _pair(4, 8)),
     SweptModule("PairwiseDistance", nn.PairwiseDistance, _pair(4, 8)),
@@ -315,8 +326,7 @@ def register_all() -> None:
             register(Case(f"mod-{swept.name}-{'train' if trains else 'infer'}", kind, "modules", 0,
                           _builder(swept, trains), trains=trains,
                           requires=frozenset({"training"}) if trains else frozenset(), in_default=False,
-                          description=f"torch.nn.{swept.name.split('-')[0]} alone"
-                                      f"{', training step' if trains else ''}"
+                          description=f"{swept.describe()}{', training step' if trains else ''}"
                                       f"{f' ({swept.note})' if swept.note else ''}"))
 
 

@@ -42,7 +42,7 @@ from conformance.run.runner import Selection, select
 from conformance.run.stats import RunStats
 from conformance.util import phases
 from conformance.util.paths import caches_outside_tmp
-from conformance.util.text import printable
+from conformance.util.text import did_you_mean, printable
 
 EXIT_USAGE = 2
 #: pytest's exit codes the CLI translates.
@@ -209,6 +209,7 @@ def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
         "--rootdir", str(out.resolve()), "-o", "console_output_style=classic",
         pytest_flag("existing"), run_dir.mode, pytest_flag("progress"),
         "--junitxml", str(run_dir.staged_junit), "-W", "ignore::UserWarning",
+        "--tb=no", "-rN",  # the run's own summary names each failure once, with its repro; pytest's would repeat it
         *forward(args),
     ]
 
@@ -320,10 +321,24 @@ class _OneLineUsageErrors:
 
 
 def _usage_line(exc: pytest.UsageError) -> str:
-    """The line of pytest's usage text that says what is wrong."""
+    """The line of pytest's usage text that says what is wrong; an option neither ``conformance run``
+    nor pytest knows is named as a ``conformance run`` option, with the closest ones it has."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     said = next((ln.split("error: ", 1)[1] for ln in lines if "error: " in ln), lines[0] if lines else "usage error")
-    return f"pytest: {said}" if said.startswith(("unrecognized", "argument")) else said
+    if said.startswith("unrecognized arguments:"):
+        words = said.split(":", 1)[1].split()
+        unknown = [w for w in words if w.startswith("-")] or words
+        named = "; ".join(f"{w}{did_you_mean(w.split('=')[0], _run_flags())}" for w in unknown)
+        return (f"unknown option{'s' if len(unknown) > 1 else ''} for 'conformance run': {named} (see "
+                "'conformance run --help'; options it does not know go to pytest, which does not know "
+                f"{'these' if len(unknown) > 1 else 'this one'} either)")
+    return f"pytest: {said}" if said.startswith("argument") else said
+
+
+def _run_flags() -> list[str]:
+    """Every flag ``conformance run`` takes, as its own parser spells them."""
+    run = _parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr,index]
+    return [flag for action in run._actions for flag in action.option_strings if flag.startswith("--")]
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -423,11 +438,19 @@ def cmd_list(args: argparse.Namespace) -> int:
                               seed=args.hypothesis_seed)
         cases = selection.cases
         n_gen = sum(c.id.startswith("gen-") for c in cases)
-        _say(f"{len(cases)} cases, {n_gen} of them generated (ids carry family and seed; widen with "
-             f"--generated N --hypothesis-seed S)")
+        n_default = sum(c.in_default for c in cases)
+        _say(f"{len(cases)} cases, {n_default} of them (marked *) run by a 'conformance run' that names no "
+             f"--case, {n_gen} generated (ids carry family and seed; widen with --generated N "
+             f"--hypothesis-seed S)")
+        by_family: dict[str, list[str]] = {}
+        for c in cases:
+            by_family.setdefault(c.family, []).append("*" if c.in_default else "")
+        _say("families: " + ", ".join(f"{family} ({len(marks)}, {marks.count('*')} by default)"
+                                      for family, marks in by_family.items()))
         for c in cases:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
-            _say(f"{c.id:32s} {c.kind:11s} {c.family:10s} seed={c.seed}{req}  {c.description}")
+            mark = "*" if c.in_default else " "
+            _say(f"{mark} {c.id:32s} {c.kind:11s} {c.family:16s} seed={c.seed}{req}  {c.description}")
         from conformance.api.case import BROKEN_PLUGINS, UNAVAILABLE
 
         for family, reason in UNAVAILABLE.items():

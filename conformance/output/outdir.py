@@ -253,10 +253,20 @@ def _prepare(run_dir: RunDir) -> None:
 
 def _refusal(run_dir: RunDir, contents: list[str]) -> str:
     if RESULTS in contents or RESULTS + PARTIAL in contents:
-        return (f"--out {run_dir.path} already holds results; pass --overwrite to replace them "
-                f"or --resume to run only the pairs they lack")
+        return (f"--out {run_dir.path} already holds results; to keep them, give this run its own "
+                f"directory (--out {_sibling(run_dir.path)}); --overwrite replaces them, --resume runs only "
+                f"the pairs they lack")
     shown = ", ".join(contents[:3]) + (", ..." if len(contents) > 3 else "")
     return f"--out {run_dir.path} is not empty ({shown}); choose a new directory or pass --overwrite"
+
+
+def _sibling(path: Path) -> str:
+    """A directory beside ``path`` that does not exist yet, to suggest for a run of its own."""
+    for n in range(2, 1000):
+        candidate = path.with_name(f"{path.name}-{n}")
+        if not candidate.exists():
+            return str(candidate)
+    return f"{path}-new"
 
 
 def _resume(run_dir: RunDir) -> list[bytes]:

@@ -42,10 +42,13 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
         table.add_row(escape(printable(b)), *(str(counts.get(s, "")) for s in used), f"{ok}/{len(rs)}")
     console.print(table)
     bad = [r for r in results if not r.ok]
-    for r in bad:
+    for r in bad:  # each unexpected verdict once (pytest's own failure lines are off): where to go next
         what = escape(printable(f"{r.case}@{r.backend}: {r.reason}"))
         console.print(f"[red]{escape(printable(r.status))}[/red] {what}")
-        console.print(printable(f"    repro: {r.repro}"), markup=False, highlight=False)
+        if r.repro_file:
+            console.print(printable(f"    repro script: {r.repro_file}"), markup=False, highlight=False,
+                          soft_wrap=True)
+        console.print(printable(f"    rerun: {r.repro}"), markup=False, highlight=False, soft_wrap=True)
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(printable(w))}")
     console.print(printable(f"results: {path}  ({_verdict_line(len(bad), cut_short)})"), markup=False,

@@ -331,7 +331,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("timeout", f"per-pair time limit when isolated (default: {DEFAULT_TIMEOUT_S:g})",
            "--timeout", "--conformance-timeout", type=float, metavar="SECONDS", check=_positive_seconds),
     Option("steps", f"probed calls per pair, each with fresh inputs (default: {DEFAULT_STEPS}); the residual "
-                    "must stay exact over all of them, and the last one's results are checked for parity",
+                    "must stay exact over all of them; every call (these and the two before them) is checked for "
+                    "parity, results and state",
            "--steps", "--conformance-steps", type=int, metavar="N", check=_steps),
     Option("baseline", "an earlier results directory (the last nightly, another torch version): a pair whose "
                        "measured peak or residual grew beyond the baseline tolerance fails",

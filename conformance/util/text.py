@@ -4,6 +4,7 @@ from cases, backends and manifests reaches a terminal as text, never as control 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 ELLIPSIS = "…"
 
@@ -54,3 +55,23 @@ def clip_start(text: str, n: int) -> str:
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """``"1 pair"``, ``"2 pairs"``, ``"0 pairs"``; ``nouns`` where adding an "s" is wrong."""
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
+    """``" (did you mean 'x'?)"`` for the choices closest to a mistyped ``word``, or ``""``.
+
+    A glob is compared by its literal part (``mlp-x-*`` as ``mlp-x-``) against the choices' prefixes
+    of the same length, so a typo in a case family still finds the family."""
+    import difflib
+
+    choices = list(dict.fromkeys(choices))
+    literal = re.split(r"[*?\[]", word, maxsplit=1)[0]
+    if literal != word and literal:
+        prefixes = {c[: len(literal)]: c for c in choices}
+        close = difflib.get_close_matches(literal, list(prefixes), n=limit, cutoff=0.75)
+        shown = [p + word[len(literal):] for p in close]
+    else:
+        shown = difflib.get_close_matches(word, choices, n=limit, cutoff=0.75)
+    if not shown:
+        return ""
+    return " (did you mean " + " or ".join(repr(s) for s in shown) + "?)"
