@@ -60,6 +60,22 @@ def results_file(source: Path) -> Path:
     return source / "results.jsonl" if source.is_dir() else source
 
 
+def expand_sources(sources: Sequence[Path]) -> list[Path]:
+    """Each results directory or file as given; a directory holding no ``results.jsonl`` but results
+    directories one level down (a tox matrix's ``.tox/conformance/<env>``, nightly shards) stands for
+    those, in name order, so one report covers whatever the matrix wrote."""
+    expanded: list[Path] = []
+    for source in sources:
+        if source.is_dir() and not results_file(source).exists():
+            found = sorted(d for d in source.iterdir() if d.is_dir() and results_file(d).is_file())
+            if not found:
+                raise RecordsError(f"{source}: no results.jsonl in it or in a directory one level down")
+            expanded.extend(found)
+        else:
+            expanded.append(source)
+    return expanded
+
+
 def load_results(results_dirs: Sequence[Path], warn: Callable[[str], None] | None = None) -> list[Result]:
     """Results of all directories (or results.jsonl files); a later one wins for the same case x backend.
 
@@ -443,7 +459,8 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``conformance report``; the CLI adds them to its ``report`` subparser."""
     parser.add_argument("results", nargs="+", type=path_arg, metavar="RESULTS",
-                        help="results directories (each with results.jsonl) or results.jsonl files")
+                        help="results directories (each with results.jsonl) or results.jsonl files; a directory "
+                             "of results directories (a tox matrix's) stands for each of them")
     parser.add_argument("-o", "--out", "--output", dest="output", type=path_arg, default=Path("conformance-report"),
                         metavar="SITE_DIR",
                         help="directory to write the site to (index.html); default: %(default)s")
@@ -464,11 +481,12 @@ def main_report(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
         parser = argparse.ArgumentParser(prog="conformance report", description=__doc__)
         add_report_arguments(parser)
         args = parser.parse_args(argv)
-    history = None if args.no_history else (args.history or hist.default_for(args.results[0]))
     try:
+        sources = expand_sources(list(args.results))
+        history = None if args.no_history else (args.history or hist.default_for(sources[0]))
         if history is not None:
             hist.check(history)
-        index = build_report(list(args.results), args.output, history)
+        index = build_report(sources, args.output, history)
     except (RecordsError, OutDirError, hist.HistoryError) as exc:  # each names its file
         print(f"conformance report: error: {printable(exc)}", file=sys.stderr)
         return 2
