@@ -45,7 +45,8 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
     for r in bad:
         what = escape(printable(f"{r.case}@{r.backend}: {r.reason}"))
         console.print(f"[red]{escape(printable(r.status))}[/red] {what}")
-        console.print(printable(f"    repro: {r.repro}"), markup=False, highlight=False)
+        # soft_wrap: the command is printed on one line, whatever the terminal's width, so it pastes as printed
+        console.print(printable(f"    repro: {r.repro}"), markup=False, highlight=False, soft_wrap=True)
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(printable(w))}")
     console.print(printable(f"results: {path}  ({_verdict_line(len(bad), cut_short)})"), markup=False,
