@@ -327,15 +327,11 @@ def _held_by(steps: list[ProbedStep]) -> dict[int, list[str]]:
 
 def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep]) -> None:
     """The record's headline figures are the deciding check's (the peak check's where no memory check
-    decided), of the call it judged: one story, never a failing verdict beside figures that pass.
-    The residual figures are the residual check's; every check's own figures stay in ``checks``."""
+    decided), of the call it judged (peaks, residuals, timelines): one story, never a failing verdict
+    beside figures that pass.  Every check's own figures stay in ``checks``."""
     deciding = combine(checks)
-    by_name = {c.name: c for c in checks}
-    check = deciding if deciding is not None and deciding.contract is not None else by_name.get(CheckName.PEAK)
-    residual = by_name.get(CheckName.RESIDUAL)
-    if residual is not None and "measured_residual_bytes" in residual.figures:
-        memory.measured_residual_bytes = residual.figures["measured_residual_bytes"]
-        memory.model_residual_bytes = residual.figures["model_residual_bytes"]
+    check = (deciding if deciding is not None and deciding.contract is not None
+             else next((c for c in checks if c.name == CheckName.PEAK), None))
     if check is None:
         return
     figures = check.figures
@@ -355,9 +351,18 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
         memory.model_peak_bytes = figures.get("program_peak_bytes", memory.model_peak_bytes)
         memory.model_source = "generated program"
         memory.peak_contract = "the program's own timeline"
+    if check.name == CheckName.RESIDUAL and "measured_residual_bytes" in figures:
+        memory.measured_residual_bytes = figures["measured_residual_bytes"]
+        memory.model_residual_bytes = figures["model_residual_bytes"]
     if step is None:
         return
     memory.call = step.call
+    if check.name != CheckName.RESIDUAL:  # the residual the call's own timeline ends at
+        memory.measured_residual_bytes = step.trace.residual_bytes
+        memory.model_residual_bytes = step.model.residual_bytes
+    if step.program is not None:
+        memory.program_peak_bytes = step.program.peak_bytes
+        memory.program_timeline = list(zip(step.program.events, step.program.live_bytes))[:2000]
     model = step.program if check.name == CheckName.PROGRAM and step.program is not None else step.model
     # the timeline of the figures: without the ops' own transients where the peak check set them apart
     trace = without_op_transients(step.trace) if "op_transient_peak_bytes" in figures else step.trace
