@@ -381,8 +381,9 @@ _HARNESS_RUNNER = '''
 import os
 
 sys.path[:0] = [p for p in SEARCH_PATH if os.path.isdir(p)]  # the harness and the backend's module
-if CASE_SOURCES:  # cases registered by --cases sources
-    os.environ.setdefault("CONFORMANCE_CASES", CASE_SOURCES)
+if CASE_SOURCES:  # cases registered by --cases sources, beside any the environment names
+    os.environ["CONFORMANCE_CASES"] = os.pathsep.join(
+        filter(None, [os.environ.get("CONFORMANCE_CASES", ""), CASE_SOURCES]))
 
 
 def load_case():
