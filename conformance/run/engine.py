@@ -328,10 +328,12 @@ def _held_by(steps: list[ProbedStep]) -> dict[int, list[str]]:
 def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep]) -> None:
     """The record's headline figures are the deciding check's (the peak check's where no memory check
     decided), of the call it judged (peaks, residuals, timelines): one story, never a failing verdict
-    beside figures that pass.  Every check's own figures stay in ``checks``."""
+    beside figures that pass.  A check with no peak of its own (residual, backward inputs) shows the
+    peak of the call it judged (the peak check's call where it names none) beside its contract.
+    Every check's own figures stay in ``checks``."""
     deciding = combine(checks)
-    check = (deciding if deciding is not None and deciding.contract is not None
-             else next((c for c in checks if c.name == CheckName.PEAK), None))
+    peak = next((c for c in checks if c.name == CheckName.PEAK), None)
+    check = deciding if deciding is not None and deciding.contract is not None else peak
     if check is None:
         return
     figures = check.figures
@@ -339,21 +341,24 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
     memory.blamed = check.blamed
     memory.blame_unexplained_bytes = figures.get("blame_unexplained_bytes")
     memory.blame_note = figures.get("blame_note")
-    call = check.contract.call if check.contract is not None else figures.get("call")
-    step = next((s for s in steps if s.call == call), None)
-    if check.name in (CheckName.PEAK, CheckName.PROGRAM) and "measured_peak_bytes" in figures:
-        memory.measured_peak_bytes = figures["measured_peak_bytes"]
-    if check.name == CheckName.PEAK:
-        memory.model_peak_bytes = figures.get("model_peak_bytes", memory.model_peak_bytes)
-        memory.model_source = figures.get("model_source", memory.model_source)
-        memory.peak_contract = figures.get("contract", memory.peak_contract)
-    elif check.name == CheckName.PROGRAM:
-        memory.model_peak_bytes = figures.get("program_peak_bytes", memory.model_peak_bytes)
+    shown = check if check.name in (CheckName.PEAK, CheckName.PROGRAM) else peak  # whose peak is shown
+    if shown is not None and "measured_peak_bytes" in shown.figures:
+        memory.measured_peak_bytes = shown.figures["measured_peak_bytes"]
+    if shown is not None and shown.name == CheckName.PEAK:
+        memory.model_peak_bytes = shown.figures.get("model_peak_bytes", memory.model_peak_bytes)
+        memory.model_source = shown.figures.get("model_source", memory.model_source)
+        memory.peak_contract = shown.figures.get("contract", memory.peak_contract)
+    elif shown is not None:
+        memory.model_peak_bytes = shown.figures.get("program_peak_bytes", memory.model_peak_bytes)
         memory.model_source = "generated program"
         memory.peak_contract = "the program's own timeline"
     if check.name == CheckName.RESIDUAL and "measured_residual_bytes" in figures:
         memory.measured_residual_bytes = figures["measured_residual_bytes"]
         memory.model_residual_bytes = figures["model_residual_bytes"]
+    call = check.contract.call if check.contract is not None else None
+    if call is None and shown is not None:
+        call = shown.figures.get("call")
+    step = next((s for s in steps if s.call == call), None)
     if step is None:
         return
     memory.call = step.call
@@ -363,9 +368,13 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
     if step.program is not None:
         memory.program_peak_bytes = step.program.peak_bytes
         memory.program_timeline = list(zip(step.program.events, step.program.live_bytes))[:2000]
-    model = step.program if check.name == CheckName.PROGRAM and step.program is not None else step.model
+    program_story = shown is not None and shown.name == CheckName.PROGRAM and step.program is not None
+    model = step.program if program_story and step.program is not None else step.model
     # the timeline of the figures: without the ops' own transients where the peak check set them apart
-    trace = without_op_transients(step.trace) if "op_transient_peak_bytes" in figures else step.trace
+    apart = shown is not None and "op_transient_peak_bytes" in shown.figures
+    trace = without_op_transients(step.trace) if apart else step.trace
+    if check.name not in (CheckName.PEAK, CheckName.PROGRAM):  # the peak of the call whose story it is
+        memory.measured_peak_bytes, memory.model_peak_bytes = trace.peak_bytes, model.peak_bytes
     memory.timeline = trace.relative_timeline()
     memory.model_timeline = list(zip(model.events, model.live_bytes))[:2000]
     memory.peak_event = model.events[model.peak_event] if model.events else None
