@@ -223,9 +223,10 @@ def _verdict(case_id: str, backend: Any) -> Result:
     return Result.from_json(line)
 
 
-def test_a_planted_leak_is_blamed_on_the_storage_kept_not_a_same_size_stand_in() -> None:
+def test_a_planted_leak_is_blamed_on_the_storage_kept_not_a_same_size_stand_in(tmp_path: Path) -> None:
     """An 8 B float64 copy of the loss kept in a module's list each step: the optimizer's wrapped scalars are
-    8 B too, and blame must not name one of them: it names the storage by its address (what holds it)."""
+    8 B too, and blame must not name one of them: it names the storage by its address (what holds it).
+    The report's pair panel shows the same story: the residual contract's figures, what holds the leak."""
     from tests.planted_backends import LossLogBackend
 
     r = _verdict("mlp-s-train", LossLogBackend())
@@ -238,6 +239,9 @@ def test_a_planted_leak_is_blamed_on_the_storage_kept_not_a_same_size_stand_in()
     assert kept["model_death"] == "not in model", kept  # not pinned on a model storage of that size
     assert not kept["producer"].startswith("optimizer:"), kept
     assert "LOSS_LOG" in r.reason and "could not identify the storage" in r.reason, r.reason
+    html = render(build_page([r], [str(tmp_path)], tmp_path / "history.db"))
+    assert 'data-field="contract" data-measured="8" data-low="0" data-high="0"' in html
+    assert "residual after probed call" in html and "tests.planted_backends.LOSS_LOG[" in html
 
 
 def test_eager_and_planted_faults_tell_one_story() -> None:

@@ -91,6 +91,8 @@ def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_deat
         return entry
     entry["identified_by"] = "node" if a.label else "size and order"
     entry.update(s.describe())
+    if holders and not a.label:  # matched by size only: what holds the storage, beside the model's name for it
+        entry["producer"] = f"{s.producer} (matched by size; held by {', '.join(holders[:2])})"
     if s.death is not None:
         entry["model_death"] = f"after {model.events[s.death]} (event {s.death})"
     elif s.role == "output":
