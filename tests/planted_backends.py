@@ -73,3 +73,24 @@ class PerturbGradBackend(EagerBackend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         return _PerturbingStep(case, workload, None)
+
+
+#: what :class:`LossLogBackend` keeps: one float64 copy of the loss per step, never dropped (the leak)
+LOSS_LOG: list[torch.Tensor] = []
+
+
+class _LossLogStep(EagerStep):
+    def run(self) -> StepOutput:
+        out = super().run()
+        LOSS_LOG.append(out.outputs[0].detach().to(torch.float64))  # 8 B kept in a global list each step
+        return out
+
+
+class LossLogBackend(EagerBackend):
+    """Logs each step's loss as a float64 tensor in a module-level list: an 8 B leak per step, the size of
+    the optimizer's own wrapped scalars (a stand-in blame must not name)."""
+
+    name = "planted-loss-log"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _LossLogStep(case, workload, None)

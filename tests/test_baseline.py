@@ -40,6 +40,10 @@ def test_growth_fails_a_passing_pair_and_names_both_figures() -> None:
     assert "measured peak grew +4 B since the baseline (2048 -> 2052 B" in r.reason
     check = r.check("baseline")
     assert check is not None and check.figures["peak_before"] == 2048
+    # the record's headline is the deciding check's: growth 4 B over 0 B allowed, the excess said, not blamed
+    assert r.memory is not None and r.memory.check == "baseline" and r.memory.contract == check.contract
+    assert check.contract is not None and check.contract.violated and check.contract.excess_bytes == 4
+    assert r.memory.blame_unexplained_bytes == 4 and r.memory.blame_note
     leak = apply_baseline(_result(2048, residual=32), _result(2048), Tolerance(), "b")
     assert leak.status == Status.FAIL_RESIDUAL and "residual grew +32 B" in leak.reason
 

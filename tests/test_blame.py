@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from conformance.checks.blame import OUTSIDE_OPERATORS, _entry
 from conformance.models.lifetime import LifetimeModel
 from conformance.probes.cpu import Allocation
@@ -36,3 +38,46 @@ def test_a_peak_over_the_received_graphs_is_blamed_on_the_generated_programs_buf
     assert "empty_strided_cpu" in culprit["producer"]
     assert culprit["bytes"] == peak.figures["measured_peak_bytes"] - peak.figures["model_peak_bytes"]
     assert OUTSIDE_OPERATORS not in result.reason
+
+
+def _step(storages: list[Any], live: list[int], allocations: list[Allocation], timeline: list[tuple[int, int]]) -> Any:
+    from conformance.checks.judge import ProbedStep
+    from conformance.probes.cpu import MemoryTrace
+
+    model = LifetimeModel(events=[f"e{i}" for i in range(len(live))], live_bytes=live, storages=storages)
+    return ProbedStep(2, MemoryTrace("torch-cpu", allocations, timeline), model, model)
+
+
+def test_blame_adds_up_to_the_excess_or_says_what_else_makes_it_up() -> None:
+    """A 4 B residual excess where the only allocation left alive is 504 B (and the model's 500 B gradient was
+    not kept): nothing of 4 B or less explains it, so nothing is blamed, and the record says so."""
+    from conformance.checks.judge import judge_residual
+    from conformance.models.lifetime import Storage
+
+    grad = Storage(0, 500, "grad", "aten.mm.default", (125,), "float32", role="retained", birth=0)
+    step = _step([grad], [500], [Allocation(ptr=1, nbytes=504, t_alloc=0, op="aten::empty", seq=0)], [(0, 504)])
+    check = judge_residual([step])
+    assert check.failed and check.excess_bytes == 4 and check.contract is not None
+    assert check.contract.measured_bytes == 504 and check.contract.high_bytes == 500
+    assert check.blamed == []
+    assert check.figures["blame_unexplained_bytes"] == 4
+    assert "none of the 4 B excess named" in check.figures["blame_note"]
+    assert "(4 B of the excess not named)" in check.reason
+
+
+def test_a_wrapped_scalar_is_never_an_allocation_an_operator_made() -> None:
+    """The model's optimizer makes 8 B wrapped scalars outside any operator; an 8 B allocation an operator made
+    and kept is not matched to one of them by size: it is said as unidentified, beside the candidates."""
+    from conformance.checks.blame import blame_residual
+    from conformance.models.lifetime import Storage
+
+    scalar = Storage(0, 8, "optimizer:aten.mul_.Tensor (wrapped scalar)", "wrapped scalar", (), "float64", birth=0,
+                     death=0)
+    kept = Allocation(ptr=7, nbytes=8, t_alloc=0, op="aten::empty_strided", seq=0)
+    made = Allocation(ptr=8, nbytes=8, t_alloc=1, t_free=2, op=None, seq=1)
+    step = _step([scalar], [8], [kept, made], [(0, 8), (1, 16), (2, 8)])
+    (entry,) = blame_residual(step.model, step.trace, held_by={7: ["my_module.LOG[0] (float64[])"]})
+    assert entry["model_death"] == "not in model" and entry["identified_by"] == "not identified"
+    assert entry["candidates"] == [scalar.producer]
+    assert "could not identify the storage" in entry["producer"] and "my_module.LOG[0]" in entry["producer"]
+    assert not entry["producer"].startswith("optimizer:")

@@ -91,7 +91,7 @@ def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) ->
     # the repro reruns exactly this ad hoc adapter, by its module:Class spec
     assert record["repro"] == ("conformance run --case mlp-s-train "
                                "--backend tests.planted_backends:PerturbGradBackend")
-    assert f"repro: {record['repro']}" in proc.stderr
+    assert f"rerun: {record['repro']}" in proc.stderr
 
 
 def test_pytest_flags_pass_through(tmp_path: Path) -> None:

@@ -210,10 +210,19 @@ _REGISTRY: dict[str, Case] = {}
 _RESOLVERS: list[Callable[[str], Case | None]] = []
 
 
+#: the ``--cases`` source being imported (:func:`load_source`), and the source each case and resolver
+#: came from: what a rerun command must load again (:func:`case_sources`)
+_LOADING: list[str] = []
+_SOURCE_OF: dict[str, str] = {}
+_RESOLVER_SOURCE: dict[int, str] = {}
+
+
 def add_resolver(resolver: Callable[[str], Case | None]) -> None:
     """Let ids outside the registry resolve (a generated case's id carries its seed)."""
     if resolver not in _RESOLVERS:
         _RESOLVERS.append(resolver)
+        if _LOADING:
+            _RESOLVER_SOURCE[id(resolver)] = _LOADING[-1]
 
 
 def resolve(case_id: str) -> Case | None:
@@ -221,7 +230,20 @@ def resolve(case_id: str) -> Case | None:
     all_cases()
     if case_id in _REGISTRY:
         return _REGISTRY[case_id]
-    return next((c for r in _RESOLVERS if (c := r(case_id)) is not None), None)
+    for r in _RESOLVERS:
+        case = r(case_id)
+        if case is not None:
+            if id(r) in _RESOLVER_SOURCE:
+                _SOURCE_OF.setdefault(case_id, _RESOLVER_SOURCE[id(r)])
+            return case
+    return None
+
+
+def case_sources(case_id: str) -> list[str]:
+    """The ``--cases`` sources a run must load for ``case_id`` to resolve (empty: a built-in or installed
+    case): the source that registered it (or the resolver that made it), as the run loaded it."""
+    source = _SOURCE_OF.get(case_id)
+    return [source] if source is not None else []
 
 
 #: what a case id may hold: it names files (repros), pytest node ids (``case@backend``) and shell words
@@ -278,6 +300,8 @@ def register(case: Case) -> Case:
     if case.shapes is not None and "dynamic_shapes" not in case.requires:
         case = dataclasses.replace(case, requires=case.requires | {"dynamic_shapes"})
     _REGISTRY[case.id] = case
+    if _LOADING:
+        _SOURCE_OF[case.id] = _LOADING[-1]
     return case
 
 
@@ -342,6 +366,7 @@ def load_source(source: str) -> None:
     if key in _LOADED_SOURCES:
         return
     _LOADED_SOURCES.add(key)
+    _LOADING.append(key)
     try:
         if key.endswith(".py"):
             _import_file(Path(key))
@@ -354,6 +379,8 @@ def load_source(source: str) -> None:
     except Exception as exc:
         _LOADED_SOURCES.discard(key)
         raise CaseError(f"--cases {source}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _LOADING.pop()
     inherited = _inherited_sources()
     if key not in inherited:
         os.environ[SOURCES_ENV] = os.pathsep.join([*inherited, key])

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conformance.api.verdict import FAILURES, STATUSES, Check, Status
+from conformance.api.verdict import FAILURES, STATUSES, Check, Contract, Status
 
 if TYPE_CHECKING:
     from conformance.models.donation import BackwardInputs
@@ -32,15 +32,25 @@ class DomainFigures:
 
 @dataclass
 class MemoryFigures:
-    """What a pair's memory checks compared: the worst probed step's measurement against its model.
+    """What a pair's memory checks compared: the deciding check's figures, one story.
 
-    The engine fills every field it knows; ``findings`` holds what the backend reported of its
+    The headline (``contract``, the measured and modelled peak and residual, ``model_source``,
+    the timelines and ``blamed``) is the figures of the check that decided the verdict
+    (:func:`conformance.api.verdict.combine`; the peak check for a pair that passed), of the
+    probed call that check judged (``call``); every other check's figures stay in
+    ``Result.checks``.  The engine fills every field it knows; ``findings`` holds what the backend reported of its
     own (``CompiledStep.memory_findings``: IREE's invocations, the backward-input watch, CUDA
     graph phases).  In ``results.jsonl`` it is one flat object, the findings after the
     engine's figures, as schema version 1 has it; a record read from outside may lack any
     figure (None then)."""
 
     domain: str | None = None
+    #: the check the headline figures are of (the deciding one; the peak check where no memory check
+    #: decided), and the quantity it held to a range (``Contract``)
+    check: str | None = None
+    contract: Contract | None = None
+    #: the probed call the headline figures (peaks, timelines) are of
+    call: int | None = None
     model_source: str | None = None
     model_peak_bytes: int | None = None
     measured_peak_bytes: int | None = None
@@ -59,6 +69,10 @@ class MemoryFigures:
     model_timeline: list[tuple[str, int]] = field(default_factory=list)
     #: what explains the deciding check's excess (``conformance.checks.blame``)
     blamed: list[dict[str, Any]] = field(default_factory=list)
+    #: the deciding check's excess less the bytes its blamed entries explain (``explains_bytes``), and
+    #: what makes that remainder up, in words (None where blame explains the excess exactly)
+    blame_unexplained_bytes: int | None = None
+    blame_note: str | None = None
     program_peak_bytes: int | None = None
     program_timeline: list[tuple[str, int]] | None = None
     peak_slack_reason: str | None = None
@@ -80,6 +94,8 @@ class MemoryFigures:
                 continue
             if f.name == "domains":
                 value = {name: asdict(d) for name, d in value.items()}
+            elif f.name == "contract":
+                value = asdict(value)
             data[f.name] = value
         return {**data, **self.findings}
 
@@ -94,6 +110,8 @@ class MemoryFigures:
             names_d = {f.name for f in fields(DomainFigures)}
             known["domains"] = {name: DomainFigures(**{k: v for k, v in d.items() if k in names_d})
                                 for name, d in known["domains"].items() if isinstance(d, dict)}
+        if "contract" in known:
+            known["contract"] = Contract.from_json(known["contract"])
         for key in ("timeline", "model_timeline", "program_timeline"):
             if isinstance(known.get(key), list):
                 known[key] = [tuple(point) for point in known[key]]

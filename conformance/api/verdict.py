@@ -133,6 +133,54 @@ class CheckName(str, Enum):
 PRECEDENCE: tuple[CheckName, ...] = tuple(CheckName)
 
 
+@dataclass(frozen=True)
+class Contract:
+    """The one quantity a memory check holds to a range, with the figures its verdict rests on.
+
+    A record's headline (``memory.contract``) is the deciding check's contract, so the verdict
+    and the numbers beside it tell one story: the check fails exactly when ``measured_bytes``
+    lies outside ``[low_bytes, high_bytes]`` (``None``: unbounded on that side), and its
+    ``excess_bytes`` is how far outside.  ``text`` says the rule with its figures, as the
+    check's reason quotes them; ``call`` is the probed call the figures are of."""
+
+    quantity: str
+    measured_bytes: int
+    low_bytes: int | None
+    high_bytes: int | None
+    text: str
+    call: int | None = None
+
+    @property
+    def violated(self) -> bool:
+        return ((self.high_bytes is not None and self.measured_bytes > self.high_bytes)
+                or (self.low_bytes is not None and self.measured_bytes < self.low_bytes))
+
+    @property
+    def excess_bytes(self) -> int:
+        """Bytes over the upper bound (positive), or under the lower one (negative); 0 within."""
+        if self.high_bytes is not None and self.measured_bytes > self.high_bytes:
+            return self.measured_bytes - self.high_bytes
+        if self.low_bytes is not None and self.measured_bytes < self.low_bytes:
+            return self.measured_bytes - self.low_bytes
+        return 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Contract | None:
+        """A stored contract; None for one a record from outside does not hold in full."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(str(data["quantity"]), int(data["measured_bytes"]), _int_or_none(data.get("low_bytes")),
+                       _int_or_none(data.get("high_bytes")), str(data.get("text", "")),
+                       _int_or_none(data.get("call")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 @dataclass
 class Check:
     """One check's outcome with the numbers behind it.
@@ -141,7 +189,8 @@ class Check:
     entry's ``excess`` is compared with): bytes for peak, residual and baseline; for the
     program check, the bytes it holds past their last use counted once per statement that
     does work while they are held (holding longer, not only more, changes it), plus any
-    bytes the measurement departs from the program by.  ``blamed`` names what explains it.
+    bytes the measurement departs from the program by.  ``blamed`` names what explains it;
+    ``contract`` (a memory check's) is the quantity it held to a range, with its figures.
     """
 
     name: CheckName
@@ -150,6 +199,7 @@ class Check:
     figures: dict[str, Any] = field(default_factory=dict)
     blamed: list[dict[str, Any]] = field(default_factory=list)
     excess_bytes: int | None = None
+    contract: Contract | None = None
 
     @property
     def failed(self) -> bool:
@@ -159,12 +209,15 @@ class Check:
         data = asdict(self)
         data["name"] = self.name.value
         data["status"] = self.status.value
+        if self.contract is None:
+            del data["contract"]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Check:
         return cls(CheckName(data["name"]), Status.parse(data["status"]), data.get("reason", ""),
-                   dict(data.get("figures") or {}), list(data.get("blamed") or []), data.get("excess_bytes"))
+                   dict(data.get("figures") or {}), list(data.get("blamed") or []), data.get("excess_bytes"),
+                   Contract.from_json(data.get("contract")))
 
 
 def passed(name: CheckName, **figures: Any) -> Check:

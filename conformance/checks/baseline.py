@@ -10,6 +10,7 @@ changed per pair: status, peak, residual, compile and run time.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.api.result import MemoryFigures, Result
-from conformance.api.verdict import Check, CheckName, Status, combine, passed
+from conformance.api.verdict import Check, CheckName, Contract, Status, combine, passed
 from conformance.output.records import read_results
 from conformance.util.text import printable
 
@@ -83,15 +84,25 @@ def baseline_check(result: Result, before: Result | None, tolerance: Tolerance, 
                                "residual_before": old_residual, "residual_after": residual,
                                "status_before": str(before.status)}
     if residual is not None and old_residual is not None and not tolerance.allows(old_residual, residual):
+        contract = _growth("residual", old_residual, residual, tolerance)
         return Check(CheckName.BASELINE, Status.FAIL_RESIDUAL,
                      f"residual grew {residual - old_residual:+d} B since the baseline ({old_residual} -> "
                      f"{residual} B, tolerance {tolerance.describe()}; {source})", figures, [],
-                     residual - old_residual)
+                     contract.excess_bytes, contract)
     if not tolerance.allows(old_peak, peak):
+        contract = _growth("measured peak", old_peak, peak, tolerance)
         return Check(CheckName.BASELINE, Status.FAIL_PEAK,
                      f"measured peak grew {peak - old_peak:+d} B since the baseline ({old_peak} -> {peak} B, "
-                     f"tolerance {tolerance.describe()}; {source})", figures, [], peak - old_peak)
+                     f"tolerance {tolerance.describe()}; {source})", figures, [], contract.excess_bytes, contract)
     return passed(CheckName.BASELINE, **figures)
+
+
+def _growth(what: str, before: int, after: int, tolerance: Tolerance) -> Contract:
+    """A figure's growth since the baseline held to the tolerance (what :meth:`Tolerance.allows` allows)."""
+    allowed = math.floor(max(tolerance.bytes, tolerance.fraction * before))
+    return Contract(f"{what} growth since the baseline", after - before, None, allowed,
+                    f"{what} grew {after - before:+d} B since the baseline ({before} -> {after} B), "
+                    f"{allowed} B allowed")
 
 
 def apply_baseline(result: Result, before: Result | None, tolerance: Tolerance, source: str) -> Result:
@@ -104,6 +115,12 @@ def apply_baseline(result: Result, before: Result | None, tolerance: Tolerance, 
         deciding = combine(result.checks)
         if deciding is not None:
             result.status, result.reason, result.excess_bytes = deciding.status, deciding.reason, deciding.excess_bytes
+            if result.memory is not None and deciding.contract is not None:  # the headline is the deciding check's
+                result.memory.check, result.memory.contract = deciding.name.value, deciding.contract
+                result.memory.blamed = []
+                result.memory.blame_unexplained_bytes = deciding.contract.excess_bytes or None
+                result.memory.blame_note = ("growth since the baseline names no storage: the earlier record keeps "
+                                            "no allocations to set against this run's (compare their timelines)")
     return result
 
 

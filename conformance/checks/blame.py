@@ -2,7 +2,13 @@
 
 Measured allocations are matched to the model's storages: by the reference
 executor's node range when the allocation carries one, otherwise by size in
-allocation order.  A storage is a candidate when it is measured alive at a point
+allocation order, among the storages the probe's own record of the allocation agrees
+with (a storage the model makes outside any operator, a wrapped scalar, is realised by
+an allocation made outside any operator).  An allocation no storage agrees with is
+never pinned on a stand-in of the same size: its blame says it could not be identified
+and lists the model's storages of that size, beside what the probe saw of it (the
+operator that made it, and, where the engine found them, the objects still holding it:
+``held_by``).  A storage is a candidate when it is measured alive at a point
 where the model says it is already dead (or the model does not know it); only
 candidates that can explain the excess are blamed: the largest ones no bigger
 than the excess, until they account for all of it.  A 4-byte leak does not blame
@@ -16,9 +22,18 @@ from typing import Any
 from conformance.models.lifetime import LifetimeModel, Storage
 from conformance.probes.cpu import Allocation, MemoryTrace
 
+#: the ``op`` of a storage the model makes outside any operator (conformance.models.optimizer)
+OUTSIDE_OP_STORAGE = "wrapped scalar"
+
+
+def agrees(a: Allocation, s: Storage) -> bool:
+    """The probe's record of ``a`` does not contradict its being ``s``: a storage the model makes outside
+    any operator (a wrapped scalar) is never an allocation the probe saw an operator make."""
+    return a.op is None if s.op == OUTSIDE_OP_STORAGE else True
+
 
 def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
-    """Allocation ``seq`` -> the model storage it realises."""
+    """Allocation ``seq`` -> the model storage it realises (one the probe's record :func:`agrees` with)."""
     storages = [s for s in model.storages if s.role != "caller" and s.nbytes]
     matched: dict[int, Storage] = {}
     used: set[int] = set()
@@ -39,7 +54,7 @@ def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
         if a.label is not None:  # made by a reference-executor node the model has no storage for
             continue
         for i in range(cursor, len(order)):
-            if order[i].nbytes == a.nbytes and order[i].sid not in used:
+            if order[i].nbytes == a.nbytes and order[i].sid not in used and agrees(a, order[i]):
                 matched[a.seq] = order[i]
                 used.add(order[i].sid)
                 cursor = i + 1
@@ -52,13 +67,32 @@ def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
 OUTSIDE_OPERATORS = "(outside any operator)"
 
 
-def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_death: str) -> dict[str, Any]:
+def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_death: str,
+           held_by: dict[int, list[str]] | None = None) -> dict[str, Any]:
     op = a.op or OUTSIDE_OPERATORS
-    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": op, "measured_death": measured_death}
+    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": op, "measured_death": measured_death,
+                             "allocation": a.seq}
+    holders = (held_by or {}).get(a.ptr)
+    if holders:
+        entry["held_by"] = holders
     if s is None:
-        entry.update({"producer": a.label or op, "op": op, "shape": None, "model_death": "not in model"})
+        entry.update({"producer": a.label or op, "op": op, "shape": None, "model_death": "not in model",
+                      "identified_by": "node" if a.label else "not identified"})
+        if not a.label:
+            same = sorted({t.producer for t in model.storages if t.nbytes == a.nbytes and t.role != "caller"})
+            held = f", held by {', '.join(holders[:2])}" if holders else ""
+            if same:  # never pinned on one of them: said as what it is, beside them
+                more = f" (+{len(same) - 3} more)" if len(same) > 3 else ""
+                entry["producer"] = (f"{a.nbytes} B made by {op}{held}: could not identify the storage in the model; "
+                                     f"candidates of that size: {', '.join(same[:3])}{more}")
+                entry["candidates"] = same[:10]
+            elif held:
+                entry["producer"] = f"{op}{held}"
         return entry
+    entry["identified_by"] = "node" if a.label else "size and order"
     entry.update(s.describe())
+    if holders and not a.label:  # matched by size only: what holds the storage, beside the model's name for it
+        entry["producer"] = f"{s.producer} (matched by size; held by {', '.join(holders[:2])})"
     if s.death is not None:
         entry["model_death"] = f"after {model.events[s.death]} (event {s.death})"
     elif s.role == "output":
@@ -68,7 +102,8 @@ def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_deat
     return entry
 
 
-def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
+def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
+               held_by: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
     """Storages alive at the measured peak that the model says were dead by then."""
     matched = match(model, trace)
     t = trace.peak_time
@@ -78,10 +113,10 @@ def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> lis
     for a in live:
         s = matched.get(a.seq)
         if s is None:
-            blamed.append(_entry(a, None, model, "alive at measured peak"))
+            blamed.append(_entry(a, None, model, "alive at measured peak", held_by))
         elif s.death is not None and s.death < latest_birth:
             when = model.events[latest_birth] if latest_birth >= 0 else "?"
-            blamed.append(_entry(a, s, model, f"alive at measured peak (still alive at {when})"))
+            blamed.append(_entry(a, s, model, f"alive at measured peak (still alive at {when})", held_by))
     return explaining(blamed, trace.peak_bytes - model.peak_bytes, limit)
 
 
@@ -99,7 +134,8 @@ def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -
     return chosen[:limit]
 
 
-def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) -> list[dict[str, Any]]:
+def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
+                   held_by: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
     """Storages still alive after the step that the model says die within it (gradients too, where the
     model frees them: an optimizer step's ``zero_grad(set_to_none=True)``)."""
     matched = match(model, trace)
@@ -114,7 +150,7 @@ def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10) ->
             if twin is not None:
                 retained.remove(twin)
                 continue
-        blamed.append(_entry(a, s, model, "still alive after the step"))
+        blamed.append(_entry(a, s, model, "still alive after the step", held_by))
     return explaining(blamed, trace.residual_bytes - model.residual_bytes, limit)
 
 
@@ -151,3 +187,19 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
         # does not): the smallest that alone accounts for it
         chosen = [min((c for c in candidates if c["bytes"] >= excess), key=lambda c: c["bytes"])]
     return chosen
+
+
+def share(entry: dict[str, Any]) -> int:
+    """The bytes of a check's excess a blamed entry accounts for (``explains_bytes`` where the check's
+    excess is not counted in plain bytes: the program check's bytes x statements)."""
+    value = entry.get("explains_bytes", entry.get("bytes"))
+    return int(value) if isinstance(value, int) else 0
+
+
+def unexplained(blamed: list[dict[str, Any]], excess: int | None) -> int | None:
+    """The excess less what the blamed entries account for (negative: they hold more than the excess);
+    None where they add up to it exactly."""
+    if excess is None:
+        return None
+    rest = excess - sum(share(b) for b in blamed)
+    return rest or None

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.api.result import MemoryFigures
-from conformance.api.verdict import Check, CheckName, Status, passed
-from conformance.checks.blame import blame_peak, blame_peak_in_program, blame_residual
+from conformance.api.verdict import Check, CheckName, Contract, Status, passed
+from conformance.checks.blame import blame_peak, blame_peak_in_program, blame_residual, share, unexplained
 from conformance.checks.cause import PARTS_KEY, SHARES_KEY, TIMELINE_PART, program_part, program_parts
 from conformance.checks.timeline import compare as compare_timeline
 from conformance.models.donation import DETAIL_KEY
@@ -64,8 +64,11 @@ def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
     return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:limit]) or "none matched"
 
 
-def judge_residual(steps: Sequence[ProbedStep]) -> Check:
-    """After each step (outputs dropped, gradients kept) live bytes equal the model's residual exactly."""
+def judge_residual(steps: Sequence[ProbedStep], held_by: dict[int, list[str]] | None = None) -> Check:
+    """After each step (outputs dropped, gradients kept) live bytes equal the model's residual exactly.
+
+    ``held_by``: what still holds the last probed call's allocations (:func:`conformance.probes.owners.holders`),
+    for blame to name the storage that stayed alive by its own address."""
     residuals = [s.trace.residual_bytes for s in steps]
     expected = [s.model.residual_bytes for s in steps]
     figures: dict[str, Any] = {"residual_per_step": residuals, "model_residual_per_step": expected,
@@ -74,25 +77,60 @@ def judge_residual(steps: Sequence[ProbedStep]) -> Check:
     if kept:
         figures["kept_for_new_graphs"] = kept
     bad = [s for s in steps if s.trace.residual_bytes != s.model.residual_bytes]
+    # the figures judged: the worst call (the latest of equals: what it left is still alive to be named)
+    worst = max(reversed(bad or list(steps)), key=lambda s: abs(s.trace.residual_bytes - s.model.residual_bytes))
+    measured, model = worst.trace.residual_bytes, worst.model.residual_bytes
+    contract = Contract("residual after the step", measured, model, model,
+                        f"residual after probed call {worst.call} == model residual {model} B (measured {measured} B)",
+                        worst.call)
+    figures.update(call=worst.call, measured_residual_bytes=measured, model_residual_bytes=model)
     if not bad:
-        return passed(CheckName.RESIDUAL, **figures)
-    worst = max(bad, key=lambda s: abs(s.trace.residual_bytes - s.model.residual_bytes))
-    excess = worst.trace.residual_bytes - worst.model.residual_bytes
-    blamed = blame_residual(worst.model, worst.trace) if excess > 0 else []
+        return Check(CheckName.RESIDUAL, Status.PASS, "", figures, contract=contract)
+    excess = contract.excess_bytes
+    last = worst is steps[-1]
+    blamed = blame_residual(worst.model, worst.trace, held_by=held_by if last else None) if excess > 0 else []
     first_bad = steps.index(bad[0]) + 1
     growth = (f"; grows {figures['growth_bytes']:+d} B over {len(steps)} steps"
               if figures["growth_bytes"] else "")
     if excess > 0 and worst.shape and worst.compile_trace is None:
         growth += (f"; at {worst.shape} call {worst.call} kept {worst.kept_bytes} B with no new graph compiled "
                    "(memory kept across shapes that grows with calls, without bound)")
+    figures.update(_remainder(blamed, excess, "still alive after the step", "the model keeps more than was measured"))
     return Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL,
-                 f"residual {residuals} B per step != model residual {expected[-1]} B from probed step "
-                 f"{first_bad}{growth}; still alive: {names(blamed)}",
-                 figures, blamed, excess)
+                 f"residual {measured} B after probed call {worst.call} != model residual {model} B "
+                 f"(per step {residuals} B, first off at probed step {first_bad}){growth}; "
+                 f"still alive: {names(blamed)}{_unnamed(figures)}",
+                 figures, blamed, excess, contract)
+
+
+def _remainder(blamed: Sequence[dict[str, Any]], excess: int, what: str, under: str,
+               offset: str = "") -> dict[str, Any]:
+    """The part of ``excess`` the blamed entries do not account for, and what makes it up, for the record."""
+    rest = unexplained(list(blamed), excess)
+    if rest is None:
+        return {}
+    if excess <= 0:
+        note = f"{-excess} B under the contract: {under}; nothing to blame"
+    elif rest > 0:
+        named = excess - rest
+        note = (f"{rest} B of the {excess} B excess not named: no other allocation {what} can be told apart as "
+                f"the model's (each other candidate is larger than what is left, or none is left)"
+                if named else f"none of the {excess} B excess named: no allocation {what} accounts for it alone")
+    else:
+        note = (f"the blamed storages hold {-rest} B more than the {excess} B excess: "
+                + (offset or "the model holds that much at its peak which the measurement did not"))
+    return {"blame_unexplained_bytes": rest, "blame_note": note}
+
+
+def _unnamed(figures: dict[str, Any]) -> str:
+    rest = figures.get("blame_unexplained_bytes")
+    if not rest:
+        return ""
+    return f" ({rest} B of the excess not named)" if rest > 0 else f" (offset by {-rest} B the model holds)"
 
 
 def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str,
-               program_held: bool = False) -> Check:
+               program_held: bool = False, held_by: dict[int, list[str]] | None = None) -> Check:
     """Exact backends (eager) equal the model byte for byte; others stay at or under it (plus any slack).
 
     ``program_held``: the step's generated program was held to the measured timeline exactly (its
@@ -117,7 +155,7 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
     trace = traces[id(worst)]
     measured, model = trace.peak_bytes, worst.model.peak_bytes
     figures: dict[str, Any] = {"measured_peak_bytes": measured, "model_peak_bytes": model, "model_source": source,
-                               "contract": "equal" if exact else f"<= model + {slack}"}
+                               "contract": "equal" if exact else f"<= model + {slack}", "call": worst.call}
     if trace is not worst.trace:
         figures["op_transient_peak_bytes"] = worst.trace.peak_bytes - measured
     if any(s.shape for s in steps):
@@ -126,25 +164,42 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
     if worst.model_low is not None:
         figures["model_low_peak_bytes"] = worst.model_low.peak_bytes
         figures["contract"] = "within [model low, model]" if exact else figures["contract"]
-    bad = off(worst) != 0 if exact else measured > model + slack
-    if not bad:
-        return passed(CheckName.PEAK, **figures)
+    if exact:
+        low = worst.model_low.peak_bytes if worst.model_low is not None else model
+        rule = (f"measured peak within [model low {low} B, model {model} B] ({source})"
+                if worst.model_low is not None
+                else f"measured peak == model peak {model} B ({source})")
+        contract = Contract("measured peak", measured, low, model, f"{rule}; measured {measured} B", worst.call)
+    else:
+        contract = Contract("measured peak", measured, None, model + slack,
+                            f"measured peak <= model peak {model} B ({source}) + slack {slack} B; "
+                            f"measured {measured} B",
+                            worst.call)
+    if not contract.violated:
+        return Check(CheckName.PEAK, Status.PASS, "", figures, contract=contract)
     above = measured > model
-    blamed = blame_peak(worst.model, trace) if above else []  # a peak below the model has no culprit
+    last = worst is steps[-1]
+    blamed = blame_peak(worst.model, trace, held_by=held_by if last else None) if above else []  # below: no culprit
     if above and program_held and worst.program is not None:
         named = blame_peak_in_program(worst.model, worst.program, trace,
                                       compare_timeline(worst.program, worst.trace).matched)
         blamed = named or blamed
+    excess = contract.excess_bytes
+    figures.update(_remainder(blamed, excess, "alive at the measured peak past its modelled death",
+                              "the model holds more than was measured",
+                              "the measured step does not hold that much of what the model holds at its peak "
+                              "(it frees or never makes it), so the blamed bytes net of it make the excess"))
     rel = "!=" if exact else ">"
-    culprits = f"; alive past modelled death: {names(blamed)}" if above else "; the model holds more than was measured"
+    culprits = (f"; alive past modelled death: {names(blamed)}{_unnamed(figures)}" if above
+                else "; the model holds more than was measured")
     if exact and not above and worst.model_low is not None:  # under the range's lower bound
-        low = worst.model_low.peak_bytes
         return Check(CheckName.PEAK, Status.FAIL_PEAK,
-                     f"measured peak {measured} B < model peak's lower bound {low} B ({source}){culprits}",
-                     figures, blamed, measured - low)
+                     f"measured peak {measured} B < model peak's lower bound {contract.low_bytes} B "
+                     f"({source}){culprits}",
+                     figures, blamed, excess, contract)
     return Check(CheckName.PEAK, Status.FAIL_PEAK,
                  f"measured peak {measured} B {rel} model peak {model} B{f' + slack {slack} B' if slack else ''} "
-                 f"({source}){culprits}", figures, blamed, measured - model - (0 if exact else slack))
+                 f"({source}){culprits}", figures, blamed, excess, contract)
 
 
 def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | None:
@@ -172,39 +227,62 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     }
     late.sort(key=lambda f: -f.storage.nbytes)  # the largest first: what a maintainer looks at first
     refs.sort(key=lambda r: -sum(s.nbytes for s in r.blocked))
-    blamed = [f.describe(program.events) for f in late] + [r.describe(program.events) for r in refs]
+    blamed = ([{**f.describe(program.events), "explains_bytes": _held_late([f], program)} for f in late]
+              + [{**r.describe(program.events), "explains_bytes": sum(s.nbytes for s in r.blocked)} for r in refs])
     sentences = [f.sentence(program.events) for f in late] + [r.sentence(program.events) for r in refs]
     excess = _held_late(late, program) + sum(sum(s.nbytes for s in r.blocked) for r in refs)
     # each cause part's share of the excess, what a manifest's cause entry bounds
     shares: dict[str, int] = {}
-    for f, entry in zip(late, blamed):
+    for entry in blamed:
         part = program_part(entry)
-        shares[part] = shares.get(part, 0) + _held_late([f], program)
-    for r, entry in zip(refs, blamed[len(late):]):
-        part = program_part(entry)
-        shares[part] = shares.get(part, 0) + sum(s.nbytes for s in r.blocked)
+        shares[part] = shares.get(part, 0) + share(entry)
+    call, measured = step.call, step.trace.peak_bytes
+    peak_over = 0  # the measured peak over the program's, where the timeline is compared (no entry names it)
     if exact_domain:
         diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
         bad = [(s, d) for s, d in diffs if not d.exact]
         last = diffs[-1][1]
         figures["timeline"] = "exact" if not bad else "differs"
-        figures["measured_peak_bytes"] = last.measured_peak
+        figures["measured_peak_bytes"] = measured = last.measured_peak
         figures["op_transient_bytes"] = sum(a.nbytes for a in last.op_transients)
         figures["op_transients_in"] = sorted({a.transient_in or "" for a in last.op_transients})
         if bad:
             s, d = bad[0]
             assert s.program is not None
             sentences.insert(0, f"measured timeline of call {s.call} departs from the program's: {d.sentence()}")
-            blamed = d.blamed(s.program) + blamed
+            blamed = [{**e, "explains_bytes": e["bytes"] if e.get("finding") in _TIMELINE_EXCESS else 0}
+                      for e in d.blamed(s.program)] + blamed
             excess += d.excess_bytes()
+            peak_over = max(d.measured_peak - d.model_peak, 0)
             shares[TIMELINE_PART] = shares.get(TIMELINE_PART, 0) + d.excess_bytes()
+            call, measured = s.call, d.measured_peak
+            figures["program_peak_bytes"] = d.model_peak
+    figures.update(call=call, measured_peak_bytes=measured)
+    rule = ("frees every storage at its last use and the measured timeline follows it" if exact_domain
+            else "frees every storage at its last use")
+    contract = Contract("generated program's excess (bytes held past their last use x statements run meanwhile, "
+                        "plus bytes the measured timeline departs by)", excess, 0, 0,
+                        f"generated program {rule}: excess {excess} B, 0 B allowed", call)
     if not sentences:
-        return passed(CheckName.PROGRAM, **figures)
+        return Check(CheckName.PROGRAM, Status.PASS, "", figures, contract=contract)
     figures[PARTS_KEY] = program_parts(blamed, figures["timeline"] == "differs")  # from every finding
     figures[SHARES_KEY] = {part: shares.get(part, 0) for part in figures[PARTS_KEY]}
+    shown = blamed[:10]
+    rest = unexplained(shown, excess)
+    if rest:
+        why = [f"{len(blamed) - len(shown)} more finding(s) not listed"] if len(blamed) > len(shown) else []
+        if peak_over:
+            why.append(f"the measured peak is {peak_over} B over the program's")
+        figures.update(blame_unexplained_bytes=rest,
+                       blame_note=f"{rest} B of the {excess} B excess not in the blamed entries: "
+                                  + ("; ".join(why) or "findings without a storage"))
     more = f" [{len(sentences) - 1} more finding(s)]" if len(sentences) > 1 else ""
-    reason = f"generated program: {sentences[0]}{more}"
-    return Check(CheckName.PROGRAM, Status.FAIL_PEAK, reason, figures, blamed[:10], excess)
+    reason = f"generated program: excess {excess} B over 0 B allowed: {sentences[0]}{more}"
+    return Check(CheckName.PROGRAM, Status.FAIL_PEAK, reason, figures, shown, excess, contract)
+
+
+#: timeline findings whose bytes count in the program check's excess (conformance.checks.timeline.TimelineDiff)
+_TIMELINE_EXCESS = ("unmodelled-allocation", "freed-later-than-program")
 
 
 def _held_late(late: Sequence[Any], program: LifetimeModel) -> int:
@@ -233,13 +311,18 @@ def judge_backward_inputs(memory: MemoryFigures) -> Check | None:
         why = "argument list never cleared" if found.list_cleared is False else "references kept"
         return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
                      f"backward inputs held for the whole backward call: {held} B of saved activations "
-                     f"outlive the call ({why})", figures, [], held)
+                     f"outlive the call ({why})", figures, [], held, _saved_contract(held))
     if found.verdict == "released-late" and found.still_allocated_bytes:
         late = int(found.still_allocated_bytes)
         return Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK,
                      f"backward inputs released late: {late} B of saved activations stayed allocated after the "
-                     "backward dropped them", figures, [], late)
+                     "backward dropped them", figures, [], late, _saved_contract(late))
     return passed(CheckName.BACKWARD_INPUTS, **figures)
+
+
+def _saved_contract(held: int) -> Contract:
+    return Contract("saved activations held past their last use in the backward", held, 0, 0,
+                    f"saved activations released at their last use: {held} B held past it, 0 B allowed")
 
 
 def adapter_check(extra: Check | tuple[str, str] | None) -> Check | None:

@@ -48,6 +48,7 @@ def summary_table(results: list[Result], wall_s: float, path: Path, warnings: Se
         if r.repro_file:
             console.print(printable(f"    repro script: {r.repro_file}"), markup=False, highlight=False,
                           soft_wrap=True)
+        # soft_wrap: the command is printed on one line, whatever the terminal's width, so it pastes as printed
         console.print(printable(f"    rerun: {r.repro}"), markup=False, highlight=False, soft_wrap=True)
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(printable(w))}")

@@ -48,18 +48,21 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
 from conformance.models.transients import KernelNotModelled
-from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces
+from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces, without_op_transients
 from conformance.probes.observer import fallback_reason
+from conformance.probes.owners import holders
 from conformance.probes.statements import StatementTracer, attribute
 from conformance.run import boundary, pristine, reaper, shapes
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
+from conformance.run.rerun import rerun_command
 from conformance.util.phases import PhaseClock
 from conformance.util.text import clip, clip_start
 
 
-def repro_command(case: Case, backend: str) -> str:
-    return f"conformance run --case {case.id} --backend {backend}"
+def repro_command(case: Case, backend: str, steps: int | None = None) -> str:
+    """The command that reruns the pair (:func:`conformance.run.rerun.rerun_command`)."""
+    return rerun_command(case.id, backend, steps)
 
 
 #: set when a pair left state changed that could not be restored: the isolation worker is recycled
@@ -97,7 +100,7 @@ def run_case(case: Case, backend: Backend, options: RunOptions | None = None, sp
 def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | None) -> Result:
     result = Result(
         case.id, backend.name, Status.PASS, seed=case.seed, kind=case.kind, family=case.family,
-        repro=repro_command(case, spec or backend.name),
+        repro=repro_command(case, spec or backend.name, options.steps),
     )
     try:
         result.versions = boundary.versions(backend.versions())
@@ -285,14 +288,15 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
     checks: list[Check] = [_parity_check(parity)]
-    checks.append(judge_residual(steps))
+    held_by = _held_by(steps)
+    checks.append(judge_residual(steps, held_by))
     exact_domain = all(all(t.exact for t in ts) for _, ts in traces)
     program_check = judge_program(steps, exact_domain)
     if program_check is not None:
         checks.append(program_check)
     program_held = exact_domain and any(s.program is not None for s in steps)
     checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source,
-                             program_held))
+                             program_held, held_by))
     memory = result.memory = _memory_figures(backend, steps, source, traces)
     try:
         found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
@@ -306,7 +310,76 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     for check in (judge_backward_inputs(memory), adapter_check(extra)):
         if check is not None:
             checks.append(check)
-    return _decide(result, checks)
+    result = _decide(result, checks)
+    _headline(memory, checks, steps)
+    return result
+
+
+def _held_by(steps: list[ProbedStep]) -> dict[int, list[str]]:
+    """What still holds the last probed call's allocations it left alive beyond its model's residual (a
+    leak's storage, found by its address: :mod:`conformance.probes.owners`); nothing to find otherwise."""
+    last = steps[-1]
+    if last.trace.residual_bytes <= last.model.residual_bytes:
+        return {}
+    gc.unfreeze()  # the probed calls are over: the frozen survivors (a module's list) may be the holders
+    return holders({a.ptr: a.nbytes for a in last.trace.still_alive()})
+
+
+def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep]) -> None:
+    """The record's headline figures are the deciding check's (the peak check's where no memory check
+    decided), of the call it judged (peaks, residuals, timelines): one story, never a failing verdict
+    beside figures that pass.  A check with no peak of its own (residual, backward inputs) shows the
+    peak of the call it judged (the peak check's call where it names none) beside its contract.
+    Every check's own figures stay in ``checks``."""
+    deciding = combine(checks)
+    peak = next((c for c in checks if c.name == CheckName.PEAK), None)
+    check = deciding if deciding is not None and deciding.contract is not None else peak
+    if check is None:
+        return
+    figures = check.figures
+    memory.check, memory.contract = check.name.value, check.contract
+    memory.blamed = check.blamed
+    memory.blame_unexplained_bytes = figures.get("blame_unexplained_bytes")
+    memory.blame_note = figures.get("blame_note")
+    shown = check if check.name in (CheckName.PEAK, CheckName.PROGRAM) else peak  # whose peak is shown
+    if shown is not None and "measured_peak_bytes" in shown.figures:
+        memory.measured_peak_bytes = shown.figures["measured_peak_bytes"]
+    if shown is not None and shown.name == CheckName.PEAK:
+        memory.model_peak_bytes = shown.figures.get("model_peak_bytes", memory.model_peak_bytes)
+        memory.model_source = shown.figures.get("model_source", memory.model_source)
+        memory.peak_contract = shown.figures.get("contract", memory.peak_contract)
+    elif shown is not None:
+        memory.model_peak_bytes = shown.figures.get("program_peak_bytes", memory.model_peak_bytes)
+        memory.model_source = "generated program"
+        memory.peak_contract = "the program's own timeline"
+    if check.name == CheckName.RESIDUAL and "measured_residual_bytes" in figures:
+        memory.measured_residual_bytes = figures["measured_residual_bytes"]
+        memory.model_residual_bytes = figures["model_residual_bytes"]
+    call = check.contract.call if check.contract is not None else None
+    if call is None and shown is not None:
+        call = shown.figures.get("call")
+    step = next((s for s in steps if s.call == call), None)
+    if step is None:
+        return
+    memory.call = step.call
+    if check.name != CheckName.RESIDUAL:  # the residual the call's own timeline ends at
+        memory.measured_residual_bytes = step.trace.residual_bytes
+        memory.model_residual_bytes = step.model.residual_bytes
+    if step.program is not None:
+        memory.program_peak_bytes = step.program.peak_bytes
+        memory.program_timeline = list(zip(step.program.events, step.program.live_bytes))[:2000]
+    program_story = shown is not None and shown.name == CheckName.PROGRAM and step.program is not None
+    model = step.program if program_story and step.program is not None else step.model
+    # the timeline of the figures: without the ops' own transients where the peak check set them apart
+    apart = shown is not None and "op_transient_peak_bytes" in shown.figures
+    trace = without_op_transients(step.trace) if apart else step.trace
+    if check.name not in (CheckName.PEAK, CheckName.PROGRAM):  # the peak of the call whose story it is
+        memory.measured_peak_bytes, memory.model_peak_bytes = trace.peak_bytes, model.peak_bytes
+    memory.timeline = trace.relative_timeline()
+    memory.model_timeline = list(zip(model.events, model.live_bytes))[:2000]
+    memory.peak_event = model.events[model.peak_event] if model.events else None
+    memory.user_model_peak_bytes = step.user_model.peak_bytes
+    memory.foreign_free_bytes = trace.foreign_free_bytes
 
 
 def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]:
@@ -549,8 +622,6 @@ def _decide(result: Result, checks: list[Check]) -> Result:
     result.checks = checks
     deciding = combine(checks)
     if deciding is not None:
-        if result.memory is not None:
-            result.memory.blamed = deciding.blamed
         result.excess_bytes = deciding.excess_bytes
         return _verdict(result, deciding.status, deciding.reason)
     return _verdict(result, Status.PASS, "")

@@ -48,6 +48,7 @@ from conformance.api.adapter import Backend, discover
 from conformance.api.case import Case, CaseError, resolve
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Status, combine
+from conformance.run import rerun
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_TIMEOUT_S
 from conformance.util.paths import inside, pair_file_name
@@ -380,8 +381,9 @@ _HARNESS_RUNNER = '''
 import os
 
 sys.path[:0] = [p for p in SEARCH_PATH if os.path.isdir(p)]  # the harness and the backend's module
-if CASE_SOURCES:  # cases registered by --cases sources
-    os.environ.setdefault("CONFORMANCE_CASES", CASE_SOURCES)
+if CASE_SOURCES:  # cases registered by --cases sources, beside any the environment names
+    os.environ["CONFORMANCE_CASES"] = os.pathsep.join(
+        filter(None, [os.environ.get("CONFORMANCE_CASES", ""), CASE_SOURCES]))
 
 
 def load_case():
@@ -506,9 +508,8 @@ def _docsafe(text: str) -> str:
 
 
 def rerun_command(case_id: str, spec: str) -> str:
-    import shlex
-
-    return shlex.join(["conformance", "run", "--case", case_id, "--backend", spec])
+    """The pair's rerun command, ``--cases`` sources included (:mod:`conformance.run.rerun`)."""
+    return rerun.rerun_command(case_id, spec)
 
 
 def repro_source(case: Case, backend: Backend, result: Result, spec: str | None = None,

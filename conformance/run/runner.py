@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import sys
 import time
 import traceback
@@ -44,6 +43,7 @@ from conformance.api.verdict import Status
 from conformance.checks.baseline import Tolerance, apply_baseline
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.output.outdir import OutDirError, RunDir, claim, held
+from conformance.run import rerun
 from conformance.run.options import RunOptions
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
@@ -252,9 +252,9 @@ def _write_repro(pair: Pair, result: Result, out: Path, state: RunState) -> None
         result.notes.append(f"repro file: {path}")
 
 
-def rerun_command(pair: Pair) -> str:
-    """The command that runs exactly this pair again: an ad hoc backend by its ``module:Class`` spec."""
-    return shlex.join(["conformance", "run", "--case", pair.case.id, "--backend", pair.spec])
+def rerun_command(pair: Pair, steps: int | None = None) -> str:
+    """The command that runs exactly this pair again (:func:`conformance.run.rerun.rerun_command`)."""
+    return rerun.rerun_command(pair.case.id, pair.spec, steps)
 
 
 def _raw_verdict(pair: Pair, state: RunState) -> Result:
@@ -291,7 +291,7 @@ def execute_pair(pair: Pair, item: pytest.Item) -> None:
     """Run one pair, attach its result to the test item, and turn the verdict into an outcome."""
     state = item.config.stash[RUN_KEY]
     result = apply(_raw_verdict(pair, state), pair.manifest)
-    result.repro = rerun_command(pair)
+    result.repro = rerun_command(pair, state.options.steps)
     if state.repro_dir is not None and not result.ok and result.status not in ("crash", "timeout"):
         t0 = time.perf_counter()
         _write_repro(pair, result, state.repro_dir, state)
