@@ -10,7 +10,7 @@ shape-free words:
   storage (a ``list`` such as a ``while_loop`` carry list, a result ``tuple``, a plain ``name``),
   whether it was inside a ``while_loop``, how long it was held and the kind of statement that let it go;
 * **peak**, **residual**: per blamed buffer, who made it (a fused kernel, an extern kernel, an
-  op) and its role, never the kernel's or op's name;
+  op), never the kernel's or op's name nor its size;
 * **parity**: the kind of the first bad output (output or gradient) and why it failed;
 * **errors** (``fail-compile``, ``fail-run``, ``crash``, ``timeout``): the exception type and
   message, normalised, and its innermost frame (file name and function).
@@ -173,7 +173,7 @@ def program_part(finding: dict[str, Any]) -> str:
     if kind == "never-used":
         return "buffer allocated and never used"
     if kind not in ("late", "late-reference", "outlives-step"):  # the measured timeline's findings
-        return f"measured timeline: {kind.replace('-', ' ')} ({op_kind(finding.get('op'))})"
+        return f"measured timeline: {kind.replace('-', ' ')} ({_maker(str(finding.get('op') or ''))})"
     held_in = str(finding.get("held_in") or "name")
     if "in_loop" in finding:  # recorded by the program model
         loop, freed_in_loop = bool(finding["in_loop"]), bool(finding.get("released_in_loop"))
@@ -217,16 +217,20 @@ def program_parts(findings: Iterable[dict[str, Any]], timeline_differs: bool = F
 
 
 def _buffer_words(b: dict[str, Any]) -> str:
-    """A blamed buffer in words free of kernel and op names: who made it and its role."""
+    """A blamed buffer in words free of kernel and op names, sizes and roles: who made it."""
     op = str(b.get("op") or b.get("measured_op") or "")
     if b.get("model_death") == "not in model":
         return "storage the model does not have"
-    name = op_kind(op)
-    maker = ("a fused kernel" if re.match(r"^(?:cpp|cpu|triton|cuda)_", name) else
-             "an extern kernel" if op.startswith("extern_kernels") else
-             "no operator" if op.startswith("(outside") or not op else "an op")
-    role = str(b.get("role") or "")
-    return f"{role + ' ' if role and role != 'intermediate' else ''}buffer made by {maker}"
+    return f"buffer made by {_maker(op)}"
+
+
+def _maker(op: str) -> str:
+    """Who made a storage, in words free of its name: a fused kernel, an extern kernel, an op."""
+    if re.match(r"^(?:cpp|cpu|triton|cuda)_", op_kind(op)):
+        return "a fused kernel"
+    if op.startswith("extern_kernels"):
+        return "an extern kernel"
+    return "no operator" if op.startswith("(outside") or not op else "an op"
 
 
 def _blamed_parts(check: Check, what: str) -> list[tuple[str, dict[str, Any]]]:
