@@ -172,7 +172,7 @@ def layout_copy(ev: Evidence) -> str | None:
     """A buffer in another layout than the graphs' (inductor's channels-last convolution inputs,
     weights and results), or the row-major copy of one made for the caller."""
     where = ev.buffer
-    if where is None:
+    if where is None or ev.source != "peak":  # the program held exactly; a late release is not a layout
         return None
     phase, name = where
     layouts = ev.program.channels_last_buffers(phase)
@@ -192,7 +192,7 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
     """The loop's autograd running in eager PyTorch (inductor cannot compile a ``while_loop``
     backward): the pair is held to the user-level graph, whose loop is ``while_loop_stack_output``,
     and what is blamed is the eager loop autograd's storage the graph does not have."""
-    if ev.source not in ("peak", "residual") or ev.model_source != "user-graph":
+    if ev.source != "peak" or ev.model_source != "user-graph":  # it raises the peak; it keeps nothing
         return None
     if not any("while_loop_stack_output" in e for e in ev.graph_events):
         return None
@@ -277,7 +277,7 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
     """One fused kernel writing several buffers that are all allocated before it runs, so they are
     alive together where the graphs' op-by-op schedule has fewer."""
     where = ev.buffer
-    if where is None or ev.source not in ("peak", "program"):
+    if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
         return None
     phase, name = where
     for i in ev.program.writers(phase, name):
