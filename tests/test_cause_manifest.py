@@ -73,19 +73,19 @@ def test_a_planted_new_cause_is_flagged_inside_a_group_of_known_ones(tmp_path: P
 
 
 def test_a_known_cause_beyond_its_bound_is_a_failure(tmp_path: Path, known_parts: list[str]) -> None:
-    carry = next(p for p in known_parts if "buffer held by the carry list" in p)
+    assert known_parts == ["program: while-loop-host-code"]  # every finding of the host loop: one mechanism
     r = loop_result("loop-rnn-t6", (0, 1, 2), 16, 6)
     fill_cause(r)
-    text = manifest_text([p for p in known_parts if p != carry]) + manifest_text([carry], "max_excess = 64")
-    out = apply(r, load(tmp_path, text))
+    out = apply(r, load(tmp_path, manifest_text(known_parts, "max_excess = 64")))
     assert out.status == Status.FAIL_PEAK
-    assert out.reason.startswith("known cause beyond its bound:") and carry in out.reason and "> 64 B" in out.reason
+    assert out.reason.startswith("known cause beyond its bound:") and known_parts[0] in out.reason
+    assert "> 64 B" in out.reason
     assert out.new_cause_parts == []
 
 
 def test_a_bound_that_scales_with_the_case(tmp_path: Path, known_parts: list[str]) -> None:
     """``max_excess_pct`` of the pair's model peak: the same cause on a wider program may hold more."""
-    m = load(tmp_path, manifest_text(known_parts, "max_excess_pct = 150"))
+    m = load(tmp_path, manifest_text(known_parts, "max_excess = 400\nmax_excess_pct = 150"))  # fixed + scaled
     small, wide = loop_result("gen-loop-1", (0, 1, 2), 4, 3), loop_result("gen-loop-2", (0, 1, 2), 32, 3)
     assert wide.excess_bytes is not None and small.excess_bytes is not None and wide.excess_bytes > small.excess_bytes
     assert apply(small, m).status == Status.XFAIL
@@ -117,7 +117,10 @@ def test_a_cause_entry_may_be_narrowed_to_cases_and_versions(tmp_path: Path, kno
     ('cause = ""\nstatus = "fail-peak"\nreason = "r"\nmax_excess = 3', "'cause' must be a cause part"),
     ('case = "a"\nstatus = "fail-peak"\nreason = "r"\nmax_excess_pct = 3', "'max_excess_pct' is for cause entries"),
     ('cause = "program: x"\nstatus = "fail-peak"\nreason = "r"\nmax_excess_pct = "big"', "must be a percentage"),
-    ('cause = "program: x"\nstatus = "fail-peak"\nreason = "r"\nmax_excess_pct = 3\nmax_excess = 4', "not both"),
+    ('cause = "program: x"\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\nmax_excess = 4',
+     "'cause' or 'mechanism', not both"),
+    ('mechanism = "conv-magic"\nstatus = "fail-peak"\nreason = "r"\nmax_excess = 4', "not a known mechanism"),
+    ('mechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"', "needs its bound per instance"),
 ])
 def test_bad_cause_entries_are_one_line_errors(tmp_path: Path, entry: str, message: str) -> None:
     with pytest.raises(ManifestError, match=message):

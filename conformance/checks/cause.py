@@ -1,34 +1,39 @@
-"""Cause signatures: what a failure *is*, in words that do not depend on which case showed it.
+"""Cause signatures: what a failure *is*, named by mechanism, never by case, kernel, op or size.
 
-A nightly run over hundreds of generated programs finds the same backend behaviour again and
-again; grouping by case id calls each repeat news.  A :class:`Cause` is made from the deciding
-check's own findings (never from the case id), as a sorted set of *parts*, one per distinct
-behaviour, each prefixed by the check that found it:
+A nightly run over hundreds of programs finds the same backend behaviour again and again;
+grouping by case id (or by the fused kernel that happened to show it) calls each repeat news.  A
+:class:`Cause` is made from the deciding check's own findings (never from the case id), as a set
+of *parts*, each prefixed by the check that found it.  Each finding is first described in
+shape-free words:
 
 * **program**: per finding of the generated-program model, the kind of reference that held the
   storage (a ``list`` such as a ``while_loop`` carry list, a result ``tuple``, a plain ``name``),
-  whether it was inside a ``while_loop``, how long it was held (across the loop body, until after
-  the loop, until its ``del``) and the kind of statement that let it go;
-* **peak**, **residual**: the producing ops blamed (``cat``, ``addmm``);
+  whether it was inside a ``while_loop``, how long it was held and the kind of statement that let it go;
+* **peak**, **residual**: per blamed buffer, who made it (a fused kernel, an extern kernel, an
+  op), never the kernel's or op's name nor its size;
 * **parity**: the kind of the first bad output (output or gradient) and why it failed;
 * **errors** (``fail-compile``, ``fail-run``, ``crash``, ``timeout``): the exception type and
   message, normalised, and its innermost frame (file name and function).
 
+then offered, with the evidence around it, to the recognisers of
+:mod:`conformance.checks.mechanism`: a recognised finding's part is ``<check>: <mechanism>``
+(``peak: layout-copy``); the words stay for evidence no recogniser knows (a new mechanism).
+
 Every text goes through :func:`normalise`: numbers, sizes, addresses, paths and generated
-names (``buf12``, ``arg0_1``, ``add_4``) are stripped, so two programs that differ only in seed,
-shapes and buffer numbering get one signature.  Manifests match parts
-(:mod:`conformance.checks.manifest`); triage groups by the whole signature.
+names (``buf12``, ``arg0_1``, ``add_4``) are stripped.  Manifests match parts
+(:mod:`conformance.checks.manifest`); triage groups by the primary part.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.api.result import Result
 from conformance.api.verdict import Check, CheckName, Status, combine
+from conformance.checks.mechanism import Evidence, Program, mechanism_of, recognise
 
 #: joins a cause's parts into its signature
 SEPARATOR = " + "
@@ -49,10 +54,22 @@ class Cause:
     parts: tuple[str, ...]
     #: each part's share of the deciding check's excess bytes (memory failures; empty otherwise)
     shares: tuple[tuple[str, int], ...] = ()
+    #: why each recognised part is its mechanism (the recogniser's reason)
+    why: tuple[tuple[str, str], ...] = ()
 
     @property
     def signature(self) -> str:
-        return SEPARATOR.join(self.parts)
+        """The parts, sorted: one mechanism set is one signature whatever the shares."""
+        return SEPARATOR.join(sorted(self.parts))
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        """The mechanisms named, the primary (largest share) first."""
+        return tuple(m for m in (mechanism_of(p) for p in self.parts) if m)
+
+    def reason(self, part: str) -> str:
+        """Why ``part`` is its mechanism ("" for a part no recogniser knew)."""
+        return dict(self.why).get(part, "")
 
     def share(self, part: str) -> int | None:
         """``part``'s bytes of the excess; ``None`` when the check did not split it."""
@@ -156,7 +173,7 @@ def program_part(finding: dict[str, Any]) -> str:
     if kind == "never-used":
         return "buffer allocated and never used"
     if kind not in ("late", "late-reference", "outlives-step"):  # the measured timeline's findings
-        return f"measured timeline: {kind.replace('-', ' ')} ({op_kind(finding.get('op'))})"
+        return f"measured timeline: {kind.replace('-', ' ')} ({_maker(str(finding.get('op') or ''))})"
     held_in = str(finding.get("held_in") or "name")
     if "in_loop" in finding:  # recorded by the program model
         loop, freed_in_loop = bool(finding["in_loop"]), bool(finding.get("released_in_loop"))
@@ -199,11 +216,26 @@ def program_parts(findings: Iterable[dict[str, Any]], timeline_differs: bool = F
 # --------------------------------------------------------------------------- the other checks
 
 
-def _blamed_ops(check: Check, what: str) -> list[str]:
-    ops = {op_kind(b.get("op") or b.get("measured_op")) for b in check.blamed}
-    if not ops:
-        return [f"{what} with nothing blamed"]
-    return [f"{what}: {op}" for op in sorted(ops)]
+def _buffer_words(b: dict[str, Any]) -> str:
+    """A blamed buffer in words free of kernel and op names, sizes and roles: who made it."""
+    op = str(b.get("op") or b.get("measured_op") or "")
+    if b.get("model_death") == "not in model":
+        return "storage the model does not have"
+    return f"buffer made by {_maker(op)}"
+
+
+def _maker(op: str) -> str:
+    """Who made a storage, in words free of its name: a fused kernel, an extern kernel, an op."""
+    if re.match(r"^(?:cpp|cpu|triton|cuda)_", op_kind(op)):
+        return "a fused kernel"
+    if op.startswith("extern_kernels"):
+        return "an extern kernel"
+    return "no operator" if op.startswith("(outside") or not op else "an op"
+
+
+def _blamed_parts(check: Check, what: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each blamed entry of a peak or residual check with its shape-free words."""
+    return [(f"{what}: {_buffer_words(b)}", b) for b in check.blamed]
 
 
 def _parity_parts(check: Check, result: Result) -> list[str]:
@@ -226,20 +258,40 @@ def _output_kind(name: str) -> str:
     return {"grad": "gradient", "output": "output"}.get(head, normalise(head, 40))
 
 
-def _check_parts(check: Check, result: Result) -> list[str]:
+@dataclass(frozen=True)
+class _Finding:
+    """One finding of the deciding check: its shape-free words, the entry behind it, its bytes."""
+
+    detail: str
+    entry: dict[str, Any] | None
+    share: int | None
+
+
+def _check_findings(check: Check, result: Result) -> list[_Finding]:
     recorded = check.figures.get(PARTS_KEY) if check.figures else None
-    if isinstance(recorded, list) and recorded and all(isinstance(p, str) for p in recorded):
-        return list(recorded)
-    if check.name == CheckName.PROGRAM:
-        differs = check.figures.get("timeline") == "differs"
-        return program_parts(check.blamed, differs) or ["generated program " + normalise(check.reason, 120)]
-    if check.name == CheckName.PEAK:
-        return _blamed_ops(check, "alive past modelled death" if check.blamed else "peak over the model")
-    if check.name == CheckName.RESIDUAL:
-        return _blamed_ops(check, "still alive after the step" if check.blamed else "residual differs")
+    if check.name == CheckName.PROGRAM or (isinstance(recorded, list) and recorded):
+        details = list(recorded) if isinstance(recorded, list) and all(isinstance(p, str) for p in recorded) \
+            else program_parts(check.blamed, check.figures.get("timeline") == "differs")
+        if not details:
+            details = ["generated program " + normalise(check.reason, 120)]
+        shares = check.figures.get(SHARES_KEY) if check.figures else None
+        shares = shares if isinstance(shares, dict) else {}
+        out: list[_Finding] = []
+        for d in details:
+            entries: list[dict[str, Any] | None] = [b for b in check.blamed
+                                                    if b.get("finding") and program_part(b) == d]
+            share = shares.get(d)
+            out.extend(_Finding(d, e, share if i == 0 else 0) for i, e in enumerate(entries or [None]))
+        return out
+    if check.name in (CheckName.PEAK, CheckName.RESIDUAL):
+        what = ("alive past modelled death" if check.name == CheckName.PEAK else "still alive after the step") \
+            if check.blamed else ("peak over the model with nothing blamed" if check.name == CheckName.PEAK
+                                  else "residual differs with nothing blamed")
+        found = [_Finding(d, b, int(b.get("bytes") or 0)) for d, b in _blamed_parts(check, what)]
+        return found or [_Finding(what, None, None)]
     if check.name == CheckName.PARITY:
-        return _parity_parts(check, result)
-    return [normalise(check.reason, 160)]
+        return [_Finding(p, None, None) for p in _parity_parts(check, result)]
+    return [_Finding(normalise(check.reason, 160), None, None)]
 
 
 # --------------------------------------------------------------------------- errors
@@ -302,40 +354,71 @@ def raw_status(result: Result) -> Status:
         return Status.parse(result.status)
 
 
+def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
+    memory = result.memory
+    events = _events(memory.program_timeline) if memory is not None else []
+    if not events and check is not None:  # no timeline recorded: the statements the findings name
+        events = [str(b[k]) for b in check.blamed if isinstance(b, dict)
+                  for k in ("last_use", "should_die_before", "freed_after") if b.get(k)]
+    graphs = tuple(_events(memory.model_timeline)) if memory is not None else ()
+    figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
+    model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
+    return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
+                    figures=figures)
+
+
+def _events(timeline: object) -> list[str]:
+    """The event labels of a ``(event, bytes)`` timeline (a record from outside may hold anything)."""
+    if not isinstance(timeline, (list, tuple)):
+        return []
+    return [str(p[0]) for p in timeline if isinstance(p, (list, tuple)) and p]
+
+
 def cause_of(result: Result) -> Cause | None:
-    """The cause of a failing verdict (before any manifest is applied); ``None`` for a pass or skip."""
+    """The cause of a failing verdict (before any manifest is applied); ``None`` for a pass or skip.
+
+    Each finding of the deciding check (or the error) is offered to the mechanism recognisers
+    (:mod:`conformance.checks.mechanism`); a recognised one is the part ``<check>: <mechanism>``,
+    any other keeps its shape-free words.  Parts are ordered by their share of the excess, the
+    largest (the primary mechanism) first."""
     status = raw_status(result)
     if not status.is_failure:
         return None
     deciding = combine(result.checks)
     if status in (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT) or deciding is None:
         source = status.value
-        parts = _error_parts(result)
+        base = replace(_evidence(result, source, None), error=error_text(result) + "\n" + "\n".join(result.notes))
+        found = [_Finding(p, None, None) for p in _error_parts(result)]
     else:
         source = deciding.name.value
-        parts = _check_parts(deciding, result)
-        shares = _shares(deciding, parts)
-        return Cause(source, tuple(sorted({f"{source}: {p}" for p in parts})),
-                     tuple(sorted((f"{source}: {p}", n) for p, n in shares.items())))
-    return Cause(source, tuple(sorted({f"{source}: {p}" for p in parts})))
+        base = _evidence(result, source, deciding)
+        found = _check_findings(deciding, result)
+    parts: dict[str, int | None] = {}
+    why: dict[str, str] = {}
+    for f in found:
+        seen = recognise(replace(base, part=f.detail, finding=f.entry or {}))
+        part = f"{source}: {seen.mechanism if seen else f.detail}"
+        if seen and part not in why:
+            why[part] = seen.why
+        if f.share is not None:
+            parts[part] = (parts.get(part) or 0) + f.share
+        else:
+            parts.setdefault(part, None)
+    shares = _split(deciding, parts) if source != status.value or deciding is not None else {}
+    order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
+    return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())))
 
 
-def _shares(check: Check, parts: list[str]) -> dict[str, int]:
-    """Each part's bytes of the check's excess: as the check split it (program), else by the blamed
-    storages of each op, the part that explains most taking what blame left unexplained."""
-    if check.excess_bytes is None:
+def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:
+    """Each part's bytes of the check's excess: as the check split it (the program check does), else
+    by the blamed storages of each part, the part that explains most taking what blame left over."""
+    if check is None or check.excess_bytes is None:
         return {}
-    recorded = check.figures.get(SHARES_KEY) if check.figures else None
-    if isinstance(recorded, dict) and all(isinstance(v, int) for v in recorded.values()):
-        return {p: int(recorded.get(p, 0)) for p in parts}
     if len(parts) == 1:
-        return {parts[0]: check.excess_bytes}
-    shares = dict.fromkeys(parts, 0)
-    for b in check.blamed:
-        for p in parts:
-            if p.endswith(f": {op_kind(b.get('op') or b.get('measured_op'))}"):
-                shares[p] += int(b.get("bytes") or 0)
-                break
+        return {next(iter(parts)): check.excess_bytes}
+    shares = {p: int(n or 0) for p, n in parts.items()}
+    if check.name == CheckName.PROGRAM and isinstance((check.figures or {}).get(SHARES_KEY), dict):
+        return shares
     rest = check.excess_bytes - sum(shares.values())
     if rest > 0 and shares:
         shares[max(shares, key=lambda p: shares[p])] += rest
@@ -343,7 +426,16 @@ def _shares(check: Check, parts: list[str]) -> dict[str, int]:
 
 
 def fill_cause(result: Result) -> None:
-    """Give a record written before records carried causes its cause (in place)."""
+    """Give a record its cause by mechanism (in place): one written before records carried causes, or
+    before they named mechanisms, is judged again from its evidence.  A record without checks (made
+    outside) keeps the cause it has.  Where the parts change, a record that had new parts keeps as
+    new those that are still no known mechanism (all of them, where every part is now one)."""
+    if result.cause and not result.checks:
+        return
     cause = cause_of(result)
-    if cause is not None:
-        result.cause, result.cause_parts = cause.signature, list(cause.parts)
+    if cause is None or sorted(cause.parts) == sorted(result.cause_parts):
+        return
+    was_new = bool(result.new_cause_parts)
+    result.cause, result.cause_parts = cause.signature, list(cause.parts)
+    unknown = [p for p in cause.parts if not mechanism_of(p)]
+    result.new_cause_parts = (unknown or list(cause.parts)) if was_new else []

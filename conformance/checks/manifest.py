@@ -16,10 +16,17 @@ An entry may name a *cause* instead of a case: ``cause = "<part>"`` is one part 
 cause signature (:mod:`conformance.checks.cause`: ``results.jsonl``'s ``cause_parts``), with
 ``status``, ``reason``, ``issue`` and ``when`` as above and, for a memory failure, a bound per
 instance, ``max_excess = N`` bytes or ``max_excess_pct = P`` percent of the pair's model peak (a
-bound that scales with the case).  A failure no case entry names is expected when every part
-of its cause is a known one; the bounds of the parts' entries add up to the excess it may show.
-A part no entry knows, or an excess beyond the bound, is a failure.  ``case`` (a glob) may
-narrow a cause entry to some cases; a case entry comes before cause entries.
+bound that scales with the case; given both, the bound is their sum: a fixed part plus a part
+that scales).  A failure no case entry names is expected when every part of its cause is a known
+one; the bounds of the parts' entries add up to the excess it may show.  A part no entry knows, or
+an excess beyond the bound, is a failure.  ``case`` (a glob) may narrow a cause entry to some
+cases; a case entry comes before cause entries.
+
+An entry may name a *mechanism* (:mod:`conformance.checks.mechanism`): ``mechanism =
+"layout-copy"`` expects every part that names it, whichever check found it (``peak: layout-copy``,
+``program: layout-copy``), on every case, with the same keys and bounds as a cause entry.  This is
+how a known backend behaviour on a program nobody here wrote (a user's own model) is ``xfail``
+with the mechanism's reason, while growth beyond the bound still fails.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from packaging.utils import canonicalize_name
 from conformance.api.result import FAILURES, Result
 from conformance.api.verdict import Status
 from conformance.checks.cause import Cause, cause_of
+from conformance.checks.mechanism import NAMES as MECHANISMS
+from conformance.checks.mechanism import mechanism_of
 from conformance.util.paths import inside, safe_name
 from conformance.util.text import printable
 
@@ -57,23 +66,32 @@ class Expectation:
     when: tuple[str, ...] = ()  # requirement-style conditions on installed versions, all must hold
     cause: str = ""  # a cause part (conformance.checks.cause) this entry expects on any case ``case`` matches
     max_excess_pct: float | None = None  # a cause entry's bound: percent of the pair's model peak
+    mechanism: str = ""  # a mechanism (conformance.checks.mechanism) this entry expects on any case ``case`` matches
+
+    @property
+    def by_cause(self) -> bool:
+        """An entry that expects a cause part or a mechanism, not a case."""
+        return bool(self.cause or self.mechanism)
 
     def matches(self, case_id: str) -> bool:
-        """A case entry naming ``case_id`` (cause entries match causes: :meth:`covers`)."""
-        return not self.cause and fnmatch.fnmatchcase(case_id, self.case)
+        """A case entry naming ``case_id`` (cause and mechanism entries match causes: :meth:`covers`)."""
+        return not self.by_cause and fnmatch.fnmatchcase(case_id, self.case)
 
     def covers(self, case_id: str, status: str, part: str) -> bool:
-        """A cause entry expecting ``part`` of a ``status`` failure on ``case_id``."""
-        return bool(self.cause) and self.cause == part and self.status == status \
-            and fnmatch.fnmatchcase(case_id, self.case)
+        """A cause entry expecting ``part``, or a mechanism entry expecting the mechanism it names,
+        of a ``status`` failure on ``case_id``."""
+        named = (self.mechanism and mechanism_of(part) == self.mechanism) or (self.cause and self.cause == part)
+        return bool(named) and self.status == status and fnmatch.fnmatchcase(case_id, self.case)
 
     def bound(self, model_peak: int | None) -> int | None:
-        """The bytes over its contract one instance of this cause may show (``None``: not known here)."""
-        if self.max_excess is not None:
-            return self.max_excess
-        if self.max_excess_pct is not None and model_peak is not None:
-            return int(model_peak * self.max_excess_pct / 100)
-        return None
+        """The bytes over its contract one instance of this cause may show (``None``: not known here):
+        ``max_excess`` plus ``max_excess_pct`` of the model peak, whichever are given."""
+        if self.max_excess_pct is not None and model_peak is None:
+            return None
+        if self.max_excess is None and self.max_excess_pct is None:
+            return None
+        scaled = int(model_peak * self.max_excess_pct / 100) if self.max_excess_pct is not None and model_peak else 0
+        return (self.max_excess or 0) + scaled
 
     def applies(self, versions: Mapping[str, str] | None = None) -> bool:
         """Whether every ``when`` condition holds for ``versions`` (default: what is installed)."""
@@ -104,12 +122,15 @@ class Expectation:
         if self.excess is not None:
             return f" (+{self.excess} B)"
         if self.max_excess_pct is not None:
-            return f" (<= +{self.max_excess_pct:g}% of the model peak)"
+            fixed = f"{self.max_excess} B + " if self.max_excess is not None else ""
+            return f" (<= +{fixed}{self.max_excess_pct:g}% of the model peak)"
         return f" (<= +{self.max_excess} B)" if self.max_excess is not None else ""
 
     @property
     def label(self) -> str:
-        """How messages name the entry: its case, or its cause."""
+        """How messages name the entry: its case, its cause or its mechanism."""
+        if self.mechanism:
+            return f"mechanism {self.mechanism!r}"
         return f"cause {self.cause!r}" if self.cause else repr(self.case)
 
 
@@ -174,7 +195,7 @@ class Manifest:
     def stale(self, case_ids: Iterable[str]) -> list[Expectation]:
         """Active case entries that match no selected case (a cause entry expects a cause on any case)."""
         ids = list(case_ids)
-        return [e for e in self.active() if not e.cause and not any(e.matches(i) for i in ids)]
+        return [e for e in self.active() if not e.by_cause and not any(e.matches(i) for i in ids)]
 
     def covering(self, case_id: str, status: str, part: str) -> Expectation | None:
         """The active cause entry expecting ``part``; one with a ``when`` comes first."""
@@ -203,13 +224,20 @@ def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str,
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
         extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when", "cause",
-                             "max_excess_pct"}
+                             "max_excess_pct", "mechanism"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
         cause = item.get("cause", "")
         if not isinstance(cause, str) or ("cause" in item and not cause.strip()):
             raise ManifestError(f"{where}: 'cause' must be a cause part (a string from results.jsonl's cause_parts)")
-        case, status, reason = item.get("case", "*" if cause else None), item.get("status"), item.get("reason")
+        mechanism = item.get("mechanism", "")
+        if "mechanism" in item and mechanism not in MECHANISMS:
+            raise ManifestError(f"{where}: 'mechanism' {mechanism!r} is not a known mechanism "
+                                f"({', '.join(sorted(MECHANISMS))})")
+        if cause and mechanism:
+            raise ManifestError(f"{where}: give 'cause' or 'mechanism', not both")
+        named = cause or mechanism
+        case, status, reason = item.get("case", "*" if named else None), item.get("status"), item.get("reason")
         if not isinstance(case, str) or not case:
             raise ManifestError(f"{where}: 'case' (an id or glob) or 'cause' is required")
         if status not in FAILURES:
@@ -225,17 +253,18 @@ def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str,
                 raise ManifestError(f"{where} ({case}): {key!r} must be a whole number of bytes, got {value!r}")
         if excess is not None and max_excess is not None:
             raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
-        pct = _parse_pct(item, cause, max_excess, excess, f"{where} ({cause or case})")
-        if cause and Status(status).is_memory and max_excess is None and pct is None:
-            raise ManifestError(f"{where} (cause {cause!r}): a memory cause needs its bound per instance, "
+        pct = _parse_pct(item, named, excess, f"{where} ({named or case})")
+        if named and Status(status).is_memory and max_excess is None and pct is None:
+            raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
                                 "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
         when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
-        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct))
+        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct,
+                                   mechanism))
     return Manifest(backend, path, entries, versions)
 
 
-def _parse_pct(item: Mapping[str, object], cause: str, max_excess: object, excess: object, where: str) -> float | None:
-    """A cause entry's ``max_excess_pct`` (checked); a cause has no exact ``excess`` across cases."""
+def _parse_pct(item: Mapping[str, object], cause: str, excess: object, where: str) -> float | None:
+    """A cause or mechanism entry's ``max_excess_pct`` (checked); a cause has no exact ``excess`` across cases."""
     if cause and excess is not None:
         raise ManifestError(f"{where}: a cause entry bounds each instance ('max_excess' or 'max_excess_pct'), "
                             "it has no exact 'excess'")
@@ -246,8 +275,6 @@ def _parse_pct(item: Mapping[str, object], cause: str, max_excess: object, exces
         raise ManifestError(f"{where}: 'max_excess_pct' is for cause entries; a case entry gives bytes")
     if not isinstance(pct, (int, float)) or isinstance(pct, bool) or not 0 <= pct < 1e6 or pct != pct:
         raise ManifestError(f"{where}: 'max_excess_pct' must be a percentage (a number >= 0), got {pct!r}")
-    if max_excess is not None:
-        raise ManifestError(f"{where}: give 'max_excess' or 'max_excess_pct', not both")
     return float(pct)
 
 
@@ -319,11 +346,15 @@ def _apply_cause(result: Result, manifest: Manifest, cause: Cause) -> Result:
         if problem:
             result.reason = f"known cause beyond its bound: {problem}: {result.reason}"
             return result
-    first_entry = known[max(known, key=lambda p: cause.share(p) or 0)]  # the part that explains most
+    first_part = max(known, key=lambda p: cause.share(p) or 0)  # the part that explains most
+    first_entry = known[first_part]
     assert first_entry is not None
     result.status = Status.XFAIL
     more = f" [+{len(entries) - 1} more known cause part(s)]" if len(entries) > 1 else ""
-    result.reason = (f"expected cause: {first_entry.reason}" + (f" ({first_entry.issue})" if first_entry.issue else "")
+    why = cause.reason(first_part)
+    named = f" ({first_entry.mechanism}{': ' + why if why else ''})" if first_entry.mechanism else ""
+    result.reason = (f"expected cause{named}: {first_entry.reason}"
+                     + (f" ({first_entry.issue})" if first_entry.issue else "")
                      + (f" [when {', '.join(first_entry.when)}]" if first_entry.when else "") + more)
     return result
 
@@ -430,7 +461,9 @@ def dump(manifest: Manifest, header: str = "") -> str:
         lines.append("[[expect]]")
         if e.cause:
             lines.append(f"cause = {json.dumps(e.cause)}")
-        if not e.cause or e.case != "*":
+        if e.mechanism:
+            lines.append(f"mechanism = {json.dumps(e.mechanism)}")
+        if not e.by_cause or e.case != "*":
             lines.append(f"case = {json.dumps(e.case)}")
         lines.append(f"status = {json.dumps(e.status)}")
         lines.append(f"reason = {json.dumps(e.reason)}")

@@ -1,9 +1,15 @@
 """Triage: a run's failures grouped by cause, the news first.
 
 A wide nightly run finds one backend behaviour on dozens of programs.  Grouped by case, each is
-news; grouped by cause (``results.jsonl``'s ``cause``, :mod:`conformance.checks.cause`) the page
-says "the 12th instance of a known cause" once and puts what is new on top: a cause the run
+news; grouped by cause (``results.jsonl``'s ``cause_parts``, :mod:`conformance.checks.cause`) the
+page says "the 12th instance of a known cause" once and puts what is new on top: a cause the run
 history has never seen before this run, then a cause with a part no manifest entry knows.
+
+A group is one backend and one *mechanism*: a failure's primary part (``cause_parts[0]``, the
+part with the largest share of the excess), whatever fused kernels, ops or sizes showed it.  A
+failure with parts no manifest entry knew is grouped by those new parts instead, so news is
+never folded into a known group.  No run has more groups per backend than mechanisms (and new
+causes) in it.
 Each group names its smallest repro (the shortest repro script written, else the pair with the
 smallest modelled peak), and when the history first saw it.
 
@@ -25,11 +31,11 @@ from conformance.output.records import RecordsError, read_usable
 
 @dataclass
 class Group:
-    """The failures of one backend that share a cause signature."""
+    """The failures of one backend that share a mechanism (their primary cause part), or a new cause."""
 
     backend: str
-    signature: str
-    parts: tuple[str, ...]
+    signature: str  # the primary part (or the new parts) the group is keyed by
+    parts: tuple[str, ...]  # every part seen on the group's failures, the key first
     results: list[Result] = field(default_factory=list)
     #: parts of the cause that no manifest entry knew, on any of the group's pairs
     new_parts: tuple[str, ...] = ()
@@ -100,21 +106,36 @@ class Triage:
 CauseFiller = Callable[[Result], None]
 
 
+#: joins the new parts a group of new causes is keyed by
+_JOIN = " + "
+
+
+def group_key(r: Result) -> str:
+    """What a failure is grouped by: its new parts where it has any, else its primary part."""
+    if r.new_cause_parts:
+        return _JOIN.join(sorted(r.new_cause_parts))
+    if r.cause_parts:
+        return r.cause_parts[0]
+    return r.cause or f"{_raw_status(r).value}: (no cause recorded)"
+
+
 def group_failures(results: Sequence[Result], fill: CauseFiller | None = None) -> list[Group]:
-    """Every failing pair (expected ones included: a known cause is still a cause), by backend and cause."""
+    """Every failing pair (expected ones included: a known cause is still a cause), by backend and
+    mechanism (:func:`group_key`).  ``fill`` gives a record its cause by mechanism where it was
+    written without one (or before causes named mechanisms)."""
     groups: dict[tuple[str, str], Group] = {}
     for r in results:
         raw = _raw_status(r)
         if not raw.is_failure:
             continue
-        if not r.cause and fill is not None:
+        if fill is not None:
             fill(r)
-        signature = r.cause or f"{raw.value}: (no cause recorded)"
-        key = (r.backend, signature)
+        key = (r.backend, group_key(r))
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(r.backend, signature, tuple(r.cause_parts) or (signature,))
+            group = groups[key] = Group(r.backend, key[1], (key[1],))
         group.results.append(r)
+        group.parts = group.parts + tuple(p for p in r.cause_parts if p not in group.parts)
         group.new_parts = tuple(sorted(set(group.new_parts) | set(r.new_cause_parts)))
     return list(groups.values())
 
@@ -127,7 +148,10 @@ def triage(results: Sequence[Result], history: Path | None = None, fill: CauseFi
     order = {r.id: i for i, r in enumerate(hist.runs(history))} if history is not None else {}
     here = order.get(run.id) if run is not None else None
     for g in groups:
-        seen = sightings.get((g.backend, g.signature), [])
+        # the history records each failure's whole signature: the group was seen where any of its were
+        signatures = {r.cause for r in g.results if r.cause} or {g.signature}
+        seen = sorted((s for sig in signatures for s in sightings.get((g.backend, sig), [])),
+                      key=lambda s: order.get(s.id, -1))
         earlier = [s for s in seen if here is None or order.get(s.id, -1) < here]
         g.first_seen = seen[0] if seen else None
         g.new_this_run = not earlier

@@ -1,0 +1,401 @@
+"""Mechanisms: what a backend does that makes a failure, recognised from the evidence.
+
+A cause signature (:mod:`conformance.checks.cause`) names mechanisms, never kernel names, op
+lists or sizes, so a known behaviour on a program nobody here wrote (a user's own ``Conv2d``)
+is the same cause as on the case that first showed it, and a manifest entry can expect it on
+every case (``mechanism = "layout-copy"``).
+
+Each recogniser is a small pure function of one finding's :class:`Evidence`: the generated
+program (the wrapper's statements as the program model ran them: ``memory.program_timeline``),
+the graphs (the model's events), the blamed buffer or program finding (its producing statement,
+what held it), or an error's text.  It returns why the finding is its mechanism, or ``None``.
+:func:`recognise` asks them in order; the first that answers names the mechanism.  Evidence no
+recogniser knows keeps its shape-free words (a new mechanism, with its repro).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+# --------------------------------------------------------------------------- the generated program
+
+#: ``fw:line 163 buf3 = ...``, ``fw:while_loop_body_graph_0#1:160 ...``, ``fw:line 210 [trip 0] ...``
+_EVENT = re.compile(r"^(?:(\w+):)?(?:line \d+|[\w.]+#\d+:\d+)\s*(?:\[trip \d+\]\s*)?(.*)$")
+_ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)")
+_ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")
+_CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\((.*)$")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_NOT_WORK = ("empty_strided", "reinterpret_tensor", "assert_size_stride", "assert_alignment", "args.clear")
+
+
+def _ints(text: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:  # a symbolic size (``s75``): not comparable here
+        return None
+
+
+def channels_last(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Dense strides in another dimension order than row-major (NHWC of an NCHW shape)."""
+    if len(shape) != len(strides) or len(shape) < 2:
+        return False
+    dims = [(st, sz) for sz, st in zip(shape, strides) if sz != 1]
+    if [st for st, _ in dims] == sorted((st for st, _ in dims), reverse=True):
+        return False  # row-major order (size-1 dimensions carry no order)
+    expected = 1
+    for st, sz in sorted(dims):
+        if st != expected:
+            return False  # not dense: a view, not a layout
+        expected *= sz
+    return True
+
+
+@dataclass(frozen=True)
+class Statement:
+    phase: str  # ``fw``, ``bw`` (``""`` for a program modelled alone)
+    text: str  # the statement as the program model labelled it (long ones end in ``…``)
+    host_loop: bool  # inside a host ``while`` loop (a trip) or a while_loop subgraph
+
+    @property
+    def work(self) -> bool:
+        """A statement that computes: a kernel, extern kernel or fallback op call."""
+        m = _CALL.match(self.text)
+        return bool(m) and not any(self.text.startswith(w) or f"= {w}" in self.text for w in _NOT_WORK) \
+            and not self.text.startswith(("del ", "return"))
+
+    def names(self) -> list[str]:
+        return _NAME.findall(self.text)
+
+
+@dataclass(frozen=True)
+class Program:
+    """The generated program's statements, in the order the program model ran them."""
+
+    statements: tuple[Statement, ...] = ()
+
+    @classmethod
+    def from_events(cls, events: Sequence[str]) -> Program:
+        out: list[Statement] = []
+        for event in events:
+            m = _EVENT.match(str(event))
+            if m is None:
+                continue
+            loop = "[trip " in event or "while_loop_" in event.split(" ", 1)[0]
+            out.append(Statement(m.group(1) or "", m.group(2).strip(), loop))
+        return cls(tuple(out))
+
+    @cached_property
+    def has_host_loop(self) -> bool:
+        return any(s.host_loop or s.text.startswith("should_loop") for s in self.statements)
+
+    def layout(self, phase: str, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """A buffer's shape and strides, from its allocation or the assert that follows an extern kernel."""
+        for s in self.statements:
+            if s.phase != phase:
+                continue
+            m = _ALLOC.match(s.text) or _ASSERT.match(s.text)
+            if m and m.group(1) == name:
+                shape, strides = _ints(m.group(2)), _ints(m.group(3))
+                if shape is not None and strides is not None:
+                    return shape, strides
+        return None
+
+    def channels_last_buffers(self, phase: str) -> set[str]:
+        found = set()
+        for s in self.statements:
+            m = _ALLOC.match(s.text) or _ASSERT.match(s.text)
+            if s.phase == phase and m:
+                shape, strides = _ints(m.group(2)), _ints(m.group(3))
+                if shape is not None and strides is not None and channels_last(shape, strides):
+                    found.add(m.group(1))
+        return found
+
+    def writers(self, phase: str, name: str) -> list[int]:
+        """Indexes of the work statements of ``phase`` that name ``name`` (its writer among them)."""
+        return [i for i, s in enumerate(self.statements)
+                if s.phase == phase and s.work and name in s.names()[1:]]
+
+    def allocated_before(self, i: int) -> list[str]:
+        """The buffers allocated since the work statement before statement ``i`` (allocated together)."""
+        names = []
+        for s in reversed(self.statements[:i]):
+            if s.phase != self.statements[i].phase or s.work:
+                break
+            m = _ALLOC.match(s.text)
+            if m:
+                names.append(m.group(1))
+        return names
+
+
+# --------------------------------------------------------------------------- the evidence
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One finding of a failure, with what the record holds around it."""
+
+    source: str  # the deciding check (``program``, ``peak``, ...) or the error status
+    part: str  # the finding in shape-free words (conformance.checks.cause)
+    finding: Mapping[str, Any] = field(default_factory=dict)  # the blamed entry behind it ({} when none)
+    program: Program = Program()
+    graph_events: tuple[str, ...] = ()  # the events of the model the pair is held to
+    model_source: str = ""
+    error: str = ""  # an error verdict's exception line and traceback
+    figures: Mapping[str, Any] = field(default_factory=dict)  # the deciding check's figures
+
+    @property
+    def buffer(self) -> tuple[str, str] | None:
+        """The blamed buffer as (phase, name) in the generated program, when it is one of its."""
+        producer = str(self.finding.get("producer") or "")
+        made = re.match(r"^(\w+) \(made at (?:(\w+):)?", producer)
+        if made:
+            return made.group(2) or "", made.group(1)
+        named = re.match(r"^(?:(\w+):)?(\w+)$", producer)
+        if named and self.finding.get("finding"):
+            return named.group(1) or "", named.group(2)
+        return None
+
+    def statement(self, key: str) -> str:
+        """The statement text of one of the finding's event labels (``last_use``, ``freed_after``)."""
+        m = _EVENT.match(str(self.finding.get(key) or ""))
+        return m.group(2) if m else str(self.finding.get(key) or "")
+
+
+Recogniser = Callable[[Evidence], "str | None"]
+
+
+def layout_copy(ev: Evidence) -> str | None:
+    """A buffer in another layout than the graphs' (inductor's channels-last convolution inputs,
+    weights and results), or the row-major copy of one made for the caller."""
+    where = ev.buffer
+    if where is None or ev.source != "peak":  # the program held exactly; a late release is not a layout
+        return None
+    phase, name = where
+    layouts = ev.program.channels_last_buffers(phase)
+    if name in layouts:
+        return f"{name} is allocated channels-last (a layout the received graphs do not have)"
+    mine = ev.program.layout(phase, name)
+    for i in ev.program.writers(phase, name):
+        read = [n for n in ev.program.statements[i].names()[1:] if n in layouts and n != name]
+        for src in read:
+            theirs = ev.program.layout(phase, src)
+            if mine is None or theirs is None or mine[0] == theirs[0]:
+                return f"{name} is a row-major copy of the channels-last {src}, both alive"
+    return None
+
+
+def while_loop_backward_eager(ev: Evidence) -> str | None:
+    """The loop's autograd running in eager PyTorch (inductor cannot compile a ``while_loop``
+    backward): the pair is held to the user-level graph, whose loop is ``while_loop_stack_output``,
+    and what is blamed is the eager loop autograd's storage the graph does not have."""
+    if ev.source != "peak" or ev.model_source != "user-graph":  # it raises the peak; it keeps nothing
+        return None
+    if not any("while_loop_stack_output" in e for e in ev.graph_events):
+        return None
+    if ev.finding and ev.finding.get("model_death") not in (None, "not in model"):
+        return None
+    return "held to the user-level graph of a while_loop under autograd; blamed storage is not in that graph"
+
+
+_PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
+
+
+def while_loop_host_code(ev: Evidence) -> str | None:
+    """The wrapper's host ``while`` loop, as inductor writes it: its carry list holds the previous
+    trip's carries across the next body (or, for a loop that runs no trip, a clone of the counter to
+    the return); ``should_loop`` holds the predicate across the body and to the return; the initial
+    trip counter (and a name referencing it) is deleted only after the loop.  Anything else held
+    in a loop program (a name released at the return instead of its ``del``) is not this."""
+    if ev.source != "program" or not ev.program.has_host_loop:
+        return None
+    f = ev.finding
+    if f:
+        held_in, freed = str(f.get("held_in") or ""), ev.statement("freed_after")
+        listed = f.get("holds_kinds")
+        kinds = listed if isinstance(listed, list) else []
+        scalar = f.get("shape") == [] or any("scalar" in str(k) for k in kinds)
+        if held_in == "list":
+            return "held by the loop's carry list until its items are replaced"
+        if _PREDICATE.search(str(f.get("held_by") or "")) or _PREDICATE.search(freed):
+            return "the loop predicate, held by should_loop"
+        if scalar and freed.startswith("del ") and (f.get("in_loop") or f.get("finding") == "late-reference"):
+            return "the trip counter, deleted only after the loop"
+        return None
+    part = ev.part
+    if "held by the carry list" in part or "held by a list" in part or "reference by the carry list" in part:
+        return "held by the loop's carry list"
+    if "bool scalar held by a name" in part:
+        return "the loop predicate, held by should_loop"
+    if "scalar" in part and part.endswith("(del)"):
+        return "the trip counter, deleted only after the loop"
+    return None
+
+
+def unused_saved_tensor(ev: Evidence) -> str | None:
+    """A saved tensor the backward unpacks from its arguments and never reads, its name kept."""
+    f = ev.finding
+    if ev.source != "program" or not f or f.get("finding") != "late":
+        return None
+    last = ev.statement("last_use").rstrip()
+    if _UNPACK.match(last) and str(f.get("last_use", "")).startswith("bw:"):
+        return "unpacked from the backward's arguments, never read, its name kept to the return"
+    return None
+
+
+#: ``primals_2, mul, avg_pool2d, tangents_1 = args``, also as the program model shortens it (``= ar…``)
+_UNPACK = re.compile(r"^\w+(?:, \w+)*,? = (?:args|ar?g?…)$")
+
+
+def result_tuple_held(ev: Evidence) -> str | None:
+    """An op's result tuple kept after its items were taken: it keeps them alive past their last
+    use (the class of pytorch/pytorch#163227)."""
+    if ev.source == "program" and ev.finding.get("held_in") == "tuple":
+        return "held by an op's result tuple past its last use"
+    if ev.source == "program" and not ev.finding and "a result tuple" in ev.part:
+        return "held by an op's result tuple past its last use"
+    return None
+
+
+def early_gradient(ev: Evidence) -> str | None:
+    """A gradient the backward program computes before the received graph's schedule does, alive
+    at the peak."""
+    where = ev.buffer
+    if where is None or where[0] != "bw" or ev.source != "peak":
+        return None
+    phase, name = where
+    for s in ev.program.statements:
+        if s.phase == phase and s.text.startswith("return") and name in s.names():
+            return f"{name} is a gradient the backward returns, made before the peak"
+    return None
+
+
+def fused_kernel_outputs(ev: Evidence) -> str | None:
+    """One fused kernel writing several buffers that are all allocated before it runs, so they are
+    alive together where the graphs' op-by-op schedule has fewer."""
+    where = ev.buffer
+    if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
+        return None
+    phase, name = where
+    for i in ev.program.writers(phase, name):
+        s = ev.program.statements[i]
+        callee = s.names()[0]
+        if callee.startswith(("extern_kernels", "torch")) or "." in s.text.split("(", 1)[0]:
+            continue
+        together = [n for n in ev.program.allocated_before(i) if n in s.names()]
+        if name in together and len(together) >= 2:
+            return f"{name} is one of {len(together)} buffers one fused kernel writes, allocated before it runs"
+    return None
+
+
+def extern_kernel_workspace(ev: Evidence) -> str | None:
+    """Storage an extern kernel allocates inside its own call (per-thread blocks, reorders), which
+    no graph model counts."""
+    f = ev.finding
+    op = str(f.get("measured_op") or "")
+    if ev.source != "peak" or f.get("model_death") != "not in model" or not op.startswith("aten::"):
+        return None
+    kernel = op.removeprefix("aten::")
+    for s in ev.program.statements:
+        if s.work and (f"aten.{kernel}" in s.text or f"extern_kernels.{kernel}(" in s.text):
+            return f"allocated inside the extern kernel {kernel}'s own call"
+    return None
+
+
+def backward_inputs_held(ev: Evidence) -> str | None:
+    """The compiled backward keeps its saved inputs for its whole call (its argument list never cleared)."""
+    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "held-for-call":
+        return "saved activations outlive the backward call"
+    return None
+
+
+def result_buffer_packing(ev: Evidence) -> str | None:
+    """A call's results packed into one runtime buffer, which live results keep allocated after the
+    saved inputs among them were dropped (IREE's HAL result buffer)."""
+    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "released-late":
+        return "saved activations dropped but still allocated"
+    return None
+
+
+def _error(pattern: str, why: str) -> Recogniser:
+    compiled = re.compile(pattern)
+
+    def recognise(ev: Evidence) -> str | None:
+        return why if ev.error and compiled.search(ev.error) else None
+
+    return recognise
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str
+    summary: str
+    recognise: Recogniser
+
+
+#: every mechanism, asked in this order (the more specific first)
+MECHANISMS: tuple[Mechanism, ...] = (
+    Mechanism("layout-copy", "a copy of a buffer in another layout (channels-last) alive beside it", layout_copy),
+    Mechanism("while-loop-backward-eager", "a while_loop's autograd runs in eager PyTorch (its backward is not "
+              "compiled), keeping its stacked carries", while_loop_backward_eager),
+    Mechanism("while-loop-host-code", "the wrapper's host while loop holds its carry list, predicate or counter "
+              "past their last use", while_loop_host_code),
+    Mechanism("unused-saved-tensor", "the backward unpacks a saved tensor it never reads and keeps its name",
+              unused_saved_tensor),
+    Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",
+              result_tuple_held),
+    Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
+              early_gradient),
+    Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
+              fused_kernel_outputs),
+    Mechanism("extern-kernel-workspace", "an extern kernel's own workspace, which no graph counts",
+              extern_kernel_workspace),
+    Mechanism("backward-inputs-held", "the compiled backward holds its saved inputs for the whole call",
+              backward_inputs_held),
+    Mechanism("result-buffer-packing", "a call's results share one runtime buffer that keeps dropped ones "
+              "allocated", result_buffer_packing),
+    Mechanism("mutating-custom-op-import", "a mutating custom op reaches the importer as "
+              "auto_functionalized_v2, which it does not implement",
+              _error(r"auto_functionalized_v2", "the importer rejects auto_functionalized_v2")),
+    Mechanism("none-result-import", "a None gradient reaches the importer as a result",
+              _error(r"!torch\.none", "the importer rejects a '!torch.none' result")),
+    Mechanism("opaque-custom-op", "an op registered only through torch.library has no lowering",
+              _error(r"legalize operation torch\.operator", "an opaque torch.operator could not be legalized")),
+    Mechanism("float-constant-import", "a float scalar argument imported as torch.constant.float fails to "
+              "legalize", _error(r"legalize operation torch\.constant\.float", "torch.constant.float not legalized")),
+    Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
+              "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
+                                                       "the importer's while_loop lowering failed")),
+    Mechanism("while-loop-no-autograd", "torch.while_loop has no autograd in this torch",
+              _error(r"Autograd not implemented for while_loop", "while_loop has no autograd")),
+)
+
+NAMES = frozenset(m.name for m in MECHANISMS)
+
+
+def summary(name: str) -> str:
+    return next((m.summary for m in MECHANISMS if m.name == name), "")
+
+
+@dataclass(frozen=True)
+class Recognised:
+    mechanism: str
+    why: str
+
+
+def recognise(ev: Evidence) -> Recognised | None:
+    """The first mechanism whose recogniser answers for ``ev`` (``None``: no known mechanism)."""
+    for m in MECHANISMS:
+        why = m.recognise(ev)
+        if why:
+            return Recognised(m.name, why)
+    return None
+
+
+def mechanism_of(part: str) -> str | None:
+    """The mechanism a cause part names (``peak: layout-copy`` -> ``layout-copy``), else ``None``."""
+    name = part.split(": ", 1)[-1]
+    return name if name in NAMES else None

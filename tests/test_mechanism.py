@@ -1,0 +1,279 @@
+"""Causes by mechanism: a known backend behaviour on a program nobody here wrote is the known cause.
+
+The real-inductor tests run a user's own two-convolution model, under an id no manifest entry
+names, once clean and once with a planted fault (a scratch buffer the step keeps for its call):
+the clean run is inductor's layout copy and ``xfail``; the fault is evidence of no known
+mechanism and fails as a new cause.  The recogniser and triage tests use records made by hand
+in the shape the engine writes them (statements as the program model labels them).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from conformance.api.result import MemoryFigures, Result
+from conformance.api.verdict import Check, CheckName, Status
+from conformance.checks.cause import cause_of, fill_cause
+from conformance.checks.manifest import Manifest, apply, load_manifest
+from conformance.checks.mechanism import (
+    NAMES,
+    Evidence,
+    Program,
+    channels_last,
+    extern_kernel_workspace,
+    fused_kernel_outputs,
+    layout_copy,
+    mechanism_of,
+    recognise,
+    result_tuple_held,
+    unused_saved_tensor,
+    while_loop_host_code,
+)
+from conformance.output.triage import render_text, triage
+
+USER_CASE = "my-own-convnet-infer"
+
+
+class UserConvNet(nn.Module):
+    """A user's model: a convolution, a ReLU and a 1x1 convolution head (the output is a convolution's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Conv2d(4, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x)))
+
+
+@pytest.fixture(scope="module")
+def user_runs() -> dict[str, Result]:
+    """The user's model on real inductor (raw verdicts, no manifest applied), clean and with a planted
+    scratch buffer held across the compiled call."""
+    from conformance.api.case import Case, Workload
+    from conformance.backends.inductor import InductorBackend
+    from conformance.run.engine import RunOptions, run_case
+    from tests.faults import planted
+
+    case = Case(USER_CASE, "inference", "mine", 0, lambda seed: Workload(UserConvNet(), (torch.randn(2, 3, 6, 6),)))
+    options = RunOptions(steps=1)
+    clean = run_case(case, InductorBackend(), options)
+    faulty = run_case(case, planted(InductorBackend, "scratch-buffer")(), options)
+    faulty.backend = "inductor"  # judged against inductor's manifest: the fault is the only difference
+    return {"clean": clean, "planted": faulty}
+
+
+def test_a_users_own_convnet_is_the_known_layout_copy(user_runs: dict[str, Result]) -> None:
+    manifest = load_manifest("inductor")
+    assert manifest.lookup(USER_CASE) is None  # no entry names this case
+    r = apply(copy.deepcopy(user_runs["clean"]), manifest)
+    assert r.raw_status == Status.FAIL_PEAK, r.reason
+    assert r.status == Status.XFAIL, r.reason
+    assert r.cause_parts == ["peak: layout-copy"] and r.new_cause_parts == []
+    assert r.reason.startswith("expected cause (layout-copy: ") and "channels-last" in r.reason
+    # without the mechanism entry the same record is an unexpected failure with a new cause
+    bare = Manifest("inductor", None, [e for e in manifest.entries if e.mechanism != "layout-copy"])
+    unexpected = apply(copy.deepcopy(user_runs["clean"]), bare)
+    assert unexpected.status == Status.FAIL_PEAK and unexpected.new_cause_parts == ["peak: layout-copy"]
+
+
+def test_growth_beyond_the_mechanisms_bound_still_fails(user_runs: dict[str, Result]) -> None:
+    """The layout copy's bound is a share of the model peak: the same excess over a far smaller model fails."""
+    grown = copy.deepcopy(user_runs["clean"])
+    assert grown.memory is not None and grown.memory.model_peak_bytes and grown.excess_bytes
+    grown.memory.model_peak_bytes = grown.excess_bytes // 2
+    r = apply(grown, load_manifest("inductor"))
+    assert r.status == Status.FAIL_PEAK and not r.ok
+    assert r.reason.startswith("known cause beyond its bound: 'peak: layout-copy'"), r.reason
+
+
+def test_evidence_of_no_known_mechanism_stays_unexpected(user_runs: dict[str, Result]) -> None:
+    r = apply(copy.deepcopy(user_runs["planted"]), load_manifest("inductor"))
+    assert r.status == Status.FAIL_PEAK and not r.ok, r.reason
+    assert r.new_cause_parts == r.cause_parts and not any(mechanism_of(p) for p in r.cause_parts), r.cause_parts
+    assert r.expected is None  # no entry expected it
+    assert not any(ch.isdigit() for p in r.cause_parts for ch in p)  # no size, no kernel number
+
+
+# --------------------------------------------------------------------------- records made by hand
+
+
+def _peak_record(case: str, statements: list[str], blamed: list[dict[str, Any]], excess: int, peak: int = 4096,
+                 **extra: Any) -> Result:
+    check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "received-graphs"},
+                  blamed, excess)
+    memory = MemoryFigures(model_peak_bytes=peak, model_source="received-graphs",
+                           program_timeline=[(s, 0) for s in statements], **extra)
+    return Result(case, "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
+
+
+def _made(name: str, statement: str, op: str, nbytes: int, role: str = "intermediate") -> dict[str, Any]:
+    return {"bytes": nbytes, "measured_op": "(outside any operator)", "producer": f"{name} (made at {statement})",
+            "op": op, "role": role, "model": "generated program"}
+
+
+def _fused(case: str, kernel: str, n: int, width: int) -> Result:
+    """A fused kernel ``kernel`` writing ``n`` buffers of ``width`` floats, all allocated before it runs."""
+    allocs = [f"fw:line {10 + i} buf{i} = empty_strided_cpu(({width}, ), (1, ), torch.float32)" for i in range(n)]
+    call = f"fw:line {10 + n} {kernel}(arg0_1, {', '.join(f'buf{i}' for i in range(n))})"
+    program = ["fw:line 8 arg0_1, = args", "fw:line 9 args.clear()", *allocs, call, "fw:line 30 return (buf0, )"]
+    last = n - 1 if n < 2 else 1
+    return _peak_record(case, program, [_made(f"buf{last}", allocs[last], kernel, width * 4)], width * 4)
+
+
+def _layout(case: str, kernel: str, shape: tuple[int, int, int, int]) -> Result:
+    n, c, h, w = shape
+    cl = f"({c * h * w}, 1, {w * c}, {c})"
+    rm = f"({c * h * w}, {h * w}, {w}, 1)"
+    program = [
+        f"fw:line 10 buf0 = empty_strided_cpu(({n}, {c}, {h}, {w}), {cl}, torch.float32)",
+        "fw:line 11 cpp_fused_convolution_0(arg2_1, buf0)",
+        "fw:line 12 buf1 = extern_kernels.convolution(buf0, arg0_1, arg1_1, stride=(1, 1), …",
+        f"fw:line 13 assert_size_stride(buf1, ({n}, {c}, {h}, {w}), {cl}, 'torch.ops.aten…",
+        f"fw:line 14 buf2 = empty_strided_cpu(({n}, {c}, {h}, {w}), {rm}, torch.float32)",
+        f"fw:line 15 {kernel}(buf1, buf2)",
+        "fw:line 16 return (buf2, )",
+    ]
+    nbytes = n * c * h * w * 4
+    return _peak_record(case, program, [_made("buf2", program[4], kernel, nbytes, "output")], nbytes, peak=nbytes)
+
+
+def test_triage_groups_different_fused_kernels_as_one_mechanism() -> None:
+    records = [_fused("gen-dag-101", "cpp_fused_amax_expand_relu_3", 2, 8),
+               _fused("gen-dag-202", "cpp_fused_copy_slice_0", 4, 27),
+               _fused("user-pad-infer", "cpp_fused_cat_constant_pad_nd_1", 3, 5),
+               _layout("user-conv-infer", "cpp_fused_convolution_1", (2, 6, 8, 8)),
+               _layout("user-deconv-infer", "cpp_fused_convolution_relu_2", (1, 3, 17, 17))]
+    t = triage(records, fill=fill_cause)
+    groups = {g.signature: sorted(r.case for r in g.results) for g in t.groups}
+    assert groups == {"peak: fused-kernel-outputs": ["gen-dag-101", "gen-dag-202", "user-pad-infer"],
+                      "peak: layout-copy": ["user-conv-infer", "user-deconv-infer"]}
+    text = "\n".join(render_text(t))
+    assert "2 cause group(s)" in text and "cpp_fused" not in text.split("cases:")[0]
+
+
+def test_triage_regroups_records_written_before_mechanisms() -> None:
+    """A record whose cause names a kernel (written before causes named mechanisms) is judged again."""
+    old = [_fused("gen-dag-1", "cpp_fused_a_0", 2, 8), _fused("gen-dag-2", "cpp_fused_b_1", 2, 8)]
+    for r, kernel in zip(old, ("cpp_fused_a", "cpp_fused_b")):
+        r.cause = r.cause_parts[0] if r.cause_parts else f"peak: alive past modelled death: {kernel}"
+        r.cause_parts = [r.cause]
+    assert len({r.cause for r in old}) == 2
+    assert [g.signature for g in triage(old, fill=fill_cause).groups] == ["peak: fused-kernel-outputs"]
+
+
+def test_a_new_part_is_grouped_apart_from_a_known_primary_part() -> None:
+    known = _fused("gen-dag-1", "cpp_fused_a_0", 2, 8)
+    news = _fused("gen-dag-2", "cpp_fused_b_0", 2, 8)
+    for r in (known, news):
+        fill_cause(r)
+    news.new_cause_parts = ["peak: alive past modelled death: storage the model does not have"]
+    t = triage([known, news])
+    assert [g.signature for g in t.groups] == [news.new_cause_parts[0], "peak: fused-kernel-outputs"]
+
+
+# --------------------------------------------------------------------------- the recognisers
+
+
+def test_channels_last_is_a_dense_permuted_layout() -> None:
+    assert channels_last((2, 4, 8, 8), (256, 1, 32, 4))
+    assert channels_last((6, 4, 3, 3), (36, 1, 12, 4))
+    assert not channels_last((2, 4, 8, 8), (256, 64, 8, 1))  # row-major
+    assert not channels_last((2, 1, 8, 8), (64, 64, 8, 1))  # a size-1 dimension has no order
+    assert not channels_last((2, 4, 8, 8), (512, 1, 64, 8))  # a strided view, not a layout
+    assert not channels_last((8,), (1,))
+
+
+def _ev(source: str, finding: dict[str, Any], statements: list[str] = (), part: str = "") -> Evidence:  # type: ignore[assignment]
+    return Evidence(source, part, finding, Program.from_events(list(statements)))
+
+
+LOOP_PROGRAM = ["fw:line 5 buf0 = empty_strided_cpu((), (), torch.int64)", "fw:line 7 should_loop = buf1_cond_result",
+                "fw:line 9 [trip 0] (buf1[0], buf1[1]) = while_loop_body_graph_0(while_loop_body_graph_0_ar…",
+                "fw:line 12 del buf0", "fw:line 14 return (buf3, )"]
+
+
+def test_while_loop_host_code_is_its_statements_not_any_late_name_in_a_loop_program() -> None:
+    counter = {"finding": "late", "shape": [], "held_in": "name", "held_by": "buf0", "in_loop": True,
+               "last_use": "fw:while_loop_body_graph_0#1:142 cpp_fused_add_0(while_loop_body_graph_0_arg1_1, …",
+               "freed_after": "fw:line 12 del buf0"}
+    assert while_loop_host_code(_ev("program", counter, LOOP_PROGRAM))
+    dropped_free = {**counter, "freed_after": "fw:line 14 return (buf3, )"}  # the same counter, its del dropped
+    assert while_loop_host_code(_ev("program", dropped_free, LOOP_PROGRAM)) is None
+    predicate = {"finding": "late", "shape": [], "held_in": "name", "held_by": "buf1_cond_result, should_loop",
+                 "in_loop": True, "freed_after": "fw:line 7 [trip 1] should_loop = buf1_cond_result"}
+    assert while_loop_host_code(_ev("program", predicate, LOOP_PROGRAM))
+    assert while_loop_host_code(_ev("program", counter, [s for s in LOOP_PROGRAM if "trip" not in s
+                                                         and "should_loop" not in s])) is None  # no host loop
+
+
+def test_unused_saved_tensor_is_unpacked_and_never_read() -> None:
+    f = {"finding": "late", "held_in": "name", "last_use": "bw:line 105 primals_2, mul, avg_pool2d, tangents_1 = ar…",
+         "freed_after": "bw:line 115 return (buf0, None, )"}
+    assert unused_saved_tensor(_ev("program", f))
+    assert unused_saved_tensor(_ev("program", {**f, "last_use": "bw:line 107 buf1 = cpp_fused_mul_0(mul)"})) is None
+    assert unused_saved_tensor(_ev("program", {**f, "last_use": "fw:line 5 a, b = args"})) is None  # not a backward
+
+
+def test_result_tuple_layout_fused_and_workspace_recognisers() -> None:
+    assert result_tuple_held(_ev("program", {"finding": "late-reference", "held_in": "tuple"}))
+    assert result_tuple_held(_ev("program", {"finding": "late", "held_in": "name"})) is None
+    layout = _layout("c", "cpp_fused_convolution_1", (2, 6, 8, 8))
+    ev = _ev("peak", layout.checks[0].blamed[0], [p[0] for p in layout.memory.program_timeline])  # type: ignore[union-attr]
+    assert layout_copy(ev) and "row-major copy of the channels-last buf1" in str(layout_copy(ev))
+    fused = _fused("c", "cpp_fused_sum_1", 3, 4)
+    ev = _ev("peak", fused.checks[0].blamed[0], [p[0] for p in fused.memory.program_timeline])  # type: ignore[union-attr]
+    assert layout_copy(ev) is None and fused_kernel_outputs(ev)
+    single = _fused("c", "cpp_fused_sum_1", 1, 4)  # one buffer: nothing allocated together
+    ev = _ev("peak", single.checks[0].blamed[0], [p[0] for p in single.memory.program_timeline])  # type: ignore[union-attr]
+    assert fused_kernel_outputs(ev) is None
+    workspace = {"bytes": 4352, "measured_op": "aten::_scaled_dot_product_flash_attention_for_cpu",
+                 "model_death": "not in model"}
+    program = ["fw:line 9 buf3 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf0, …"]
+    assert extern_kernel_workspace(_ev("peak", workspace, program))
+    assert extern_kernel_workspace(_ev("peak", workspace, [])) is None  # the program calls no such kernel
+
+
+def test_errors_and_runtime_findings_name_their_mechanism() -> None:
+    err = Result("gen-dag-1", "iree", Status.FAIL_COMPILE, "compile failed", notes=[
+        "Traceback (most recent call last):\n  File \"/x/fx_importer.py\", line 9, in import_node\n"
+        "NotImplementedError: auto_functionalized_v2 is not implemented"])
+    cause = cause_of(err)
+    assert cause is not None and cause.parts == ("fail-compile: mutating-custom-op-import",)
+    other = cause_of(Result("c", "iree", Status.FAIL_COMPILE, "x", notes=["ValueError: something else"]))
+    assert other is not None and other.parts == ("fail-compile: ValueError: something else",)
+    held = Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK, "held", {"verdict": "held-for-call"}, [], 24)
+    c = cause_of(Result("g", "iree", Status.FAIL_PEAK, checks=[held], excess_bytes=24))
+    assert c is not None and c.parts == ("backward-inputs: backward-inputs-held",)
+
+
+def test_every_mechanism_has_a_recogniser_that_can_answer() -> None:
+    """Each name in the registry is reachable: the manifests' mechanism entries name registered ones."""
+    for backend in ("inductor", "iree", "iree-boxed", "eager"):
+        for e in load_manifest(backend).entries:
+            assert not e.mechanism or e.mechanism in NAMES
+    assert recognise(_ev("peak", {})) is None  # no evidence: no mechanism
+
+
+def test_mechanism_entries_load_dump_and_narrow(tmp_path: Path) -> None:
+    from conformance.checks.manifest import dump
+
+    path = tmp_path / "inductor.toml"
+    path.write_text('[[expect]]\nmechanism = "layout-copy"\ncase = "user-*"\nstatus = "fail-peak"\nreason = "r"\n'
+                    'max_excess = 16\nmax_excess_pct = 50\nwhen = "torch>=2.0"\n')
+    m = load_manifest("inductor", path)
+    e = m.entries[0]
+    assert e.bound(1000) == 16 + 500 and e.describe_excess() == " (<= +16 B + 50% of the model peak)"
+    assert m.stale(["mlp-s-infer"]) == []
+    assert e.covers("user-conv", "fail-peak", "peak: layout-copy") and e.covers("user-conv", "fail-peak",
+                                                                                 "program: layout-copy")
+    assert not e.covers("gen-dag-1", "fail-peak", "peak: layout-copy")  # narrowed by its case glob
+    assert not e.covers("user-conv", "fail-peak", "peak: fused-kernel-outputs")
+    path.write_text(dump(m))
+    assert load_manifest("inductor", path).entries == m.entries
