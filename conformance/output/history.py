@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from conformance.api.result import STATUSES, MemoryFigures, Result, Status
 from conformance.api.verdict import rates
+from conformance.util.paths import symlink_loop
 
 T = TypeVar("T")
 
@@ -128,6 +129,9 @@ def default_for(results: Path) -> Path:
 
 def check(path: Path, what: str = "--history") -> None:
     """Fail with one line if ``path`` cannot hold the run history; reads, never creates or writes."""
+    loop = symlink_loop(path)
+    if loop is not None:
+        raise HistoryError(f"{what} {path}: {loop} is a symlink loop")
     if path.is_dir():
         raise HistoryError(f"{what} {path}: is a directory, not an SQLite file")
     if not path.exists():

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from conformance.api.result import Result
 from conformance.output.records import RecordsError, read_records
-from conformance.util.paths import EXISTING_MODES
+from conformance.util.paths import EXISTING_MODES, symlink_loop
 
 RESULTS = "results.jsonl"
 JUNIT = "junit.xml"
@@ -128,6 +128,9 @@ def check_target(path: Path, what: str = "--out") -> None:
 
 
 def _check_target(path: Path, what: str) -> None:
+    loop = symlink_loop(path)
+    if loop is not None:
+        raise OutDirError(f"{what} {path}: {loop} is a symlink loop")
     if path.exists() and not path.is_dir():
         raise OutDirError(f"{what} {path}: exists and is not a directory")
     existing = next((p for p in [path, *path.parents] if p.exists()), None)
@@ -141,10 +144,10 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
     """Create and lock ``path`` for one run; raises :class:`OutDirError` (one line) when it cannot be used."""
     if mode not in MODES:
         raise OutDirError(f"unknown output mode {mode!r}")
+    check_target(path)  # first: a symlink loop cannot even be resolved to look the claim up
     already = held(path)
     if already is not None:
         return already
-    check_target(path)
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
