@@ -2,7 +2,8 @@
 
 * **Lock.** ``DIR/.conformance.lock`` is held (``flock``) for the whole run; a second run on
   the same directory stops with a one-line error.  The kernel drops the lock when its
-  holder dies, however it dies, so a killed run never leaves the directory locked.
+  holder dies, however it dies, so a killed run never leaves the directory locked; the lock
+  file it leaves is taken over by the next run, which says so in one line (its pid).
 * **Refuse, unless told.** A directory that already holds anything is refused unless
   the user says what to do with it: ``overwrite`` (replace the run's own files) or
   ``resume`` (keep every verdict there and run only the pairs that lack one).
@@ -153,7 +154,10 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutDirError(f"--out {path}: cannot create: {exc.strerror}") from None
+    stale = _stale_holder(path / LOCK)
     run_dir = RunDir(path, mode, _lock(path), created=created)
+    if stale is not None:  # said, not fatal: the kernel dropped its lock when that run died
+        run_dir.warnings.append(f"removed a stale {LOCK} left in {path} by pid {stale} (a run killed outright)")
     try:
         _prepare(run_dir)
     except BaseException:
@@ -199,6 +203,28 @@ def _probe(directory: Path, what: str, inside: Path) -> None:
                           f"wait for it or choose another directory") from None
     finally:
         os.close(fd)
+
+
+def _stale_holder(lock: Path) -> str | None:
+    """The pid written in a lock file nobody holds (a run killed outright leaves it), or ``None``."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None  # held: a live run's, refused by _lock in a moment
+    else:
+        return _read_pid(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> str | None:
+    """A lock holder's pid as written in the lock file (``None`` for none: empty, or not a pid)."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return text if text.isdigit() and int(text) != os.getpid() else None
 
 
 def _holder(lock: Path) -> str:
