@@ -156,10 +156,14 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
         raise OutDirError(f"--out {path}: cannot create: {exc.strerror}") from None
     stale = _stale_holder(path / LOCK)
     run_dir = RunDir(path, mode, _lock(path), created=created)
+    said = f"removed a stale {LOCK} left in {path} by pid {stale} (a run killed outright)"
     if stale is not None:  # said, not fatal: the kernel dropped its lock when that run died
-        run_dir.warnings.append(f"removed a stale {LOCK} left in {path} by pid {stale} (a run killed outright)")
+        run_dir.warnings.append(said)
     try:
         _prepare(run_dir)
+    except OutDirError as exc:  # refused: still one line, which says what happened to the lock too
+        run_dir.release()
+        raise OutDirError(f"{exc} ({said})" if stale is not None else str(exc)) from None
     except BaseException:
         run_dir.release()
         raise
