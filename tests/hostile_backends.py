@@ -170,3 +170,24 @@ class ExitWithChildBackend(EagerBackend):
 
         _leave_a_daemon()
         os._exit(3)
+
+
+class ImpostorEagerBackend(EagerBackend):
+    """A second adapter under the installed ``eager``'s name: its verdicts would pass for eager's."""
+
+    name = "eager"
+
+
+class EmptyNameBackend(EagerBackend):
+    """A name the results reader refuses (``minLength: 1``): its records would be lost after the run."""
+
+    name = ""
+
+
+class InterruptingBackend(EagerBackend):
+    """Its compile raises KeyboardInterrupt although nobody pressed Ctrl-C (a vendor's misplaced 'abort')."""
+
+    name = "hostile-keyboard-interrupt"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        raise KeyboardInterrupt("vendor runtime aborted the compile")

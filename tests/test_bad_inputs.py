@@ -101,6 +101,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (ws / "dirjunit" / "junit.xml").mkdir(parents=True)
     (ws / "histdir").mkdir()
     (ws / "bad.sqlite").write_text("not a database")
+    (ws / "loop").symlink_to("loop")  # a symbolic link loop: Path.resolve() raises RuntimeError on it
     with sqlite3.connect(ws / "foreign.sqlite") as db:
         db.execute("CREATE TABLE runs (x INTEGER)")
     _record_files(ws)
@@ -215,6 +216,13 @@ BAD_INPUTS: dict[str, Bad] = {
     "out-not-empty": Bad(run_with("--out", "notes"), "--out notes is not empty (readme.txt)"),
     "out-results-is-dir": Bad(run_with("--out", "dirres", "--overwrite"), "dirres/results.jsonl is a directory"),
     "out-junit-is-dir": Bad(run_with("--out", "dirjunit", "--overwrite"), "dirjunit/junit.xml is a directory"),
+    "out-symlink-loop": Bad(run_with("--out", "loop/x"), "--out loop/x: loop is a symlink loop"),
+    "report-out-symlink-loop": Bad(["report", "prev", "-o", "loop"], "-o loop: loop is a symlink loop"),
+    "merge-out-symlink-loop": Bad(["merge", "s1", "s2", "-o", "loop/m"], "-o loop/m: loop is a symlink loop"),
+    "history-symlink-loop": Bad(run_with("--out", "new7", "--history", "loop"),
+                                "--history loop: loop is a symlink loop"),
+    "baseline-empty": Bad(run_with("--out", "new8", "--baseline", "empty.jsonl"),
+                          "baseline empty.jsonl: empty.jsonl holds no result records; nothing to compare against"),
     "overwrite-and-resume": Bad(run_with("--out", "prev", "--overwrite", "--resume"),
                                 "argument --resume: not allowed with argument --overwrite"),
     # workers, time limits, generated cases
@@ -228,6 +236,8 @@ BAD_INPUTS: dict[str, Bad] = {
     "timeout-inf": Bad(run_with("--timeout", "inf"), "got inf"),
     "timeout-word": Bad(run_with("--timeout", "soon"), "argument --timeout: invalid float value: 'soon'"),
     "generated-negative": Bad(run_with("--generated", "-1"), "--generated must be >= 0"),
+    "generated-huge": Bad(run_with("--generated", "1000000000000"),
+                          "--generated must be at most 10000 generated cases per run, got 1000000000000"),
     "generated-word": Bad(run_with("--generated", "some"), "argument --generated: invalid int value: 'some'"),
     "hypothesis-seed-word": Bad(run_with("--hypothesis-seed", "s"), "argument --hypothesis-seed: invalid int value"),
     # sharding
@@ -278,6 +288,13 @@ BAD_INPUTS: dict[str, Bad] = {
     "backend-module-exits": Bad(run_with(backend="exiting_plugin:B"), "cannot load exiting_plugin:B: SystemExit"),
     "backend-syntax-error": Bad(run_with(backend="syntax_plugin:B"), "cannot load syntax_plugin:B: SyntaxError"),
     "backend-empty-name": Bad(run_with(backend=""), "unknown backend ''"),
+    "backend-named-empty": Bad(run_with(backend="tests.hostile_backends:EmptyNameBackend"),
+                               "'name' must be a str of at least one character, got ''"),
+    "backend-name-taken": Bad(run_with(backend="tests.hostile_backends:ImpostorEagerBackend"),
+                              "--backend tests.hostile_backends:ImpostorEagerBackend: backend name 'eager' is taken "
+                              "by entry point eager (conformance.backends.eager:EagerBackend)"),
+    "cases-module-exits": Bad(run_with("--cases", "exiting_plugin.py"),
+                              "--cases exiting_plugin.py: it exits when imported (SystemExit(3))"),
     # cases
     "case-unknown": Bad(run_with(case="no-such-case"), "unknown case 'no-such-case'"),
     "case-empty": Bad(run_with(case=""), "unknown case ''"),
@@ -570,8 +587,7 @@ class HangingRun:
         return self.process.wait(timeout_s)
 
 
-@pytest.fixture
-def hanging_run(tmp_path: Path) -> Iterator[HangingRun]:
+def start_hanging_run(tmp_path: Path, *extra: str) -> HangingRun:
     tag = f"CONFORMANCE_TEST_TAG={uuid.uuid4().hex}"
     key, value = tag.split("=")
     log = tmp_path / "run.log"
@@ -579,17 +595,27 @@ def hanging_run(tmp_path: Path) -> Iterator[HangingRun]:
     tmp.mkdir()
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "conformance.cli", "run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out"],
+            [sys.executable, "-m", "conformance.cli", "run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out",
+             *extra],
             cwd=tmp_path, stdout=sink, stderr=sink, env=child_env(**{key: value}, TMPDIR=str(tmp)),
             start_new_session=True,  # like a shell job: its own process group, so Ctrl-C can be sent to it
         )
-    run = HangingRun(process, tmp_path / "out", tag, log, tmp)
-    yield run
-    if process.poll() is None:  # a failed assertion: do not leave it behind
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    for p in tagged_processes(tag):
+    return HangingRun(process, tmp_path / "out", tag, log, tmp)
+
+
+def end_hanging_run(run: HangingRun) -> None:
+    if run.process.poll() is None:  # a failed assertion: do not leave it behind
+        os.killpg(run.process.pid, signal.SIGKILL)
+        run.process.wait()
+    for p in tagged_processes(run.tag):
         os.kill(p.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def hanging_run(tmp_path: Path) -> Iterator[HangingRun]:
+    run = start_hanging_run(tmp_path)
+    yield run
+    end_hanging_run(run)
 
 
 def assert_clean_interrupted_run(run: HangingRun, code: int, expected_code: int, signame: str) -> None:
@@ -659,16 +685,295 @@ def test_sigkill_leaves_verdicts_for_resume_and_no_worker(hanging_run: HangingRu
     refused = cli_subprocess("run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out", cwd=tmp_path)
     assert refused.returncode == 2
     assert_one_line(refused.stderr, "--out out already holds results; to keep them, give this run its own directory")
+    assert f"(removed a stale .conformance.lock left in out by pid {hanging_run.process.pid} " in refused.stderr
     assert snapshot(hanging_run.out) == before  # the stale lock was taken and cleared; the verdicts untouched
     resumed = cli_subprocess("run", "--backend", HANG_SPEC, *HANG_PAIRS, "--out", "out", "--resume",
                              "--timeout", "3", cwd=tmp_path)
     assert resumed.returncode == 1, resumed.stderr
     assert [r.status for r in read_records(hanging_run.out / "results.jsonl").results] == ["pass", "pass", "timeout"]
     assert not (hanging_run.out / "results.jsonl.partial").exists()
+    assert "stale" not in resumed.stderr  # the refused run above cleared it, and said so
 
 
 def without_lock(files: dict[str, bytes | None]) -> dict[str, bytes | None]:
     return {name: data for name, data in files.items() if name != ".conformance.lock"}
+
+
+# --------------------------------------------------------------------------- the last hostile probes (issue 38)
+#
+# Each driven as a user drives it: the real ``conformance`` command (the console script's launcher) in a
+# subprocess, a real symlink loop, a real SIGINT or SIGKILL, a real SQLite file from a newer schema.
+
+
+def conformance(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """``conformance ARGS`` as the console script runs it (``conformance.cli.launch:main``)."""
+    return subprocess.run([sys.executable, "-m", "conformance", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env or child_env())
+
+
+EAGER_PAIR = ["--backend", "eager", "--case", "mlp-s-infer", "--no-isolate"]
+
+
+def assert_refused(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc.stderr, fragment)
+    assert not proc.stdout.strip(), proc.stdout
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--out", "loop/x"], "--out loop/x: loop is a symlink loop"),
+    (["--out", "loop"], "--out loop: loop is a symlink loop"),
+    (["--out", "new", "--history", "loop/h.sqlite"], "--history loop/h.sqlite: loop is a symlink loop"),
+], ids=["out-below-a-loop", "out-is-a-loop", "history-below-a-loop"])
+def test_a_path_through_a_symlink_loop_is_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
+    (tmp_path / "loop").symlink_to("other")
+    (tmp_path / "other").symlink_to("loop")
+    proc = conformance("run", *EAGER_PAIR, *argv, cwd=tmp_path)
+    assert_refused(proc, f"conformance: error: {says}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop", "other"]  # nothing written
+
+
+def test_a_report_into_a_symlink_loop_is_one_line(workspace: Path, tmp_path: Path) -> None:
+    (tmp_path / "loop").symlink_to("loop")
+    proc = conformance("report", str(workspace / "prev"), "-o", "loop/site", "--no-history", cwd=tmp_path)
+    assert_refused(proc, "conformance report: error: -o loop/site: loop is a symlink loop")
+
+
+def test_a_huge_generated_count_is_refused_at_once(tmp_path: Path) -> None:
+    from conformance.run.options import MAX_GENERATED
+
+    started = time.monotonic()
+    proc = conformance("run", "--backend", "eager", "--no-isolate", "--generated", "1000000000000", "--out", "out",
+                       cwd=tmp_path, timeout=120)
+    assert_refused(proc, f"--generated must be at most {MAX_GENERATED} generated cases per run, got 1000000000000")
+    assert time.monotonic() - started < 60  # drawing them took minutes before the first line
+    assert not any(tmp_path.iterdir())
+    listed = conformance("list", "cases", "--generated", str(MAX_GENERATED + 1), cwd=tmp_path, timeout=120)
+    assert_refused(listed, f"--generated must be at most {MAX_GENERATED}")
+
+
+def _impostor_distribution(root: Path) -> None:
+    """An installed distribution whose entry point registers another adapter under the name ``eager``."""
+    dist = root / "impostor_vendor-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: impostor-vendor\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[conformance.backends]\n"
+                                           "zz-impostor = tests.hostile_backends:ImpostorEagerBackend\n")
+
+
+def test_a_second_backend_under_a_taken_name_is_refused_naming_both(tmp_path: Path) -> None:
+    adhoc = conformance("run", "--backend", "eager", "--backend", "tests.hostile_backends:ImpostorEagerBackend",
+                        "--case", "mlp-s-infer", "--no-isolate", "--out", "out", cwd=tmp_path)
+    assert_refused(adhoc, "--backend tests.hostile_backends:ImpostorEagerBackend: backend name 'eager' is taken by "
+                          "entry point eager (conformance.backends.eager:EagerBackend)")
+    assert not any(tmp_path.iterdir())
+    site = tmp_path / "site"
+    site.mkdir()
+    _impostor_distribution(site)
+    env = child_env(PYTHONPATH=f"{REPO}{os.pathsep}{site}")
+    plugin = conformance("run", *EAGER_PAIR, "--out", "out", cwd=tmp_path, env=env)
+    assert_refused(plugin, "backend 'eager' is broken: two backends are named 'eager': entry point eager "
+                           "(conformance.backends.eager:EagerBackend) and entry point zz-impostor "
+                           "(tests.hostile_backends:ImpostorEagerBackend)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_the_same_adapter_named_twice_is_one_backend() -> None:
+    from conformance.api.adapter import discover
+
+    registry = discover()
+    eager = registry.get("eager")
+    assert registry.get("conformance.backends.eager:EagerBackend") is eager
+
+
+def test_a_case_module_that_exits_is_one_line_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "exiting_cases.py").write_text("import sys\n\nsys.exit(4)\n")
+    proc = conformance("run", "--cases", "exiting_cases.py", *EAGER_PAIR, "--out", "out", cwd=tmp_path)
+    assert_refused(proc, "conformance: error: --cases exiting_cases.py: it exits when imported (SystemExit(4))")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exiting_cases.py"]
+
+
+def test_an_empty_backend_name_is_refused_up_front(workspace: Path, tmp_path: Path) -> None:
+    from conformance.output.records import check_record
+
+    proc = conformance("run", "--backend", "tests.hostile_backends:EmptyNameBackend", "--case", "mlp-s-infer",
+                       "--no-isolate", "--out", "out", cwd=tmp_path)
+    assert_refused(proc, "backend 'tests.hostile_backends:EmptyNameBackend': 'name' must be a str of at least one "
+                         "character, got ''")
+    assert not any(tmp_path.iterdir())
+    # the rule is the results reader's: a record it would refuse is never written
+    assert check_record({**_good_record(workspace), "backend": ""}) == "$.backend: '' should be non-empty"
+
+
+def test_an_adapters_own_keyboard_interrupt_is_its_pairs_verdict(tmp_path: Path) -> None:
+    proc = conformance("run", "--backend", "eager", "--backend", "tests.hostile_backends:InterruptingBackend",
+                       "--case", "mlp-s-infer", "--no-isolate", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # one unexpected failure: the run went on
+    assert "interrupted" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    loaded = read_records(tmp_path / "out" / "results.jsonl")
+    verdicts = {r.backend: r for r in loaded.results}
+    assert not loaded.problems and sorted(verdicts) == ["eager", "hostile-keyboard-interrupt"]
+    assert verdicts["eager"].status == "pass"
+    bad = verdicts["hostile-keyboard-interrupt"]
+    assert bad.status == "fail-run"
+    assert bad.reason.startswith("the backend raised KeyboardInterrupt (vendor runtime aborted the compile) "
+                                 "though no SIGINT came"), bad.reason
+    assert "fail-run mlp-s-infer@hostile-keyboard-interrupt" in proc.stderr
+    assert (tmp_path / "out" / "report" / "index.html").read_text().count('<td class="cell ') == 2
+
+
+def test_ctrl_c_still_stops_a_no_isolate_run(tmp_path: Path) -> None:
+    """The other side of the line drawn above: a real SIGINT while an in-process pair runs ends the run."""
+    run = start_hanging_run(tmp_path, "--no-isolate")
+    try:
+        run.wait_until_hung()
+        os.killpg(run.process.pid, signal.SIGINT)
+        assert_clean_interrupted_run(run, run.finish(), 128 + signal.SIGINT, "SIGINT")
+    finally:
+        end_hanging_run(run)
+
+
+def _huge(record: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "memory": {**record["memory"], "measured_peak_bytes": 10**400}}
+
+
+def test_a_figure_beyond_64_bits_is_a_bad_line_for_report_and_a_refused_baseline(workspace: Path,
+                                                                                 tmp_path: Path) -> None:
+    from conformance.output.report import fmt_bytes
+
+    good = _good_record(workspace)
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "results.jsonl").write_bytes(_line(good) + _line(_huge(good)))
+    report = conformance("report", "mixed", "-o", "site", "--no-history", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert_one_line(report.stderr, "warning: mixed/results.jsonl:2: not a results record: "
+                                   "$.memory.measured_peak_bytes: 1000")
+    assert "(401 characters) is greater than the maximum of 9223372036854775807" in report.stderr
+    assert (tmp_path / "site" / "index.html").read_text().count('<td class="cell ') == 1
+    (tmp_path / "huge").mkdir()
+    (tmp_path / "huge" / "results.jsonl").write_bytes(_line(_huge(good)))
+    run = conformance("run", *EAGER_PAIR, "--out", "out", "--baseline", "huge", "--baseline-tolerance", "5%",
+                      cwd=tmp_path)
+    assert_refused(run, "conformance: error: baseline huge: huge/results.jsonl:1: not a results record: "
+                        "$.memory.measured_peak_bytes: ")
+    assert not (tmp_path / "out").exists()
+    assert fmt_bytes(10**400) == "1.00e400 B" and fmt_bytes(-(10**400)) == "-1.00e400 B"  # whatever reaches it
+
+
+def test_an_integer_too_long_to_convert_is_a_bad_line(workspace: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    good = _line(_good_record(workspace))
+    long_figure = good.replace(b'"measured_peak_bytes": ', b'"measured_peak_bytes": ' + b"9" * 5000 + b", \"x\": ")
+    (tmp_path / "results.jsonl").write_bytes(good + long_figure)
+    monkeypatch.chdir(tmp_path)
+    assert call_cli(["report", "results.jsonl", "-o", "site", "--no-history"]) == 0
+    assert_one_line(capsys.readouterr().err, "results.jsonl:2: not a results record: Exceeds the limit")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"", "baseline base: base/results.jsonl holds no result records; nothing to compare against"),
+    (b"\n\n", "baseline base: base/results.jsonl holds no result records"),
+], ids=["empty", "blank-lines"])
+def test_an_empty_baseline_is_refused(tmp_path: Path, content: bytes, says: str) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "results.jsonl").write_bytes(content)
+    proc = conformance("run", *EAGER_PAIR, "--out", "out", "--baseline", "base", cwd=tmp_path)
+    assert_refused(proc, f"conformance: error: {says}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
+
+
+def _newer_history(path: Path, column: str) -> None:
+    """A history as a newer harness could leave it: the same tables, ``runs`` with one more column."""
+    from conformance.output import history
+
+    history.connect(path).close()
+    with sqlite3.connect(path) as db:
+        db.executescript(f"""
+            DROP TABLE runs;
+            CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL,
+                               label TEXT NOT NULL DEFAULT '', fingerprint TEXT NOT NULL UNIQUE, {column});
+        """)
+    db.close()
+
+
+def test_a_history_from_a_newer_schema_is_refused_up_front(workspace: Path, tmp_path: Path) -> None:
+    _newer_history(tmp_path / "newer.sqlite", "machine TEXT NOT NULL")
+    before = (tmp_path / "newer.sqlite").read_bytes()
+    says = ("--history newer.sqlite: not a run history database (its table 'runs' requires 'machine' "
+            "(NOT NULL, no default), which this version does not write")
+    report = conformance("report", str(workspace / "prev"), "-o", "site", "--history", "newer.sqlite", cwd=tmp_path)
+    assert_refused(report, f"conformance report: error: {says}")
+    run = conformance("run", *EAGER_PAIR, "--out", "out", "--history", "newer.sqlite", cwd=tmp_path)
+    assert_refused(run, f"conformance: error: {says}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["newer.sqlite"]  # no -o directory, no --out
+    assert (tmp_path / "newer.sqlite").read_bytes() == before
+
+
+def test_a_newer_history_with_a_column_it_can_leave_empty_is_written(workspace: Path, tmp_path: Path) -> None:
+    from conformance.output import history
+
+    _newer_history(tmp_path / "newer.sqlite", "machine TEXT")
+    report = conformance("report", str(workspace / "prev"), "-o", "site", "--history", "newer.sqlite", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert len(history.runs(tmp_path / "newer.sqlite")) == 1
+
+
+def _loaded(pid: int, library: str) -> bool:
+    try:
+        return library in (Path("/proc") / str(pid) / "maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("argv", [["list", "backends"], ["run", "--backend", "eager", "--case", "mlp-s-infer",
+                                                         "--out", "out"]], ids=["list", "run"])
+def test_ctrl_c_while_the_command_imports_is_one_line_exit_130(tmp_path: Path, argv: list[str]) -> None:
+    """SIGINT once torch's library is mapped: the command is in the middle of its imports (and a run has
+    started its early worker)."""
+    tag = f"CONFORMANCE_TEST_TAG={uuid.uuid4().hex}"
+    key, value = tag.split("=")
+    process = subprocess.Popen([sys.executable, "-m", "conformance", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=child_env(**{key: value}))
+    try:
+        deadline = time.monotonic() + 120
+        while not _loaded(process.pid, "libtorch") and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process.poll() is None, "the command finished before torch was imported"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGINT, err
+    assert err.strip() == "conformance: interrupted" and not out, err
+    deadline = time.monotonic() + 10
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tagged_processes(tag) == [], "the early worker outlived the command"
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_stale_lock_from_a_killed_run_is_said_in_one_line(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "conformance", "run", *EAGER_PAIR, "--out", "out"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+    lock = tmp_path / "out" / ".conformance.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        assert process.poll() is None
+        time.sleep(0.01)
+    process.kill()  # SIGKILL: no cleanup of its own runs
+    process.wait()
+    assert lock.read_text() == str(process.pid)
+    proc = conformance("run", *EAGER_PAIR, "--out", "out", "--overwrite", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "stale .conformance.lock" in line]
+    assert said == [f"warning: removed a stale .conformance.lock left in out by pid {process.pid} "
+                    "(a run killed outright)"], proc.stderr
+    assert not lock.exists()
+    assert [r.status for r in read_records(tmp_path / "out" / "results.jsonl").results] == ["pass"]
 
 
 # --------------------------------------------------------------------------- hostile names in the report

@@ -195,7 +195,8 @@ class BackendError(ValueError):
 @dataclass
 class BackendRegistry:
     backends: dict[str, Backend] = field(default_factory=dict)
-    broken: dict[str, str] = field(default_factory=dict)  # plugin name -> problem
+    broken: dict[str, str] = field(default_factory=dict)  # plugin (or contested backend) name -> problem
+    sources: dict[str, str] = field(default_factory=dict)  # backend name -> where it came from, for messages
 
     def get(self, name: str) -> Backend:
         if name in self.backends:
@@ -204,12 +205,31 @@ class BackendRegistry:
             raise BackendError(f"backend {name!r} is broken: {self.broken[name]}")
         if ":" in name:
             backend = load_backend_class(name, name)
-            self.backends[backend.name] = backend
-            return backend
+            taken = self.broken.get(backend.name) if backend.name not in self.backends else None
+            if taken is not None:
+                raise BackendError(f"--backend {name}: backend name {backend.name!r} is taken: {taken}")
+            return self.add(backend, f"--backend {name}")
         raise BackendError(
             f"unknown backend {name!r}{did_you_mean(name, self.backends)} (known: "
             f"{', '.join(sorted(self.backends)) or 'none'}; see 'conformance list backends')"
         )
+
+    def add(self, backend: Backend, source: str) -> Backend:
+        """``backend`` under its name; the same adapter class again is the one already there.
+
+        Records, manifests, repros and the history key a pair by the backend's name, so a second,
+        different adapter under a taken name would pass for the first (its verdicts filed as the
+        other's): it is refused, naming both sources."""
+        taken = self.backends.get(backend.name)
+        if taken is not None:
+            if type(taken) is type(backend):
+                return taken
+            raise BackendError(
+                f"{source}: backend name {backend.name!r} is taken by {self.sources.get(backend.name, '?')}; "
+                f"two backends cannot share a name (rename one)")
+        self.backends[backend.name] = backend
+        self.sources[backend.name] = source
+        return backend
 
     def usable(self) -> list[Backend]:
         return [b for b in self.backends.values() if b.unavailable_reason() is None]
@@ -246,8 +266,9 @@ def validate_backend(label: str, obj: object) -> Backend:
             f"backend {label!r}: {type(backend).__name__} is not a conformance Backend"
             + (f" (missing {', '.join(missing)})" if missing else "")
         )
-    if not isinstance(getattr(backend, "name", None), str):
-        raise BackendError(f"backend {label!r}: 'name' must be a str")
+    name = getattr(backend, "name", None)
+    if not isinstance(name, str) or not name:  # the results schema's reader takes any non-empty str
+        raise BackendError(f"backend {label!r}: 'name' must be a str of at least one character, got {name!r}")
     if not isinstance(backend.capabilities, Capabilities):
         raise BackendError(
             f"backend {label!r}: 'capabilities' must be conformance.api.adapter.Capabilities, "
@@ -271,11 +292,19 @@ def _instantiate(label: str, cls: type) -> object:
 
 
 def discover() -> BackendRegistry:
-    """Every adapter registered under the entry-point group, broken ones reported by name."""
+    """Every adapter registered under the entry-point group, broken ones reported by name.
+
+    Two entry points that register different adapters under one backend name (or under one entry
+    point name) make that name broken, naming both: neither may pass for the other."""
     registry = BackendRegistry()
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if ep.name in registry.backends:
+    values: dict[str, str] = {}  # entry point name -> its value (the same plugin seen twice is skipped)
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
+        source = f"entry point {ep.name} ({ep.value})"
+        if ep.name in values:
+            if values[ep.name] != ep.value:
+                _contest(registry, ep.name, f"entry point {ep.name} ({values[ep.name]})", source)
             continue
+        values[ep.name] = ep.value
         try:
             backend = validate_backend(ep.name, ep.load())
         except BackendError as exc:
@@ -284,5 +313,17 @@ def discover() -> BackendRegistry:
         except Exception as exc:
             registry.broken[ep.name] = f"backend {ep.name!r}: cannot load {ep.value}: {type(exc).__name__}: {exc}"
             continue
-        registry.backends[backend.name] = backend
+        if backend.name in registry.broken:
+            continue
+        taken = registry.backends.get(backend.name)
+        if taken is not None and type(taken) is not type(backend):
+            _contest(registry, backend.name, registry.sources[backend.name], source)
+            continue
+        registry.add(backend, source)
     return registry
+
+
+def _contest(registry: BackendRegistry, name: str, first: str, second: str) -> None:
+    registry.backends.pop(name, None)
+    registry.sources.pop(name, None)
+    registry.broken[name] = f"two backends are named {name!r}: {first} and {second}; uninstall or rename one"

@@ -347,10 +347,17 @@ def _load_plugins() -> None:
                 loaded()
         except CaseIdError as exc:  # an id that could name a path: an error, like a bad --cases source's
             raise CaseIdError(f"case plugin {ep.name} ({ep.value}): {exc}") from None
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin that exits on import is broken, not the end of the run
             if ep.value == BUILTIN_CASES:
                 raise  # a broken installation, not a broken plugin
-            BROKEN_PLUGINS[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+            BROKEN_PLUGINS[ep.name] = f"{ep.value}: {_failure(exc)}"
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong loading a case module, in a few words."""
+    if isinstance(exc, SystemExit):
+        return f"it exits when imported (SystemExit({exc.code!r}))"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _inherited_sources() -> list[str]:
@@ -376,9 +383,9 @@ def load_source(source: str) -> None:
             importlib.import_module(key)
     except CaseError as exc:
         raise CaseError(str(exc) if str(exc).startswith("--cases ") else f"--cases {source}: {exc}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module that exits (sys.exit(4)) at import is a broken source too
         _LOADED_SOURCES.discard(key)
-        raise CaseError(f"--cases {source}: {type(exc).__name__}: {exc}") from exc
+        raise CaseError(f"--cases {source}: {_failure(exc)}") from exc
     finally:
         _LOADING.pop()
     inherited = _inherited_sources()

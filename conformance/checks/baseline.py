@@ -51,14 +51,18 @@ class Tolerance:
 
 
 def load_baseline(path: Path) -> dict[tuple[str, str], Result]:
-    """The results of an earlier run, by (case, backend)."""
+    """The results of an earlier run, by (case, backend); a file without one record, or with a line the
+    results reader refuses (a figure beyond 64 bits among them), is refused naming it."""
     results = path / "results.jsonl" if path.is_dir() else path
     if not results.is_file():
         raise BaselineError(f"baseline {path}: no results.jsonl there")
     try:
-        return {(r.case, r.backend): r for r in read_results(results)}
+        found = read_results(results)
     except (OSError, ValueError) as exc:
         raise BaselineError(f"baseline {path}: {exc}") from exc
+    if not found:  # compared against nothing, every pair would pass its baseline check unseen
+        raise BaselineError(f"baseline {path}: {results} holds no result records; nothing to compare against")
+    return {(r.case, r.backend): r for r in found}
 
 
 def _figures(result: Result) -> tuple[int | None, int | None]:

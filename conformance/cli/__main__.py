@@ -2,6 +2,16 @@
 
 import sys
 
-from conformance.cli.main import main
+from conformance.cli.launch import imported, importing, interruptible
 
-sys.exit(main())
+
+def _cli() -> int:
+    previous = importing()  # torch and pytest: a Ctrl-C meanwhile is one line, exit 130
+    try:
+        from conformance.cli.main import main
+    finally:
+        imported(previous)
+    return main()
+
+
+sys.exit(interruptible(_cli))

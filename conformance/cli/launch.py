@@ -7,24 +7,34 @@ of that lets the two start-ups overlap instead of adding up.  Only a plain isola
 it: with ``-n`` the pairs run in pytest-xdist's workers (each starts its own), with
 ``--no-isolate`` in this process, and with ``--cases`` the worker must inherit the sources the
 CLI loads first.
+
+A Ctrl-C while all that imports (the first second or two) ends the command at once with one
+line and exit status 130: nothing is written yet, and a traceback from inside torch's imports
+(or a library that swallows the interrupt in its own) helps nobody.  So this module imports
+only what the interpreter has already loaded before it installs that handler.
 """
 
 from __future__ import annotations
 
-import re
+import os
+import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from conformance.util import phases
-from conformance.util.paths import caches_outside_tmp
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
 
-_NO_PRESTART = re.compile(
-    r"^(-n.*|--numprocesses.*|--workers.*|--dist.*|--no-isolate|--cases.*|-h|--help|--collect-only|--co)$")
+#: arguments that keep a run's pairs out of this process's own early worker
+_NO_PRESTART = r"^(-n.*|--numprocesses.*|--workers.*|--dist.*|--no-isolate|--cases.*|-h|--help|--collect-only|--co)$"
 
 
 def prestarts(argv: list[str]) -> bool:
     """Whether ``conformance ARGV`` will run pairs in this process's own isolated worker."""
-    return bool(argv) and argv[0] == "run" and not any(_NO_PRESTART.match(a) for a in argv[1:])
+    import re
+
+    return bool(argv) and argv[0] == "run" and not any(re.match(_NO_PRESTART, a) for a in argv[1:])
 
 
 def named_backends(argv: list[str]) -> list[str]:
@@ -39,14 +49,62 @@ def named_backends(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    phases.STARTED = time.perf_counter()
-    caches_outside_tmp()  # before the worker starts: it loads the compilers
-    if prestarts(argv):
-        from conformance.run.isolation import prestart, run_environment
+    """The command: the early worker, the CLI's imports (a Ctrl-C meanwhile ends it at once), the CLI."""
+    started = time.perf_counter()
+    return interruptible(lambda: _main(sys.argv[1:] if argv is None else argv, started))
 
-        run_environment(parallel_pairs=False)
-        prestart(named_backends(argv))
-    from conformance.cli.main import main as cli_main
 
+def _main(argv: list[str], started: float) -> int:
+    with_handler = importing()
+    try:
+        from conformance.util import phases
+        from conformance.util.paths import caches_outside_tmp
+
+        phases.STARTED = started
+        caches_outside_tmp()  # before the worker starts: it loads the compilers
+        if prestarts(argv):
+            from conformance.run.isolation import prestart, run_environment
+
+            run_environment(parallel_pairs=False)
+            prestart(named_backends(argv))
+        from conformance.cli.main import main as cli_main
+    finally:
+        imported(with_handler)
     return cli_main(argv)
+
+
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
+    """SIGINT while the command imports: nothing is written yet, so it ends here, before a library that
+    swallows ``KeyboardInterrupt`` in its own imports can hide it, or its traceback can be printed."""
+    os.write(2, b"conformance: interrupted\n")
+    os._exit(128 + signum)  # an early worker dies with its parent (die_with_parent)
+
+
+def importing() -> object:
+    """From now until :func:`imported`: a Ctrl-C ends the command at once (one line, exit 130).  Returns the
+    handler to put back.  A background job, which ignores SIGINT, keeps ignoring it."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _exit_at_once)
+    return previous
+
+
+def imported(previous: object) -> None:
+    """The SIGINT handler :func:`importing` replaced, back: the CLI's own interrupt handling takes over."""
+    signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
+
+
+def interruptible(command: Callable[[], int]) -> int:
+    """``command()``, but a ``KeyboardInterrupt`` it lets out is one line and exit status 130."""
+    try:
+        return command()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not trace back out of the exit
+        isolation = sys.modules.get("conformance.run.isolation")
+        if isolation is not None:  # a worker started early (prestart) ends with the command
+            try:
+                isolation.shutdown(kill=True)
+            except Exception:
+                pass
+        print("conformance: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT

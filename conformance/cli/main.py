@@ -147,7 +147,7 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
         for case in selection.cases:
             try:
                 case.build()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a builder that exits is a case that failed to build
                 raise UsageFailure(f"case {case.id} failed to build: {type(exc).__name__}: {exc}") from None
     if not selection.backends:
         raise UsageFailure("no backend can run on this machine (see 'conformance list backends')")

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from conformance.api.result import STATUSES, MemoryFigures, Result, Status
 from conformance.api.verdict import rates
+from conformance.util.paths import symlink_loop
 
 T = TypeVar("T")
 
@@ -128,6 +129,9 @@ def default_for(results: Path) -> Path:
 
 def check(path: Path, what: str = "--history") -> None:
     """Fail with one line if ``path`` cannot hold the run history; reads, never creates or writes."""
+    loop = symlink_loop(path)
+    if loop is not None:
+        raise HistoryError(f"{what} {path}: {loop} is a symlink loop")
     if path.is_dir():
         raise HistoryError(f"{what} {path}: is a directory, not an SQLite file")
     if not path.exists():
@@ -147,11 +151,22 @@ def _check_creatable(path: Path, what: str) -> None:
 
 
 def _check_tables(db: sqlite3.Connection) -> None:
+    """The tables hold the columns this code reads and writes, and no column it could not fill.
+
+    A newer harness's history may carry more columns: a nullable one or one with a default is
+    left alone (rows are written by column name), but one that is NOT NULL without a default
+    would fail every insert, after the run, when its report records it; so it is refused up front."""
     for table, needed in _COLUMNS.items():
-        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        info = list(db.execute(f"PRAGMA table_info({table})"))  # cid, name, type, notnull, default, pk
+        have = {row[1] for row in info}
         if have and not needed <= have:
             missing = ", ".join(sorted(needed - have))
             raise sqlite3.DatabaseError(f"its table {table!r} lacks {missing}: another program's database?")
+        unfillable = sorted(row[1] for row in info if row[1] not in needed and row[3] and row[4] is None and not row[5])
+        if unfillable:
+            raise sqlite3.DatabaseError(
+                f"its table {table!r} requires {', '.join(map(repr, unfillable))} (NOT NULL, no default), which this "
+                f"version does not write: a newer conformance's history? Use that version, or another --history")
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -197,12 +212,11 @@ def record_run(
             run_id = cur.lastrowid
             assert run_id is not None
             for r in results:
-                db.execute(
-                    "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(run_id, r)
-                )
+                db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_RESULT_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' * len(_RESULT_COLUMNS))})", _row(run_id, r))
                 if r.cause:
-                    db.execute("INSERT OR REPLACE INTO causes VALUES (?, ?, ?, ?)",
-                               (run_id, r.backend, r.case, r.cause))
+                    db.execute("INSERT OR REPLACE INTO causes (run_id, backend, case_id, signature) "
+                               "VALUES (?, ?, ?, ?)", (run_id, r.backend, r.case, r.cause))
         return Run(run_id, when, label)
 
 
@@ -229,6 +243,11 @@ def cause_sightings(path: Path) -> dict[tuple[str, str], list[Run]]:
     order = {r.id: i for i, r in enumerate(by_id.values())}
     return {key: [by_id[i] for i in sorted((i for i in ids if i in by_id), key=order.__getitem__)]
             for key, ids in seen.items()}
+
+
+#: the ``results`` columns a run writes, in :func:`_row`'s order (named: a newer history may have more)
+_RESULT_COLUMNS = ("run_id", "backend", "case_id", "family", "status", "reason", "model_peak_bytes",
+                   "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes")
 
 
 def _row(run_id: int, r: Result) -> tuple[object, ...]:

@@ -2,7 +2,8 @@
 
 * **Lock.** ``DIR/.conformance.lock`` is held (``flock``) for the whole run; a second run on
   the same directory stops with a one-line error.  The kernel drops the lock when its
-  holder dies, however it dies, so a killed run never leaves the directory locked.
+  holder dies, however it dies, so a killed run never leaves the directory locked; the lock
+  file it leaves is taken over by the next run, which says so in one line (its pid).
 * **Refuse, unless told.** A directory that already holds anything is refused unless
   the user says what to do with it: ``overwrite`` (replace the run's own files) or
   ``resume`` (keep every verdict there and run only the pairs that lack one).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from conformance.api.result import Result
 from conformance.output.records import RecordsError, read_records
-from conformance.util.paths import EXISTING_MODES
+from conformance.util.paths import EXISTING_MODES, symlink_loop
 
 RESULTS = "results.jsonl"
 JUNIT = "junit.xml"
@@ -128,6 +129,9 @@ def check_target(path: Path, what: str = "--out") -> None:
 
 
 def _check_target(path: Path, what: str) -> None:
+    loop = symlink_loop(path)
+    if loop is not None:
+        raise OutDirError(f"{what} {path}: {loop} is a symlink loop")
     if path.exists() and not path.is_dir():
         raise OutDirError(f"{what} {path}: exists and is not a directory")
     existing = next((p for p in [path, *path.parents] if p.exists()), None)
@@ -141,18 +145,25 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
     """Create and lock ``path`` for one run; raises :class:`OutDirError` (one line) when it cannot be used."""
     if mode not in MODES:
         raise OutDirError(f"unknown output mode {mode!r}")
+    check_target(path)  # first: a symlink loop cannot even be resolved to look the claim up
     already = held(path)
     if already is not None:
         return already
-    check_target(path)
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutDirError(f"--out {path}: cannot create: {exc.strerror}") from None
+    stale = _stale_holder(path / LOCK)
     run_dir = RunDir(path, mode, _lock(path), created=created)
+    said = f"removed a stale {LOCK} left in {path} by pid {stale} (a run killed outright)"
+    if stale is not None:  # said, not fatal: the kernel dropped its lock when that run died
+        run_dir.warnings.append(said)
     try:
         _prepare(run_dir)
+    except OutDirError as exc:  # refused: still one line, which says what happened to the lock too
+        run_dir.release()
+        raise OutDirError(f"{exc} ({said})" if stale is not None else str(exc)) from None
     except BaseException:
         run_dir.release()
         raise
@@ -196,6 +207,28 @@ def _probe(directory: Path, what: str, inside: Path) -> None:
                           f"wait for it or choose another directory") from None
     finally:
         os.close(fd)
+
+
+def _stale_holder(lock: Path) -> str | None:
+    """The pid written in a lock file nobody holds (a run killed outright leaves it), or ``None``."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None  # held: a live run's, refused by _lock in a moment
+    else:
+        return _read_pid(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> str | None:
+    """A lock holder's pid as written in the lock file (``None`` for none: empty, or not a pid)."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return text if text.isdigit() and int(text) != os.getpid() else None
 
 
 def _holder(lock: Path) -> str:

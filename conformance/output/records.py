@@ -22,6 +22,7 @@ from conformance.api.result import Result
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "results.schema.json"  # package data
 MESSAGE_CHARS = 160  # a schema message quotes the offending value: keep the line readable
+QUOTED_CHARS = 48  # ... and of that value, this much (a 400-digit figure would hide what is wrong with it)
 
 
 class RecordsError(ValueError):
@@ -73,7 +74,10 @@ def check_record(data: object) -> str | None:
     if error is None:
         return None
     where = error.json_path if error.json_path != "$" else "record"
-    return _shorten(f"{where}: {error.message}")
+    message, shown = error.message, repr(error.instance)
+    if len(shown) > QUOTED_CHARS and message.startswith(shown):  # the value first: what is wrong must still show
+        message = f"{shown[:QUOTED_CHARS - 3]}...({len(shown)} characters){message[len(shown):]}"
+    return _shorten(f"{where}: {message}")
 
 
 def read_records(path: Path) -> RecordFile:
@@ -137,6 +141,8 @@ def _parse(raw: bytes) -> tuple[dict[str, Any], None] | tuple[None, str]:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg} at column {exc.colno})"
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        return None, f"not a results record: {_shorten(str(exc))}"
     except RecursionError:
         return None, "not a results record: nested too deeply"
     problem = check_record(record)

@@ -14,6 +14,7 @@ script shipped with the package.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -114,7 +115,11 @@ def results_time(results_dirs: Sequence[Path]) -> str:
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"
-    n = float(n)
+    try:
+        n = float(n)
+    except OverflowError:  # an int beyond any float (the reader bounds byte figures; others may not be)
+        digits = str(abs(int(n)))
+        return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1} B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
@@ -441,15 +446,22 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     """
     check_target(out_dir, "-o")
     results = load_results(results_dirs, warn)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
     staged = out_dir / "index.html.partial"
-    with locked(out_dir, "-o"):  # a run or another report writing there refuses this one
-        page = build_page(results, [str(d) for d in results_dirs], history, run_time=results_time(results_dirs),
-                          note=note)
-        page.by_version = version_matrix(all_results(results_dirs))
-        staged.write_text(render(page), encoding="utf-8")
-        os.replace(staged, index)
+    try:
+        with locked(out_dir, "-o"):  # a run or another report writing there refuses this one
+            page = build_page(results, [str(d) for d in results_dirs], history,
+                              run_time=results_time(results_dirs), note=note)
+            page.by_version = version_matrix(all_results(results_dirs))
+            staged.write_text(render(page), encoding="utf-8")
+            os.replace(staged, index)
+    except BaseException:  # nothing built: no empty site directory left behind either
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     return index
 
 

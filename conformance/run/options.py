@@ -25,6 +25,10 @@ from conformance.util.paths import EXISTING_MODES, path_arg
 DEFAULT_OUT = "conformance-results"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_STEPS = 3
+#: the most ``--generated`` cases one run draws: drawing is cheap, but every case is a pair per backend
+#: (seconds each), so 10 000 is already a day of pairs; a larger count is a typo, refused at once
+#: (drawing 10**12 of them would hold the run silent for hours before its first pair)
+MAX_GENERATED = 10_000
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,14 @@ def _not_negative(value: int, flag: str, values: Values) -> int:
     return value
 
 
+def _generated(value: int, flag: str, values: Values) -> int:
+    _not_negative(value, flag, values)
+    if value > MAX_GENERATED:
+        raise OptionError(f"{flag} must be at most {MAX_GENERATED} generated cases per run, got {value} "
+                          f"(draw more with further runs under other {values.flag('hypothesis_seed')} values)")
+    return value
+
+
 def _workers(value: str | None, flag: str, values: Values) -> str | None:
     """pytest-xdist's -n: a count (0 = no workers), 'auto' or 'logical'."""
     if value is None or value in ("auto", "logical") or value.isdigit():
@@ -316,8 +328,9 @@ OPTIONS: tuple[Option, ...] = (
            check=_shard_durations, with_option="shard"),
     Option("update_manifest", "rewrite each selected backend's manifest from this run, keeping reasons",
            "--update-manifest", "--conformance-update-manifest", "flag"),
-    Option("generated", "add N generated cases (drawn from --hypothesis-seed) to the default set",
-           "--generated", "--conformance-generated", type=int, default=0, metavar="N", check=_not_negative),
+    Option("generated", f"add N generated cases (drawn from --hypothesis-seed) to the default set "
+                        f"(at most {MAX_GENERATED})",
+           "--generated", "--conformance-generated", type=int, default=0, metavar="N", check=_generated),
     # Hypothesis's own pytest option seeds the generated cases too (and its shrinks)
     Option("hypothesis_seed", "seed the --generated cases are drawn from (default 0)",
            "--hypothesis-seed", "--hypothesis-seed", type=int, default=0, metavar="S",

@@ -44,6 +44,7 @@ from conformance.checks.baseline import Tolerance, apply_baseline
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.output.outdir import OutDirError, RunDir, claim, held
 from conformance.run import rerun
+from conformance.run.interrupts import watch_signals
 from conformance.run.options import RunOptions
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
@@ -244,7 +245,13 @@ def _write_repro(pair: Pair, result: Result, out: Path, state: RunState) -> None
     in the isolation worker when the run isolates: a crash while shrinking costs only the repro."""
     from conformance.run.repro import run_repro
 
-    path, note = run_repro(pair.case, pair.backend, pair.spec, result, out, state.isolate, state.timeout_s)
+    try:
+        with watch_signals() as watch:
+            path, note = run_repro(pair.case, pair.backend, pair.spec, result, out, state.isolate, state.timeout_s)
+    except KeyboardInterrupt as exc:
+        if watch.from_user:
+            raise
+        path, note = None, f"no repro written: {_adapter_interrupt(exc)}"
     if note:
         result.notes.append(note)
     if path is not None:
@@ -260,16 +267,29 @@ def rerun_command(pair: Pair, steps: int | None = None) -> str:
 def _raw_verdict(pair: Pair, state: RunState) -> Result:
     """The backend's verdict; an error outside the engine's own handling is this pair's ``fail-run``."""
     try:
-        raw = _engine_verdict(pair, state)
+        with watch_signals() as watch:
+            raw = _engine_verdict(pair, state)
     except Exception as exc:  # the pair must still get its line in results.jsonl
         return Result(pair.case.id, pair.backend.name, Status.FAIL_RUN,
                       f"harness error outside the engine: {type(exc).__name__}: {exc}",
+                      seed=pair.case.seed, kind=pair.case.kind, family=pair.case.family,
+                      notes=[traceback.format_exc()])
+    except KeyboardInterrupt as exc:
+        if watch.from_user:  # Ctrl-C (or SIGTERM): the run stops, as it always did
+            raise
+        return Result(pair.case.id, pair.backend.name, Status.FAIL_RUN, _adapter_interrupt(exc),
                       seed=pair.case.seed, kind=pair.case.kind, family=pair.case.family,
                       notes=[traceback.format_exc()])
     if state.baseline is not None:
         earlier, tolerance, source = state.baseline
         raw = apply_baseline(raw, earlier.get((raw.case, raw.backend)), tolerance, source)
     return raw
+
+
+def _adapter_interrupt(exc: KeyboardInterrupt) -> str:
+    said = f" ({exc})" if str(exc) else ""
+    return (f"the backend raised KeyboardInterrupt{said} though no SIGINT came: adapter code must not "
+            f"raise it (in-process, --no-isolate; a real Ctrl-C still stops the run)")
 
 
 def _engine_verdict(pair: Pair, state: RunState) -> Result:

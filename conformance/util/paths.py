@@ -7,6 +7,7 @@ stays free of torch and of the results schema.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import os
 import re
@@ -21,6 +22,20 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no file or directory")
     return Path(text)
+
+
+def symlink_loop(path: Path) -> Path | None:
+    """The first component of ``path`` that is a symbolic link loop, or ``None``.
+
+    ``Path.exists`` calls such a path absent and ``Path.resolve`` raises a bare ``RuntimeError``
+    on it, so a path a command writes to is checked for one before either is asked."""
+    for part in [*reversed(path.parents), path]:
+        try:
+            os.stat(part)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return part
+    return None
 
 
 #: characters a file name made from a case id or a backend name keeps as they are
