@@ -1,20 +1,24 @@
-"""Numerical parity against the float64 reference, scaled to each tensor's magnitude.
+"""Numerical parity against the float64 reference, scaled to each tensor's magnitude, above rounding noise.
 
-A tensor passes when its largest error, divided by the reference's largest
-magnitude, is within the case's ``rtol`` (so a 1e-3 relative error fails at
-float32 whatever the tensor's scale: small gradients get no absolute-tolerance
-free pass), or when the backend's RMSE to float64 is within a small multiple of
-eager float32's RMSE (the dynamo benchmark harness's criterion, for noisy ops
-whose float32 error is large in eager too).  A reference that is all zeros is
-held to ``atol``.  Integer and boolean results must be equal.
+A tensor passes when its largest error is within what the case allows, the larger of
 
-A quantity that is zero in exact arithmetic (a bias gradient before a normalization, the running
-mean of a normalized activation, their optimizer state) has no significant digit at float32: eager
-float32's own error is as large as the reference itself, and any relative error is rounding noise.
-Such a tensor (eager float32's relative error at least 1) is held to ``rtol`` against the magnitude
-of its peers instead: the largest reference of the same kind in the same call (every gradient,
-every buffer, every optimizer state entry of the same key), so a wrong value of the peers' size
-still fails.  A small tensor that float32 does compute keeps its own scale.
+* ``rtol`` times the reference's largest magnitude (so a 1e-3 relative error fails at float32
+  whatever the tensor's scale: small gradients get no absolute-tolerance free pass); ``atol`` for a
+  reference that is all zeros;
+* the **noise floor**: one ulp of the result's own dtype at the reference's largest magnitude (its own
+  rounding), plus how far the tensor moves when every value the step computes is moved by one ulp of
+  the backend's dtype (:class:`conformance.checks.noise.RoundingNoise`, the float64 reference run
+  again with seeded random signs).  That is the rounding noise of the computation feeding the tensor, at
+  that computation's scale: a bfloat16 sum of large terms that cancels, a gradient that is zero in exact
+  arithmetic (a bias before a normalization, every gradient of a loss that does not depend on the
+  parameters) are noise up to that floor, and a tensor float32 computes well keeps a floor of a few
+  float32 ulps of its own magnitude, far below any real fault;
+
+or when the backend's RMSE to float64 is within a small multiple of eager float32's RMSE (the dynamo
+benchmark harness's criterion, for noisy ops whose float32 error is large in eager too).  Integer and
+boolean results must be equal.  A tensor computed from random values (an op tagged
+``nondeterministic_seeded``, or ``empty``'s undefined contents; :class:`conformance.checks.noise.RandomValues`)
+is checked for its shape and for finite values only: no other run need reproduce its values.
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ import torch
 from conformance.api.case import Tolerance
 
 
+@dataclass(frozen=True)
+class Noise:
+    """What the reference's perturbed runs say about one call: the resolution ``eps`` the backend computes
+    at, how far each tensor moved (``spread``, by name), and the tensors computed from random values."""
+
+    eps: float = 0.0
+    spread: dict[str, float] = field(default_factory=dict)
+    random: frozenset[str] | set[str] = frozenset()
+
+
 @dataclass
 class TensorParity:
     name: str
@@ -38,11 +52,30 @@ class TensorParity:
     within_rtol: bool
     ok: bool
     note: str = ""
+    scale: float = 0.0  # max |ref|
+    noise_floor: float = 0.0  # the rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed runs' spread
+    allowed: float = 0.0  # the larger of rtol * scale (atol for an all-zero reference) and ``noise_floor``
+    random: bool = False  # computed from random values: shape and finiteness checked only
+
+    @property
+    def margin(self) -> float:
+        """The error as a fraction of what is allowed (above 1: outside; ``inf`` for a structural failure)."""
+        if self.allowed > 0:
+            return self.max_abs_err / self.allowed
+        return 0.0 if self.max_abs_err == 0 else math.inf
 
     def describe(self) -> str:
         why = self.note or ("outside tolerance" if not self.ok else "ok")
-        return (f"{self.name}: relative error {self.rel_err:.3g} (max abs {self.max_abs_err:.3g}), rmse "
-                f"{self.rmse:.3g} vs eager-fp32 rmse {self.eager_rmse:.3g} ({why})")
+        if self.random:
+            return f"{self.name}: computed from random values, shape and finiteness checked ({why})"
+        return (f"{self.name}: relative error {self.rel_err:.3g} (max abs {self.max_abs_err:.3g}, allowed "
+                f"{self.allowed:.3g}, noise floor {self.noise_floor:.3g}), rmse {self.rmse:.3g} vs eager-fp32 rmse "
+                f"{self.eager_rmse:.3g} ({why})")
+
+    def figures(self) -> dict[str, Any]:
+        return {"name": self.name, "max_abs_err": self.max_abs_err, "rel_err": self.rel_err, "rmse": self.rmse,
+                "eager_rmse": self.eager_rmse, "scale": self.scale, "noise_floor": self.noise_floor,
+                "allowed": self.allowed, "note": self.note}
 
 
 @dataclass
@@ -58,8 +91,14 @@ class ParityReport:
         bad = [t for t in self.tensors if not t.ok] or self.tensors
         return max(bad, key=lambda t: (t.rel_err, t.max_abs_err), default=None)
 
+    @property
+    def closest(self) -> TensorParity | None:
+        """The tensor nearest its allowance (a failing one first): the one a reader checks the contract on."""
+        valued = [t for t in self.tensors if not t.random]
+        return max(valued, key=lambda t: (not t.ok, t.margin), default=None)
+
     def to_json(self) -> dict[str, Any]:
-        worst = self.worst
+        worst, closest = self.worst, self.closest
         ratio = [t.rmse / t.eager_rmse for t in self.tensors if t.eager_rmse > 0 and math.isfinite(t.rmse)]
         return {
             "ok": self.ok,
@@ -68,11 +107,9 @@ class ParityReport:
             "rmse_ratio": max(ratio, default=0.0),
             "compared": [t.name for t in self.tensors],
             "worst": worst.name if worst else None,
-            "failures": [
-                {"name": t.name, "max_abs_err": t.max_abs_err, "rel_err": t.rel_err, "rmse": t.rmse,
-                 "eager_rmse": t.eager_rmse, "note": t.note}
-                for t in self.tensors if not t.ok
-            ],
+            "failures": [t.figures() for t in self.tensors if not t.ok],
+            "closest": {**closest.figures(), "margin": closest.margin} if closest else None,
+            "random": [t.name for t in self.tensors if t.random],
         }
 
 
@@ -80,32 +117,35 @@ def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
     return torch.sqrt(torch.mean((a.double() - ref) ** 2)).item() if ref.numel() else 0.0
 
 
-def peer_kind(name: str) -> str:
-    """What a state's name says it is (``grad``, ``buffer``, ``optim.momentum_buffer``), for :func:`peer_scales`."""
-    kind = name.split("[", 1)[0]
-    if kind == "optim" and "]." in name:
-        return f"optim.{name.rsplit('].', 1)[1]}"
-    return kind
+def _random_parity(name: str, got: torch.Tensor, ref: torch.Tensor) -> TensorParity:
+    """A tensor computed from random values: its shape, and finite values where the reference's are."""
+    if tuple(got.shape) != tuple(ref.shape):
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
+                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}", random=True)
+    if got.is_floating_point() and ref.is_floating_point():
+        finite = torch.isfinite(ref.detach().cpu())
+        if not bool(torch.isfinite(got.detach().cpu())[finite].all()):
+            return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
+                                "not finite where the reference is", random=True)
+    return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True, "computed from random values", random=True)
 
 
-def peer_scales(reference: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The largest magnitude among each kind of floating reference tensor (see :func:`peer_kind`)."""
-    scales: dict[str, float] = {}
-    for name, ref in reference.items():
-        if ref.is_floating_point() and ref.numel():
-            finite = ref.detach()[torch.isfinite(ref.detach())]
-            if finite.numel():
-                kind = peer_kind(name)
-                scales[kind] = max(scales.get(kind, 0.0), finite.abs().max().item())
-    return scales
+def noise_floor(got_dtype: torch.dtype, scale: float, spread: float) -> float:
+    """One ulp of ``got_dtype`` at ``scale`` (the result's own rounding) plus the perturbed runs' ``spread``."""
+    eps = torch.finfo(got_dtype).eps if got_dtype.is_floating_point else 0.0
+    return eps * scale + spread
 
 
 def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor | None,
-                  tol: Tolerance, peer_scale: float = 0.0) -> TensorParity:
-    """One tensor against its reference (pure); ``peer_scale``: the largest reference of its kind."""
+                  tol: Tolerance, spread: float = 0.0, random: bool = False) -> TensorParity:
+    """One tensor against its reference (pure); ``spread``: how far the perturbed references moved it
+    (:class:`Noise`); ``random``: computed from random values."""
+    if random:
+        return _random_parity(name, got, ref)
     if tuple(got.shape) != tuple(ref.shape):
         return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
                             f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
+    got_dtype = got.dtype
     got64 = got.detach().to("cpu", torch.float64)
     ref = ref.detach().to("cpu", torch.float64)
     if not ref.is_floating_point() and not got.is_floating_point():
@@ -125,24 +165,22 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     diff = got64 - ref
     max_abs = diff.abs().max().item() if diff.numel() else 0.0
     scale = ref.abs().max().item() if diff.numel() else 0.0
+    floor = noise_floor(got_dtype, scale, spread)
     if scale > 0:
         rel = max_abs / scale
-        within = rel <= tol.rtol
+        allowed = max(tol.rtol * scale, floor)
     else:  # an all-zero reference: there is no magnitude to scale by
         rel = 0.0 if max_abs == 0 else math.inf
-        within = max_abs <= tol.atol
+        allowed = max(tol.atol, floor)
+    within = max_abs <= allowed
     rmse = math.sqrt(torch.mean(diff * diff).item()) if diff.numel() else 0.0
     eager_rmse = _rmse(eager64, ref) if eager64 is not None else 0.0
     by_rmse = eager_rmse > 0 and rmse <= tol.rmse_multiple * eager_rmse
     note = ""
-    if not (within or by_rmse) and eager64 is not None and peer_scale > scale:
-        eager_err = (eager64 - ref).abs().max().item() if diff.numel() else 0.0
-        if eager_err >= scale:  # float32 has no significant digit of it: zero up to rounding
-            within = max_abs / peer_scale <= tol.rtol
-            note = ("zero up to float32 rounding (eager float32's error is as large as the reference); "
-                    f"error relative to its peers' magnitude {peer_scale:.3g}: {max_abs / peer_scale:.3g}")
-    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, within or by_rmse,
-                        "" if within or by_rmse else note)
+    if within and floor > tol.rtol * scale and max_abs > tol.rtol * scale:
+        note = f"within the noise floor {floor:.3g} (relative error {rel:.3g} is rounding noise at this scale)"
+    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, within or by_rmse, note,
+                        scale=scale, noise_floor=floor, allowed=allowed)
 
 
 def compare(
@@ -150,14 +188,17 @@ def compare(
     reference: dict[str, torch.Tensor],
     eager: dict[str, torch.Tensor],
     tol: Tolerance,
+    noise: Noise | None = None,
 ) -> ParityReport:
-    """Compare every reference tensor with the backend's; a missing one fails."""
+    """Compare every reference tensor with the backend's; a missing one fails.  ``noise``: the perturbed
+    references' figures (:class:`Noise`; without them a tensor's floor is its own resolution only)."""
+    noise = noise or Noise()
     report = ParityReport()
-    scales = peer_scales(reference)
     for name, ref in reference.items():
         got = actual.get(name)
         if got is None:
             report.tensors.append(TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "missing"))
             continue
-        report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol, scales.get(peer_kind(name), 0.0)))
+        report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol, noise.spread.get(name, 0.0),
+                                            name in noise.random))
     return report

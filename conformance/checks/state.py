@@ -18,6 +18,7 @@ torch's allocators, so recording them disturbs no memory probe.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -32,7 +33,11 @@ from conformance.api.step import (
     step_optimizer,
     to_dtype,
 )
-from conformance.checks.parity import ParityReport, compare
+from conformance.checks.noise import RandomValues, RoundingNoise
+from conformance.checks.parity import Noise, ParityReport, compare
+
+#: how many perturbed float64 runs measure a step's rounding noise (:class:`conformance.checks.noise.RoundingNoise`)
+NOISE_SAMPLES = 2
 
 
 def state_of(workload: Workload) -> dict[str, torch.Tensor]:
@@ -53,13 +58,16 @@ class ReferenceRun:
     """The case in plain eager PyTorch at ``dtype``, called in the backend's sequence of calls.
 
     One copy of the case lives across calls, so buffers (running statistics, counters) evolve as
-    a correct backend's do; call ``call`` must come right after ``call - 1``."""
+    a correct backend's do; call ``call`` must come right after ``call - 1``.  ``mode``: a dispatch
+    mode each call runs in (:mod:`conformance.checks.noise`: rounding noise, or following random values,
+    whose names after the last call are ``random_names``)."""
 
-    def __init__(self, case: Case, dtype: torch.dtype) -> None:
-        self.case, self.dtype = case, dtype
+    def __init__(self, case: Case, dtype: torch.dtype, mode: RoundingNoise | RandomValues | None = None) -> None:
+        self.case, self.dtype, self.mode = case, dtype, mode
         self.workload = to_dtype(case.build(), dtype)
         self.workload.optimizer = case.make_optimizer(self.workload.model)
         self.next_call = 0
+        self.random_names: set[str] = set()
 
     def call(self, call: int) -> dict[str, torch.Tensor]:
         """Run calls up to ``call`` and return that call's results and the state it left (copies)."""
@@ -76,31 +84,71 @@ class ReferenceRun:
             inputs = self.case.inputs_for(call)
             self.workload.inputs = tuple(t.to(self.dtype) if t.is_floating_point() else t.clone() for t in inputs)
         clear_grads(self.workload.model)
-        out = run_module_step(self.workload.model, self.workload, self.case.trains)
-        named = {name: t.detach().clone() for name, t in out.named().items()}
-        del out
-        step_optimizer(self.workload)
-        named.update({name: t.detach().clone() for name, t in state_of(self.workload).items()})
+        random = self.mode if isinstance(self.mode, RandomValues) else None
+        if random is not None:  # only the state carries values from one call to the next
+            random.keep_only(state_of(self.workload).values())
+        with self.mode if self.mode is not None else contextlib.nullcontext():
+            out = run_module_step(self.workload.model, self.workload, self.case.trains)
+            live = out.named()
+            named = {name: t.detach().clone() for name, t in live.items()}
+            del out
+            step_optimizer(self.workload)
+        state = state_of(self.workload)
+        if random is not None:
+            self.random_names = {name for name, t in {**live, **state}.items() if random.holds_random(t)}
+        del live
+        named.update({name: t.detach().clone() for name, t in state.items()})
         clear_grads(self.workload.model)
         return named
 
 
+def coarsest_float(named: dict[str, torch.Tensor]) -> torch.dtype:
+    """The floating dtype of least resolution among ``named`` (the dtype a backend computes in); float32 if none."""
+    floats = [t.dtype for t in named.values() if t.is_floating_point()]
+    return max(floats, key=lambda d: torch.finfo(d).eps, default=torch.float32)
+
+
+def spreads(reference: dict[str, torch.Tensor], samples: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """How far each floating tensor moved from the reference in the perturbed runs (largest over elements and runs)."""
+    spread: dict[str, float] = {}
+    for name, ref in reference.items():
+        if not ref.is_floating_point() or not ref.numel():
+            continue
+        moved = 0.0
+        for sample in samples:
+            got = sample.get(name)
+            if got is None or got.shape != ref.shape:
+                moved = math.inf
+                continue
+            diff = (got.double() - ref.double()).abs()
+            moved = max(moved, diff.nan_to_num(nan=0.0, posinf=math.inf).max().item())
+        spread[name] = moved
+    return spread
+
+
 @dataclass
 class StateReferences:
-    """The float64 reference and eager float32 of a case, advanced together call by call."""
+    """The float64 reference and eager float32 of a case, advanced together call by call, and
+    :data:`NOISE_SAMPLES` float64 runs with every computed value moved by one ulp of the backend's dtype."""
 
     case: Case
     ref64: ReferenceRun | None = field(default=None, init=False)
     eager32: ReferenceRun | None = field(default=None, init=False)
+    noisy: list[ReferenceRun] = field(default_factory=list, init=False)
 
     def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
         """``actual`` (a call's results and the state it left) against the references' same call."""
         if self.ref64 is None or self.eager32 is None:
-            self.ref64 = ReferenceRun(self.case, torch.float64)
+            self.ref64 = ReferenceRun(self.case, torch.float64, RandomValues())
             self.eager32 = ReferenceRun(self.case, torch.float32)
+            eps = torch.finfo(coarsest_float(actual)).eps
+            self.noisy = [ReferenceRun(self.case, torch.float64, RoundingNoise(eps, seed)) for seed in
+                          range(NOISE_SAMPLES)]
         ref64, eager32 = self.ref64.call(call), self.eager32.call(call)  # on the backend's threads: eager's noise
+        samples = [run.call(call) for run in self.noisy]
         with one_thread():
-            return compare(actual, ref64, eager32, self.case.tolerance)
+            noise = Noise(torch.finfo(coarsest_float(actual)).eps, spreads(ref64, samples), self.ref64.random_names)
+            return compare(actual, ref64, eager32, self.case.tolerance, noise)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,186 @@
+"""What the float64 reference says about a step's rounding noise and its random values.
+
+Two dispatch modes run around the reference's calls (:class:`conformance.checks.state.ReferenceRun`):
+
+* :class:`RoundingNoise` moves every value the step computes by one unit in the last place of the
+  backend's dtype, with a seeded random sign (Monte Carlo arithmetic, Parker 1997): each op's result
+  (its own rounding) and, for an op that is not elementwise (a reduction, a matmul, a norm), its
+  operands too (the rounding of its inner sums, which happens at the operands' magnitude).  How far a
+  tensor moves from the unperturbed reference is the rounding noise of the computation that feeds it,
+  at that computation's own scale: a sum of large terms that cancels, a gradient that is zero in exact
+  arithmetic, a product of small and large factors, each moves by what rounding moves it.  Values that
+  are only moved, never computed (copies, views, concatenations, indexing), are not perturbed.
+* :class:`RandomValues` follows the values of ops tagged ``nondeterministic_seeded`` (``randn``,
+  ``dropout``, ``bernoulli_``, ``geometric_``) and of ``empty``-like ops (undefined contents) through
+  the step: every tensor computed from one of them, or written by an op that reads one, has values no
+  other run need reproduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch._ops import HigherOrderOperator
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+#: ops that only move values (no arithmetic, so no rounding): their values are perturbed upstream
+MOVES = frozenset({
+    "clone", "copy_", "_to_copy", "cat", "stack", "contiguous", "lift_fresh_copy", "constant_pad_nd", "index",
+    "index_select", "gather", "masked_fill", "masked_fill_", "repeat", "flip", "roll", "index_put", "index_put_",
+    "scatter", "scatter_", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter", "embedding",
+    "_unsafe_index", "narrow_copy", "permute_copy", "transpose_copy", "expand_copy", "view_copy", "unfold_copy",
+    "squeeze_copy", "unsqueeze_copy", "t_copy", "split_copy", "alias_copy", "detach_copy",
+})
+#: ops whose result has undefined contents
+UNDEFINED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
+#: ops that overwrite the tensor they write whatever it held
+OVERWRITES = frozenset({"fill_", "zero_", "copy_"})
+
+
+#: torch runs an eager ``while_loop`` through ``torch.compile``, which skips (and remembers to skip, for every later
+#: call of the same code: torch 2.13) a frame run under a mode that does not ignore compile internals; this mode
+#: is off while torch compiles, and on when the compiled loop runs, so the loop reaches its handler as one op
+_IGNORE_COMPILE_INTERNALS = True
+
+
+def _name(func: Any) -> str:
+    return str(func.overloadpacket.__name__)
+
+
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    return (t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor))
+
+
+def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an op writes in place (``self`` of ``add_``, ``out=``, each list of a ``_foreach_`` op)."""
+    written: list[torch.Tensor] = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+            written.extend(_tensors(value))
+    return written
+
+
+def _aliases(func: Any) -> bool:
+    """Whether the op's results alias its operands (a view, or an in-place op's result)."""
+    return any(r.alias_info is not None for r in func._schema.returns)
+
+
+def run_eagerly(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A higher-order op, in eager, out of any compile: torch runs one under ``torch.compile`` (skipped while a
+    dispatch mode is on), and this mode is off inside its own handler."""
+    return torch._dynamo.disable(func, reason="a reference's dispatch mode runs it eagerly")(*args, **kwargs)
+
+
+def is_random(func: Any) -> bool:
+    return torch.Tag.nondeterministic_seeded in func.tags or _name(func) in UNDEFINED
+
+
+class RoundingNoise(TorchDispatchMode):
+    """Every computed floating value moved by one ulp (``eps`` relative) with a seeded random sign."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return _IGNORE_COMPILE_INTERNALS
+
+    def __init__(self, eps: float, seed: int) -> None:
+        super().__init__()
+        self.eps = eps
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _move(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` times ``1 +- eps`` (a new tensor), on its own device."""
+        sign = torch.randint(0, 2, t.shape, generator=self.generator, dtype=t.dtype).to(t.device)
+        return t * (1 + self.eps * (2 * sign - 1))
+
+    def _moves(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not t.is_meta
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):  # its bodies' ops run without this mode: only its results move
+            return tree_map(lambda t: self._move(t) if self._moves(t) else t, run_eagerly(func, args, kwargs))
+        name = _name(func)
+        written = _written(func, args, kwargs)
+        if (name in MOVES or is_random(func) or (_aliases(func) and not written)
+                or not any(True for _ in _tensors((args, kwargs)))):
+            return func(*args, **kwargs)
+        if not (name.startswith("_foreach_") or torch.Tag.pointwise in func.tags):
+            # not elementwise: its inner sums round at its operands' magnitude
+            ids = {id(t) for t in written}
+            args, kwargs = tree_map(lambda t: self._move(t) if self._moves(t) and id(t) not in ids else t,
+                                    (args, kwargs))
+        out = func(*args, **kwargs)
+        if written:  # in place: move what it wrote, in place
+            with torch.no_grad():
+                for t in written:
+                    if self._moves(t):
+                        t.copy_(self._move(t))
+            return out
+        return tree_map(lambda t: self._move(t) if self._moves(t) else t, out)
+
+
+def _key(t: torch.Tensor) -> int | None:
+    """The storage a tensor's values live in (views share it); ``None`` for a tensor with none."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return ptr or None
+
+
+class RandomValues(TorchDispatchMode):
+    """Which storages hold values made from random (or undefined) values; persists across calls."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return _IGNORE_COMPILE_INTERNALS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.storages: set[int] = set()
+
+    def keep_only(self, kept: Iterable[torch.Tensor]) -> None:
+        """Forget every storage but those of ``kept`` (what lives on between calls; other storages are freed
+        and their addresses may be reused by fresh values made outside this mode)."""
+        keys = {_key(t) for t in kept}
+        self.storages &= {k for k in keys if k is not None}
+
+    def holds_random(self, t: torch.Tensor) -> bool:
+        key = _key(t)
+        return key is not None and key in self.storages
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):  # its bodies run without this mode: random if it reads random
+            out = run_eagerly(func, args, kwargs)
+            if any(self.holds_random(t) for t in _tensors((args, kwargs))):
+                self.storages.update(k for k in map(_key, _tensors(out)) if k is not None)
+            return out
+        written = _written(func, args, kwargs)
+        read = list(_tensors((args, kwargs)))
+        if _name(func) in OVERWRITES and written:
+            read = [t for t in read if t is not written[0]]
+        elif written:  # an out= argument is not read
+            outs = {id(t) for i, a in enumerate(func._schema.arguments) if a.kwarg_only and a.alias_info is not None
+                    and a.alias_info.is_write for t in _tensors(kwargs.get(a.name))}
+            read = [t for t in read if id(t) not in outs]
+        random = is_random(func) or any(self.holds_random(t) for t in read)
+        out = func(*args, **kwargs)
+        made = written if written else ([] if _aliases(func) else list(_tensors(out)))
+        for t in made:
+            key = _key(t)
+            if key is None:
+                continue
+            if random:
+                self.storages.add(key)
+            else:  # fresh values (a storage freed and reused, or overwritten): not random
+                self.storages.discard(key)
+        return out
