@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from conformance.api.case import Case
 from conformance.checks.judge import ProbedStep
@@ -37,7 +38,9 @@ InputShapes = tuple[tuple[int, ...], ...]
 
 
 def input_shapes(inputs: Sequence[Any]) -> InputShapes:
-    return tuple(tuple(int(n) for n in t.shape) for t in inputs if isinstance(t, torch.Tensor))
+    """The shapes of a call's input tensors, those inside containers (a list of tensors) included."""
+    leaves = pytree.tree_leaves(tuple(inputs))
+    return tuple(tuple(int(n) for n in t.shape) for t in leaves if isinstance(t, torch.Tensor))
 
 
 @dataclass
