@@ -354,6 +354,14 @@ def _probed_steps(
                         "a step whose other modules run eagerly (the step is held to the user-kernels model)")
                 if note not in result.notes:
                     result.notes.append(note)
+        breaks = calls.graph_breaks()
+        if program is not None and breaks:  # Dynamo broke the step: eager PyTorch runs part of it, outside
+            program = None                   # every generated program
+            reason = clip(breaks[0].strip().splitlines()[0], 200)
+            note = ("generated program not held to the measured timeline: it covers the compiled part of a step "
+                    f"Dynamo broke into graphs and eager code ({reason})")
+            if note not in result.notes:
+                result.notes.append(note)
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,

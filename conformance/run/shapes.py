@@ -34,6 +34,13 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def graph_breaks() -> dict[str, int]:
+    """Dynamo's graph breaks in this process so far, by reason (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return {str(reason): int(n) for reason, n in counters["graph_break"].items()}
+
+
 InputShapes = tuple[tuple[int, ...], ...]
 
 
@@ -61,12 +68,19 @@ class Calls:
     compiles: list[int] = field(default_factory=list)
     compiling: dict[int, list[MemoryTrace]] = field(default_factory=dict)
     _graphs: int = field(default_factory=dynamo_graphs)
+    _breaks: dict[str, int] = field(default_factory=graph_breaks)
     _extra: int = 0
     _run_of: dict[int, int] = field(default_factory=dict)
 
     @property
     def changing(self) -> bool:
         return self.case.shapes is not None or len(set(self.inputs.values())) > 1
+
+    def graph_breaks(self) -> list[str]:
+        """The reasons of the graph breaks Dynamo made since the pair began (none for a backend that
+        does not compile through ``torch.compile``): there eager PyTorch runs part of the step."""
+        before = self._breaks
+        return [reason for reason, n in graph_breaks().items() if n > before.get(reason, 0)]
 
     def see(self, call: int, inputs: Sequence[Any]) -> None:
         """The inputs ``call`` runs with (before it runs)."""
