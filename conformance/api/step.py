@@ -212,17 +212,28 @@ def trace_graph(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.n
 
 
 def _has_data_dependent_sizes(gm: torch.fx.GraphModule) -> bool:
-    """A fake trace made symbols (unbacked: a size or a scalar read from the values) outside a
-    ``while_loop`` (whose sizes the loop model binds from observed trip counts)."""
+    """A fake trace made symbols (unbacked: a size or a scalar read from the values), other than those of
+    a ``while_loop``'s results (whose sizes the loop model binds from observed trip counts)."""
+    loop_symbols: set[Any] = set()
     for node in gm.graph.nodes:
+        symbols = _free_symbols(node.meta.get("val"))
         if isinstance(node.target, torch._ops.HigherOrderOperator):
-            continue
-        for leaf in pytree.tree_leaves(node.meta.get("val")):
-            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                return True
-            if isinstance(leaf, torch.Tensor) and any(isinstance(n, torch.SymInt) for n in leaf.shape):
-                return True
+            loop_symbols |= symbols
+        elif symbols - loop_symbols:
+            return True
     return False
+
+
+def _free_symbols(val: Any) -> set[Any]:
+    symbols: set[Any] = set()
+    for leaf in pytree.tree_leaves(val):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            symbols |= leaf.node.expr.free_symbols
+        elif isinstance(leaf, torch.Tensor):
+            for n in (*leaf.shape, *leaf.stride()):
+                if isinstance(n, torch.SymInt):
+                    symbols |= n.node.expr.free_symbols
+    return symbols
 
 
 def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.nn.Module) -> torch.fx.GraphModule:
@@ -233,11 +244,11 @@ def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: tor
     The values the graph records are remade as fake tensors that share storages where the traced
     ones did (:func:`_fake_values`): the lifetime model reads storages from them."""
     copies = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
-    originals: dict[int, torch.Tensor] = {}
+    originals: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id of a copy -> (the copy, kept alive; original)
 
     def copy_of(t: torch.Tensor) -> torch.Tensor:
         c = t.detach().clone()
-        originals[id(c)] = t
+        originals[id(c)] = (c, t)
         return c
 
     restore = map_plain_tensors(model, copy_of)
@@ -248,7 +259,7 @@ def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: tor
         restore()
     for name, value in list(vars(gm).items()) + list(gm._buffers.items()):
         if isinstance(value, torch.Tensor) and id(value) in originals:
-            setattr(gm, name, originals[id(value)])
+            setattr(gm, name, originals[id(value)][1])
     _fake_values(gm, args)
     gm.meta[DEPENDS_ON_DATA] = True
     return gm

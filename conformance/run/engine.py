@@ -149,7 +149,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     calls.end()
     # every call's results and the state it left (inputs, buffers, parameters), copied outside the
     # probes' windows and torch's allocators, checked against references making the same calls
-    results = snapshot(first)
+    with harness_stage("call 0: the step's results"):
+        results = snapshot(first)
     del first
     try:
         states = {0: _end_call(compiled, workload, results)}
