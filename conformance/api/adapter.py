@@ -62,6 +62,11 @@ class CompiledStep(ABC):
     def run(self) -> StepOutput:
         """Run one step on the workload's inputs (a training step leaves grads on ``.grad``)."""
 
+    def prepare_call(self) -> None:  # noqa: B027 (an optional hook: most steps need nothing)
+        """Called before each call after the first, once its inputs are on the workload, outside every
+        probe's window: what a step must do on the call's own values before it runs is done here, and
+        not measured (eager traces a step whose graph depends on the values again, on this call's)."""
+
     def optimizer_step(self, workload: Workload) -> None:
         """End a training step as users do: ``optimizer.step()`` and ``zero_grad(set_to_none=True)``.
 

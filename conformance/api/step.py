@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.case import Case, Workload
@@ -138,31 +139,43 @@ def functional_step(
     """The step as a pure function of ``(*state, *inputs)``, state being the module's
     parameters and buffers; for training it returns ``(loss, *grads)``, one grad per
     trainable parameter, in the order of the first names returned.  ``around_backward(loss)``:
-    a context the backward runs in (a tracer's hooks on the autograd graph).
+    a context the backward runs in (a tracer's hooks on the autograd graph).  Inputs that are
+    containers (a list of tensors) are passed flattened: every argument is one tensor, one graph
+    placeholder.
 
     Returns the function, its arguments and the state names."""
     model = workload.model
     trainable = list(params_of(model)) if trains else []
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     names = trainable + [n for n in state if n not in trainable]
-    n_inputs = len(workload.inputs)
+    flat_inputs, spec = pytree.tree_flatten(tuple(workload.inputs))
 
     def step(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         values = dict(zip(names, args[: len(names)]))
-        inputs = args[len(names) : len(names) + n_inputs]
-        out = torch.func.functional_call(model, values, inputs)
+        inputs = pytree.tree_unflatten(list(args[len(names) :]), spec)
+        out = torch.func.functional_call(model, values, tuple(inputs))
         if not trains:
             return tuple(flatten_outputs(out))
         with around_backward(out) if around_backward is not None else contextlib.nullcontext():
             grads = torch.autograd.grad(out, [values[n] for n in trainable])
         return (out, *grads)
 
-    args = [state[n].detach().requires_grad_(n in trainable) for n in names] + list(workload.inputs)
+    args = [state[n].detach().requires_grad_(n in trainable) for n in names] + list(flat_inputs)
     return step, args, names
 
 
+#: ``GraphModule.meta`` key: the graph was traced on the values of one call (:func:`trace_step`)
+DEPENDS_ON_DATA = "conformance.depends_on_data"
+
+
+def depends_on_data(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` holds one call's data-dependent decisions (:func:`trace_step`): then it is the
+    graph of that call only, and each call is traced again on its own values."""
+    return bool(gm.meta.get(DEPENDS_ON_DATA, False))
+
+
 def trace_step(workload: Workload, trains: bool) -> tuple[torch.fx.GraphModule, list[torch.Tensor], list[str]]:
-    """Trace the whole step to one ATen graph with fake tensors (nothing real runs).
+    """Trace the whole step to one ATen graph (:func:`trace_graph`).
 
     Traced on the kernels the reference executor runs and the transient table models (oneDNN
     off, :func:`conformance.models.transients.reference_kernels`): with oneDNN on, ``nn.LSTM``
@@ -170,8 +183,125 @@ def trace_step(workload: Workload, trains: bool) -> tuple[torch.fx.GraphModule, 
     ISA; with it off, to the native cell's ATen ops, whose sizes the graph says."""
     step, args, names = functional_step(workload, trains)
     with reference_kernels():
-        gm = make_fx(step, tracing_mode="fake")(*args)
+        gm = trace_graph(step, args, workload.model)
     return gm, args, names
+
+
+def trace_graph(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.nn.Module) -> torch.fx.GraphModule:
+    """``fn(*args)`` (a step of ``model``) as one ATen graph, for any program plain PyTorch runs.
+
+    First with fake tensors (nothing real runs; tensors the module holds outside its state, plain
+    attributes, become the graph's constants): the graph of every call when it traces with static
+    sizes.  A program whose Python reads its tensors' values (``.item()``, ``float(t)``, an ``if``
+    on a tensor) stops a fake trace; one whose sizes follow its values (``nonzero``,
+    ``unique_consecutive``) traces to sizes no graph can say.  Such a step is traced on the
+    call's real values instead (:func:`_trace_concrete`): its graph is that call's, marked
+    :func:`depends_on_data`, and the caller traces every call again on its own values."""
+    try:
+        gm = make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    except Exception as fake_error:  # any program plain PyTorch runs has a concrete trace
+        try:
+            return _trace_concrete(fn, args, model)
+        except Exception as real_error:
+            raise real_error from fake_error
+    if _has_data_dependent_sizes(gm):
+        return _trace_concrete(fn, args, model)
+    if any(n.op == "get_attr" and isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes):
+        _fake_values(gm, args)  # a constant's recorded value is a fake of its own, not the one its views share
+    return gm
+
+
+def _has_data_dependent_sizes(gm: torch.fx.GraphModule) -> bool:
+    """A fake trace made symbols (unbacked: a size or a scalar read from the values), other than those of
+    a ``while_loop``'s results (whose sizes the loop model binds from observed trip counts)."""
+    loop_symbols: set[Any] = set()
+    for node in gm.graph.nodes:
+        symbols = _free_symbols(node.meta.get("val"))
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            loop_symbols |= symbols
+        elif symbols - loop_symbols:
+            return True
+    return False
+
+
+def _free_symbols(val: Any) -> set[Any]:
+    symbols: set[Any] = set()
+    for leaf in pytree.tree_leaves(val):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            symbols |= leaf.node.expr.free_symbols
+        elif isinstance(leaf, torch.Tensor):
+            for n in (*leaf.shape, *leaf.stride()):
+                if isinstance(n, torch.SymInt):
+                    symbols |= n.node.expr.free_symbols
+    return symbols
+
+
+def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.nn.Module) -> torch.fx.GraphModule:
+    """``fn`` traced on real values (``make_fx`` real mode): Python reads the call's concrete values and
+    every size is known.  Nothing of the caller's changes: the step runs on copies of its arguments
+    (the state and inputs it may update in place) and of the tensors ``model`` holds outside its
+    state (the graph then holds the originals as its constants), with the random generator forked.
+    The values the graph records are remade as fake tensors that share storages where the traced
+    ones did (:func:`_fake_values`): the lifetime model reads storages from them."""
+    copies = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+    originals: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id of a copy -> (the copy, kept alive; original)
+
+    def copy_of(t: torch.Tensor) -> torch.Tensor:
+        c = t.detach().clone()
+        originals[id(c)] = (c, t)
+        return c
+
+    restore = map_plain_tensors(model, copy_of)
+    try:
+        with torch.random.fork_rng():
+            gm = make_fx(fn, tracing_mode="real", _error_on_data_dependent_ops=False)(*copies)
+    finally:
+        restore()
+    for name, value in list(vars(gm).items()) + list(gm._buffers.items()):
+        if isinstance(value, torch.Tensor) and id(value) in originals:
+            setattr(gm, name, originals[id(value)][1])
+    _fake_values(gm, args)
+    gm.meta[DEPENDS_ON_DATA] = True
+    return gm
+
+
+def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:
+    """Each node's ``meta["val"]`` as fake tensors of one mode, run from the arguments' fakes, so values
+    share storages exactly where the real ones did (a real trace records each value in a mode of its
+    own).  An op whose result fake tensors cannot say (a data-dependent size, a scalar read from a
+    tensor, an op with no fake kernel) gets the traced value's sizes and strides in a fresh storage."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def fake(v: Any) -> Any:
+        return mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+
+    def fresh(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        with mode:
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+
+    env: dict[torch.fx.Node, Any] = {}
+    pending = iter(args)
+    with torch.no_grad():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = fake(next(pending).detach())
+            elif node.op == "get_attr":
+                value = getattr(gm, node.target)  # type: ignore[arg-type]
+                env[node] = fake(value.detach()) if isinstance(value, torch.Tensor) else value
+            elif node.op == "call_function":
+                call_args, call_kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
+                try:
+                    with mode:
+                        env[node] = node.target(*call_args, **call_kwargs)  # type: ignore[operator]
+                except Exception:  # what fake tensors cannot say, the traced value says
+                    env[node] = pytree.tree_map(fresh, node.meta.get("val"))
+            else:
+                continue
+            node.meta["val"] = env[node]
 
 
 def eager_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -285,7 +415,7 @@ def trace_user_kernels(workload: Workload, trains: bool, scopes: bool = True) ->
 
     try:
         with _users_kernels():
-            gm = make_fx(run, tracing_mode="fake")(*args)
+            gm = trace_graph(run, args, workload.model)
     finally:
         for handle in handles:
             handle.remove()
@@ -356,10 +486,69 @@ def _distinct_bias_grads(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         user.kwargs = torch.fx.node.map_arg(user.kwargs, bias_grad)
 
 
+#: what every ``nn.Module`` keeps in its ``__dict__`` for itself (its state, hooks, submodules)
+_MODULE_SLOTS = frozenset(vars(torch.nn.Module()))
+
+
+def map_plain_tensors(model: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+    """Replace every tensor ``model``'s modules hold outside their parameters and buffers (a plain
+    attribute, or inside lists, tuples and dicts held as attributes) by ``fn(tensor)``.
+
+    Returns a function that puts the originals back.  ``Module.to`` and ``functional_call`` see only
+    registered state: these are what a float64 copy must convert too, and what a trace must not change."""
+    replaced: list[tuple[torch.nn.Module, str, Any]] = []
+    registered = {id(t) for t in (*model.parameters(), *model.buffers())}  # (``RNNBase._flat_weights`` lists them)
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return t if id(t) in registered else fn(t)
+
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if name in _MODULE_SLOTS:
+                continue
+            new = _map_tensors(value, plain)
+            if new is not value:
+                replaced.append((module, name, value))
+                module.__dict__[name] = new
+
+    def restore() -> None:
+        for module, name, value in replaced:
+            module.__dict__[name] = value
+
+    return restore
+
+
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``value`` with ``fn`` applied to its tensors (through lists, tuples, dicts); ``value`` itself where
+    it holds none."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        items = [_map_tensors(v, fn) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple's fields
+    if isinstance(value, dict):
+        mapped = {k: _map_tensors(v, fn) for k, v in value.items()}
+        if all(mapped[k] is value[k] for k in value):
+            return value
+        return type(value)(mapped) if type(value) is not dict else mapped
+    return value
+
+
+def cast(value: Any, dtype: torch.dtype) -> Any:
+    """``value``'s tensors (through lists, tuples, dicts) copied, floating ones cast to ``dtype``."""
+    return _map_tensors(value, lambda t: t.to(dtype) if t.is_floating_point() else t.clone())
+
+
 def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
-    """A deep copy of the workload with floating tensors cast to ``dtype`` (for references)."""
+    """A deep copy of the workload with floating tensors cast to ``dtype`` (for references): the module's
+    parameters and buffers, the tensors it holds outside them (:func:`map_plain_tensors`), the inputs."""
     model = copy.deepcopy(workload.model).to(dtype)
-    inputs = tuple(t.to(dtype) if t.is_floating_point() else t.clone() for t in workload.inputs)
+    map_plain_tensors(model, lambda t: t.to(dtype) if t.is_floating_point() else t)
+    inputs = tuple(cast(t, dtype) for t in workload.inputs)
     return Workload(model, inputs)  # an optimizer is made for the copy by whoever needs one
 
 

@@ -1,7 +1,9 @@
 """``eager``: the case's ATen graph run op by op with the reference lifetime discipline.
 
 This is the memory-exact baseline: its measured peak and residual must equal
-the lifetime model's, byte for byte, on every case.
+the lifetime model's, byte for byte, on every case.  A step whose graph depends on its
+values (:func:`conformance.api.step.depends_on_data`) is traced again before every call, on
+that call's inputs and state, outside the probes' window (:meth:`EagerStep.prepare_call`).
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+import torch.utils._pytree as pytree
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, params_of, trace_step
+from conformance.api.step import StepOutput, depends_on_data, params_of, trace_step
 from conformance.models.interpreter import GraphExecutor, NodeHook
 
 
@@ -21,23 +24,34 @@ class EagerStep(CompiledStep):
         self.trains = case.trains
         self.workload = workload
         self.gm, _, self.param_names = trace_step(workload, case.trains)
+        #: the graph is one call's (traced on its values): each call is traced on its own
+        self.per_call = depends_on_data(self.gm)
+        #: the graph the next call runs, where it was traced for that call (the first call's: now)
+        self.prepared: torch.fx.GraphModule | None = self.gm if self.per_call else None
         #: one graph per input shapes (a case whose shapes change is traced again at each new one)
         self.graphs = {_shapes(workload.inputs): self.gm}
-        if case.shapes is not None:  # traced now, as any compiler does: tracing a while_loop runs Dynamo
-            for call in range(1, len(case.shapes.sizes)):
+        if case.shapes is not None and not self.per_call:  # traced now, as any compiler does: tracing a
+            for call in range(1, len(case.shapes.sizes)):   # while_loop runs Dynamo
                 self._trace(case.inputs_for(call))
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
         self.node_hook = node_hook
 
+    def prepare_call(self) -> None:
+        if self.per_call:
+            self.prepared = trace_step(self.workload, self.trains)[0]
+
     def run(self) -> StepOutput:
-        key = self._trace(self.workload.inputs)
+        if self.per_call:  # unprepared (a caller that does not call prepare_call): traced here
+            gm, self.prepared = self.prepared or trace_step(self.workload, self.trains)[0], None
+        else:
+            gm = self.graphs[self._trace(self.workload.inputs)]
         executor = GraphExecutor(node_hook=self.node_hook)
         args: list[Any] = [self.state[n].detach() for n in self.param_names]
-        args.extend(self.workload.inputs)
+        args.extend(pytree.tree_leaves(tuple(self.workload.inputs)))
         with torch.no_grad():
-            outs = executor.run(self.graphs[key], args)
-        del args
+            outs = executor.run(gm, args)
+        del args, gm
         if not self.trains:
             return StepOutput(outs)
         loss, grads = outs[0], outs[1:]
@@ -46,7 +60,7 @@ class EagerStep(CompiledStep):
             self.state[name].grad = g
         return StepOutput([loss], dict(zip(self.trainable, grads)))
 
-    def _trace(self, inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
+    def _trace(self, inputs: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
         """The graph for ``inputs``' shapes, traced the first time they come."""
         key = _shapes(inputs)
         if key not in self.graphs:
@@ -54,8 +68,8 @@ class EagerStep(CompiledStep):
         return key
 
 
-def _shapes(inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(t.shape) for t in inputs)
+def _shapes(inputs: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(t.shape) for t in pytree.tree_leaves(tuple(inputs)) if isinstance(t, torch.Tensor))
 
 
 class EagerBackend(Backend):

@@ -57,12 +57,13 @@ from typing import Any, ClassVar
 import torch
 import torch._functorch.config
 import torch.fx
+import torch.utils._pytree as pytree
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep, CompileError
 from conformance.api.aot import AotRecorder, DynamoStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, params_of, trace_step
+from conformance.api.step import StepOutput, depends_on_data, params_of, trace_step
 from conformance.models.donation import classify
 from conformance.models.lifetime import LifetimeModel, Observation, model_forward_backward, model_graph
 from conformance.probes.cpu import MemoryProbe, MemoryTrace
@@ -398,6 +399,9 @@ class IreeAotStep(CompiledStep):
         self.case = case
         self.workload = workload
         self.gm, args, self.param_names = trace_step(workload, case.trains)
+        if depends_on_data(self.gm):  # its Python read the first call's values: no one graph runs every call
+            raise CompileError("the step's graph depends on its values (traced on the first call's): one exported "
+                               "module cannot run every call")
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
 
@@ -422,7 +426,7 @@ class IreeAotStep(CompiledStep):
 
         device = self.rt.device
         args: list[Any] = [self.state[n].detach() for n in self.param_names]
-        args.extend(self.workload.inputs)
+        args.extend(pytree.tree_leaves(tuple(self.workload.inputs)))
         arg_list = VmVariantList(len(args))
         for a in args:
             arg_list.push_ref(device.import_torch_tensor(a.contiguous()))

@@ -26,6 +26,7 @@ import torch
 
 from conformance.api.case import Case, Workload
 from conformance.api.step import (
+    cast,
     clear_grads,
     host_copies,
     optimizer_state,
@@ -82,7 +83,7 @@ class ReferenceRun:
     def _step(self, call: int) -> dict[str, torch.Tensor]:
         if call:
             inputs = self.case.inputs_for(call)
-            self.workload.inputs = tuple(t.to(self.dtype) if t.is_floating_point() else t.clone() for t in inputs)
+            self.workload.inputs = tuple(cast(t, self.dtype) for t in inputs)
         clear_grads(self.workload.model)
         random = self.mode if isinstance(self.mode, RandomValues) else None
         if random is not None:  # only the state carries values from one call to the next

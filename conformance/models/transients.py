@@ -653,6 +653,39 @@ def cumsum(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> 
     return x.numel() * out.element_size() if isinstance(out, torch.Tensor) and out.dtype != x.dtype else 0
 
 
+# --------------------------------------------------------------------------- data-dependent sizes
+
+#: ``at::internal::GRAIN_SIZE``: below it ATen's CPU kernels run serially
+GRAIN_SIZE = 32768
+
+
+def masked_select(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``masked_select`` on the CPU counts the selected elements first (``mask.sum()``: an int64 copy of
+    the broadcast mask and the count, freed before the result is allocated); where the broadcast
+    operands are not both contiguous, or the kernel runs in parallel, it then fills the result through
+    an int64 copy of the mask and its prefix sum, with the result alive."""
+    x, mask = operands[0], operands[1]
+    shape = torch.broadcast_shapes(x.shape, mask.shape)
+    n = math.prod(shape)
+    dense = all(t.shape == shape and t.is_contiguous() for t in (x, mask))
+    serial = dense and (n < GRAIN_SIZE or torch.get_num_threads() == 1)
+    return max(8 * n + 8 - _nbytes(out), 0 if serial else 16 * n)
+
+
+def unique_consecutive_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``unique_consecutive`` allocates its values and counts as large as the input, then resizes them to
+    the number of runs in place: the storages keep the input's element count."""
+    x = operands[0]
+    if not isinstance(out, (list, tuple)):
+        return 0
+    values, counts = out[0], out[2] if len(out) > 2 else None
+    if t is values:
+        return max(x.numel() * t.element_size() - _nbytes(t), 0)
+    if counts is not None and t is counts and counts.numel() > 0:
+        return max(x.numel() * counts.element_size() - _nbytes(counts), 0)
+    return 0
+
+
 # --------------------------------------------------------------------------- attention
 
 
@@ -789,6 +822,7 @@ TABLE: dict[str, Entry] = {
     "_embedding_bag_backward": embedding_bag_backward,
     "_scaled_dot_product_flash_attention_for_cpu": flash_attention,
     "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
+    "masked_select": masked_select,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
@@ -797,4 +831,5 @@ STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, An
     "_embedding_bag_forward_only": embedding_bag_offset2bag,
     **dict.fromkeys(("mse_loss", "smooth_l1_loss", "soft_margin_loss", "binary_cross_entropy"), reduced_loss_storage),
     "col2im": col2im_storage,
+    "unique_consecutive": unique_consecutive_storage,
 }

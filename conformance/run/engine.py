@@ -15,7 +15,7 @@ import contextlib
 import gc
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ from conformance.api.result import DomainFigures, MemoryFigures, Result
 from conformance.api.step import (
     StepOutput,
     clear_grads,
+    depends_on_data,
     eager_modules,
     optimizer_segment,
     params_of,
@@ -116,6 +117,9 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
     t0 = time.perf_counter()
     try:
         return _run(case, backend, result, options, clock)
+    except Exception as exc:  # the harness's own error (a model, a reference, a check): a verdict naming its stage
+        return _verdict(result, Status.FAIL_RUN, f"harness error in {stage_of(exc)}: {_one_line(exc)}",
+                        traceback.format_exc())
     finally:
         with clock.phase("cleanup"):
             gc.unfreeze()  # what _run froze is collectable again (by Python's own collector, later)
@@ -126,7 +130,7 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
 
 def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
     models = _Models(case)
-    with clock.phase("build"):
+    with clock.phase("build"), harness_stage("build: the case's builder"):
         workload = case.build()
     # the user-kernels model is of CPU kernels (oneDNN's, ATen's CPU composites): a step on another device
     # runs that device's (cuDNN's) RNN
@@ -148,7 +152,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     calls.end()
     # every call's results and the state it left (inputs, buffers, parameters), copied outside the
     # probes' windows and torch's allocators, checked against references making the same calls
-    results = snapshot(first)
+    with harness_stage("call 0: the step's results"):
+        results = snapshot(first)
     del first
     try:
         states = {0: _end_call(compiled, workload, results)}
@@ -163,6 +168,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
             calls.see(1, workload.inputs)
+            compiled.prepare_call()
             t1 = time.perf_counter()
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
@@ -205,8 +211,12 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    with clock.phase("reference"):
+    with clock.phase("reference"), harness_stage("reference: the float64 and float32 calls"):
         parity = compare_calls(case, states)
+    # the parameters and buffers each call found (the copies the previous one left): a step whose graph
+    # depends on its values is modelled on the values each call ran with
+    models.found = {call + 1: {k: v for k, v in left.items() if k.startswith(("param[", "buffer["))}
+                    for call, left in states.items()}
     del states
     result.parity = _parity_figures(parity)
 
@@ -215,10 +225,11 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             models.changing = calls.changing
             steps, source = _probed_steps(compiled, models, traces, result, calls,
                                           backend.capabilities.exact_memory)
-        shape_figures = shapes.figures(calls, steps)
+        with harness_stage("model: shapes"):
+            shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
-        with clock.phase("judge"):
+        with clock.phase("judge"), harness_stage("judge"):
             return _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
@@ -400,20 +411,31 @@ def _probed_steps(
         user, observation = models.user(call)
         observation = observation.copy()
         observation.call = calls.run_of(call)  # the backend's models are of the graphs this run ran
-        received = models.received(compiled, observation, result)
-        program = models.program(compiled, observation, result)
+        with harness_stage("model: received graphs"):
+            received = models.received(compiled, observation, result)
+        with harness_stage("model: generated program"):
+            program = models.program(compiled, observation, result)
         source = "received-graphs" if received is not None else "user-graph"
         held, low = received or user, None
-        eager = models.eager(compiled, call)
+        with harness_stage("model: user-kernels trace"):
+            eager = models.eager(compiled, call)
+            low = models.eager_low(call) if eager is not None and exact else None
         if eager is not None:  # the received graphs (if any) do not cover the modules run eagerly
             held, source = eager, "user-kernels"
-            low = models.eager_low(call) if exact else None
             if program is not None:  # nor does the program: it is one part of the measured step
                 program = None
                 note = ("generated program not held to the measured timeline: it covers the compiled part of "
                         "a step whose other modules run eagerly (the step is held to the user-kernels model)")
                 if note not in result.notes:
                     result.notes.append(note)
+        breaks = calls.graph_breaks()
+        if program is not None and breaks:  # Dynamo broke the step: eager PyTorch runs part of it, outside
+            program = None                   # every generated program
+            reason = clip(breaks[0].strip().splitlines()[0], 200)
+            note = ("generated program not held to the measured timeline: it covers the compiled part of a step "
+                    f"Dynamo broke into graphs and eager code ({reason})")
+            if note not in result.notes:
+                result.notes.append(note)
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,
@@ -441,12 +463,23 @@ class _Models:
         self._eager_low: dict[int, LifetimeModel] = {}
         #: the case's step has modules ``torch.compile`` leaves to eager (:func:`eager_modules`)
         self.eager_modules = False
+        #: the parameters and buffers (host copies, by record name) each call found
+        self.found: dict[int, dict[str, torch.Tensor]] = {}
+        #: the step's graph depends on its values (:func:`conformance.api.step.depends_on_data`)
+        self.depends_on_data = False
+
+    def _key(self, call: int) -> int:
+        """Whose model a call is held to: its own where the graph depends on the inputs' values (a loop's
+        trip counts, a step traced on its values) or shapes, else the one model of every call."""
+        return call if self.case.kind == "loop" or self.changing or self.depends_on_data else 0
 
     def user(self, call: int) -> tuple[LifetimeModel, Observation]:
-        # only loops depend on the inputs' values, and cases whose shapes change on their shapes
-        key = call if self.case.kind == "loop" or self.changing else 0
+        key = self._key(call)
         if key not in self._user:
-            model, observation = user_level_model(self.case, key)
+            with harness_stage("model: user-level trace"):
+                model, observation, depends = _user_model(self.case, call, self.found.get(call))
+            if depends and not self.depends_on_data:  # known from the first model built
+                self.depends_on_data, key = True, call
             self._user[key] = self._with_optimizer(model), observation
         return self._user[key]
 
@@ -456,17 +489,20 @@ class _Models:
         None for every other pair."""
         if not (self.eager_modules and compiled.leaves_modules_to_eager()):
             return None
-        key = call if self.case.kind == "loop" or self.changing else 0
+        observation = self.user(call)[1]
+        key = self._key(call)
         if key not in self._eager:
-            self._eager[key] = self._with_optimizer(user_kernels_model(self.case, key, self.user(call)[1]))
+            self._eager[key] = self._with_optimizer(
+                user_kernels_model(self.case, call, observation, found=self.found.get(call)))
         return self._eager[key]
 
     def eager_low(self, call: int) -> LifetimeModel:
         """The lower bound of :meth:`eager`'s model (built after it, for an exact backend's contract)."""
-        key = call if self.case.kind == "loop" or self.changing else 0
+        observation = self.user(call)[1]
+        key = self._key(call)
         if key not in self._eager_low:
             self._eager_low[key] = self._with_optimizer(
-                user_kernels_model(self.case, key, self.user(call)[1], high=False))
+                user_kernels_model(self.case, call, observation, high=False, found=self.found.get(call)))
         return self._eager_low[key]
 
     def _with_optimizer(self, model: LifetimeModel) -> LifetimeModel:
@@ -500,28 +536,48 @@ def _hook_name(build: Callable[..., Any]) -> str:
 
 def user_level_model(case: Case, call: int = 0) -> tuple[LifetimeModel, Observation]:
     """The lifetime model of the case's own step on the ``call``-th inputs, with loop trip counts from a real run."""
-    workload = case.build()
-    if call:
-        workload.inputs = case.inputs_for(call)
+    model, observation, _ = _user_model(case, call)
+    return model, observation
+
+
+def _user_model(case: Case, call: int, found: dict[str, torch.Tensor] | None = None
+                ) -> tuple[LifetimeModel, Observation, bool]:
+    """:func:`user_level_model` on the parameters and buffers the call ``found`` (by record name; the
+    built ones without), and whether its graph depends on the values (then it is this call's only)."""
+    workload = _workload_of_call(case, call, found)
     gm, args, _ = trace_step(workload, case.trains)
     executor = GraphExecutor(label_ranges=False)
     with torch.no_grad():
         executor.run(gm, list(args))
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, executor.observation.copy(), retained), executor.observation
+    return model_graph(gm, executor.observation.copy(), retained), executor.observation, depends_on_data(gm)
+
+
+def _workload_of_call(case: Case, call: int, found: dict[str, torch.Tensor] | None) -> Workload:
+    """A fresh build of the case with the ``call``-th inputs and the state that call found."""
+    workload = case.build()
+    if call:
+        workload.inputs = case.inputs_for(call)
+    if found:
+        named: dict[str, torch.Tensor] = {f"param[{n}]": p for n, p in workload.model.named_parameters()}
+        named.update({f"buffer[{n}]": b for n, b in workload.model.named_buffers()})
+        with torch.no_grad():
+            for name, value in found.items():
+                target = named.get(name)
+                if target is not None and target.shape == value.shape:
+                    target.copy_(value)
+    return workload
 
 
 def user_kernels_model(case: Case, call: int, observation: Observation,
-                       high: bool = True) -> LifetimeModel:
+                       high: bool = True, found: dict[str, torch.Tensor] | None = None) -> LifetimeModel:
     """The lifetime model of the case's step on the ``call``-th inputs as eager PyTorch runs it with the
     user's kernels (:func:`conformance.api.step.trace_user_kernels`): oneDNN's RNN layers with their
     workspace and scratchpad, the C++ composites' and autograd nodes' scopes.  ``high``: kernels whose
     workspace depends on the CPU count their upper bound and values are held to their scopes' ends,
     so the model bounds the measurement from above; ``False``: their lower bound and every value to
     its last use, a bound from below (what an exact backend's peak must not go under)."""
-    workload = case.build()
-    if call:
-        workload.inputs = case.inputs_for(call)
+    workload = _workload_of_call(case, call, found)
     gm = trace_user_kernels(workload, case.trains, scopes=high)
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
     return model_graph(gm, observation.copy(), retained, high=high)
@@ -542,6 +598,7 @@ def probed_step(
     ``keep_results``, copies of the step's results (gradients included) made outside torch's
     allocators before the optimizer runs."""
     clear_grads(model)
+    compiled.prepare_call()
     gc.collect()
     extras = compiled.extra_probes()
     files = boundary.files(compiled.program_files())
@@ -625,6 +682,27 @@ def _decide(result: Result, checks: list[Check]) -> Result:
         result.excess_bytes = deciding.excess_bytes
         return _verdict(result, deciding.status, deciding.reason)
     return _verdict(result, Status.PASS, "")
+
+
+#: the attribute an exception raised inside :func:`harness_stage` carries: the innermost stage's name
+_STAGE = "conformance_stage"
+
+
+@contextlib.contextmanager
+def harness_stage(name: str) -> Iterator[None]:
+    """A stage of the harness's own work (``"model: user-level trace"``): an error raised inside it names it
+    (:func:`stage_of`), so its verdict says where the harness failed."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, _STAGE):
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(exc, _STAGE, name)
+        raise
+
+
+def stage_of(exc: BaseException) -> str:
+    return str(getattr(exc, _STAGE, "the engine"))
 
 
 def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> Result:

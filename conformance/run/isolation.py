@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -109,8 +110,9 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
             result = engine.run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None),
                                      spec, recyclable=True)
             send("ok", result.to_json(), *(["recycle"] if engine.NEEDS_RECYCLE else []))
-        except Exception as exc:  # an error outside the engine's own handling
-            send("error", f"{type(exc).__name__}: {exc}", *(["recycle"] if engine.NEEDS_RECYCLE else []))
+        except Exception as exc:  # an error outside the engine's own handling (resolving the case, its options)
+            error = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            send("error", error, *(["recycle"] if engine.NEEDS_RECYCLE else []))
         if engine.NEEDS_RECYCLE:  # a pair left state that could not be restored: this worker ends here
             break
 
@@ -297,7 +299,10 @@ class WorkerPool:
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
                 return result
-            return _placeholder(case_id, backend, Status.FAIL_RUN, f"worker error outside the engine: {payload}")
+            error = payload if isinstance(payload, dict) else {"error": str(payload)}
+            return _placeholder(case_id, backend, Status.FAIL_RUN,
+                                f"harness error in the worker, outside the engine: {error.get('error', '')}",
+                                clip_start(str(error.get("traceback", "")), 4000), elapsed)
         what, tail = self._failed(worker, elapsed, timeout_s, offset)
         if what is None:
             return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",

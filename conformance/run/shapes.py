@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from conformance.api.case import Case
 from conformance.checks.judge import ProbedStep
@@ -33,11 +34,20 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def graph_breaks() -> dict[str, int]:
+    """Dynamo's graph breaks in this process so far, by reason (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return {str(reason): int(n) for reason, n in counters["graph_break"].items()}
+
+
 InputShapes = tuple[tuple[int, ...], ...]
 
 
 def input_shapes(inputs: Sequence[Any]) -> InputShapes:
-    return tuple(tuple(int(n) for n in t.shape) for t in inputs if isinstance(t, torch.Tensor))
+    """The shapes of a call's input tensors, those inside containers (a list of tensors) included."""
+    leaves = pytree.tree_leaves(tuple(inputs))
+    return tuple(tuple(int(n) for n in t.shape) for t in leaves if isinstance(t, torch.Tensor))
 
 
 @dataclass
@@ -58,12 +68,19 @@ class Calls:
     compiles: list[int] = field(default_factory=list)
     compiling: dict[int, list[MemoryTrace]] = field(default_factory=dict)
     _graphs: int = field(default_factory=dynamo_graphs)
+    _breaks: dict[str, int] = field(default_factory=graph_breaks)
     _extra: int = 0
     _run_of: dict[int, int] = field(default_factory=dict)
 
     @property
     def changing(self) -> bool:
         return self.case.shapes is not None or len(set(self.inputs.values())) > 1
+
+    def graph_breaks(self) -> list[str]:
+        """The reasons of the graph breaks Dynamo made since the pair began (none for a backend that
+        does not compile through ``torch.compile``): there eager PyTorch runs part of the step."""
+        before = self._breaks
+        return [reason for reason, n in graph_breaks().items() if n > before.get(reason, 0)]
 
     def see(self, call: int, inputs: Sequence[Any]) -> None:
         """The inputs ``call`` runs with (before it runs)."""

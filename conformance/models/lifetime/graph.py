@@ -49,8 +49,11 @@ class GraphWalker:
                 env[node] = call.take_input(node, inputs[position[node]])
                 aliases.bind(node.meta.get("val"), env[node])
                 continue
-            if node.op == "get_attr":
-                env[node] = None
+            if node.op == "get_attr":  # a constant (a tensor the module holds outside its state): held by
+                val = node.meta.get("val")  # the graph, not made by the step; its views are its own storage
+                env[node] = builder.caller_input(val, node.name) if isinstance(val, torch.Tensor) else None
+                builder.acquire(env[node])
+                aliases.bind(val, env[node])
                 continue
             call.start()  # the first node past the inputs: the call's work begins
             if node.op == "output":
