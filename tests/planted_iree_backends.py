@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from conformance.backends.iree import BoxedLaunch, CompileFn, IreeBoxedBackend, boxed_compile, boxed_source, runtime
-from conformance.backends.iree_cache import _jit_loader
+from conformance.backends.iree_cache import jit_loader
 
 KEPT: list[Any] = []
 
@@ -107,7 +107,7 @@ class _KeeperLaunch:
 
 def carry_keeping_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     source = boxed_source(gm, example_inputs)
-    module = _jit_loader(keep_a_carry_per_trip(source.mlir))(runtime().device)
+    module = jit_loader(keep_a_carry_per_trip(source.mlir))(runtime().device)
     return BoxedLaunch(_KeeperLaunch(module, source.entry_point), source.none_positions)
 
 

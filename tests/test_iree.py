@@ -88,3 +88,10 @@ def test_a_carried_buffer_kept_per_trip_in_the_iree_loop_is_caught() -> None:
     assert report["statuses"] == ["fail-residual", "fail-residual"], report
     assert report["measured_residual_bytes"] == [3 * 512, 12 * 512]
     assert not report["ok"] and "residual grows 4608 B from 3 to 12 trips" in report["reason"]
+
+
+def test_a_loop_under_autograd_names_what_the_importer_lacks() -> None:
+    """loop-rnn's training step needs the loop's stacked forward; the verdict names it, before any IREE compile."""
+    r = _run("loop-rnn-t3-train", "iree-boxed")
+    assert r.status == "fail-compile"
+    assert "no lowering for the higher-order op while_loop_stack_output" in r.reason, r.reason

@@ -67,7 +67,7 @@ import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep, CompileError
-from conformance.api.aot import AotRecorder, DynamoStep
+from conformance.api.aot import AotRecorder, DynamoStep, snapshot
 from conformance.api.case import Case, Workload
 from conformance.api.step import StepOutput, params_of, trace_step
 from conformance.models.donation import classify
@@ -76,8 +76,8 @@ from conformance.probes.cpu import MemoryProbe, MemoryTrace
 from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
-from .iree_cache import cached_module, turbine_module_cache
-from .iree_loops import lift_loop_inputs
+from .iree_cache import cached_module, jit_loader, turbine_module_cache
+from .iree_loops import lift_loop_inputs, missing_hops
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -86,6 +86,13 @@ AOT_ROUTE_REASON = (
     "AOT route: AOTAutograd cannot trace the backward of a while_loop whose trip count is data "
     "(aten._local_scalar_dense), so torch.compile falls back to eager and IREE would compile nothing; "
     "the whole step is exported with iree.turbine.aot.export instead"
+)
+
+AOT_BOXED_NOTE = (
+    "AOT route (as for iree, torch.compile would fall back to eager), boxed: the step as make_fx traces it "
+    "goes through turbine's passes and importer as in the torch.compile route, its loops' outer reads carried; "
+    "not through iree.turbine.aot.export, whose torch.export re-trace rejects a loop body that returns a "
+    "carried-through input"
 )
 
 
@@ -229,16 +236,18 @@ class BoxedSource:
     none_positions: list[int]
 
 
-def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> BoxedSource:
+def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bool = True) -> BoxedSource:
     """Turbine's ``_backend`` up to the MLIR it compiles (same passes, importer, custom-op expansion),
     with the ``None`` results dropped and every ``while_loop``'s additional inputs carried
-    (:func:`conformance.backends.iree_loops.lift_loop_inputs`)."""
+    (:func:`conformance.backends.iree_loops.lift_loop_inputs`).  ``passes=False``: without turbine's
+    decompositions (a step ``make_fx`` traced, as the AOT route's ``aot.export`` imports it)."""
     from iree.compiler.extras.fx_importer import FxImporter
     from iree.turbine.dynamo.passes import turbine_cpu_pass_pipeline
     from iree.turbine.transforms.general.custom_op_expansion import ExpandCustomOpsPass
 
     none_positions = _strip_none_outputs(gm)
-    gm = turbine_cpu_pass_pipeline(gm, example_inputs)
+    if passes:
+        gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
     importer = FxImporter()
     importer.import_graph_module(gm)
@@ -417,13 +426,14 @@ class IreeDynamoStep(DynamoStep):
 class IreeAotStep(CompiledStep):
     """The whole step exported with ``iree.turbine.aot``, compiled by IREE, run with ``iree.runtime``."""
 
-    def __init__(self, case: Case, workload: Workload) -> None:
+    def __init__(self, case: Case, workload: Workload, boxed: bool = False) -> None:
         from iree.runtime import VmContext, VmModule, create_hal_module
         from iree.turbine import aot
 
         self.rt = runtime()
         self.case = case
         self.workload = workload
+        self.boxed = boxed
         self.gm, args, self.param_names = trace_step(workload, case.trains)
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
@@ -435,11 +445,20 @@ class IreeAotStep(CompiledStep):
             return cached_module(str(exported.mlir_module), ["llvm-cpu", *flags],
                                  lambda: _module_bytes(exported.compile(save_to=None, target_backends="llvm-cpu")))
 
+        def build_boxed() -> Any:
+            traced = snapshot(self.gm)  # the lifetime model keeps reading the step as traced
+            return jit_loader(boxed_source(traced, [a.detach() for a in args], passes=False).mlir)(self.rt.device)
+
         cache_before = (cache.STATS.hits, cache.STATS.misses)
-        binary = _compile_guarded("exported step", build)
+        if boxed:
+            missing = missing_hops(self.gm)
+            if missing:  # one clear reason, not the importer's traceback
+                raise CompileError(f"IREE cannot import the traced step: {missing}")
+            module = _compile_guarded("traced step", build_boxed)
+        else:
+            module = VmModule.copy_buffer(self.rt.device.vm_instance, _compile_guarded("exported step", build))
         self.cache_use = (cache.STATS.hits - cache_before[0], cache.STATS.misses - cache_before[1])
         instance = self.rt.device.vm_instance
-        module = VmModule.copy_buffer(instance, binary)
         self.context = VmContext(instance, [create_hal_module(instance, self.rt.device.hal_device), module])
         self.function = module.lookup_function("main")
 
@@ -481,7 +500,8 @@ class IreeAotStep(CompiledStep):
         return {"iree_invocations": self.hal_probe.invocations}
 
     def notes(self) -> list[str]:
-        return [AOT_ROUTE_REASON, cache_note(*self.cache_use)]
+        how = (AOT_BOXED_NOTE if self.boxed else AOT_ROUTE_REASON)
+        return [how, cache_note(*self.cache_use)]
 
 
 # -- adapters --------------------------------------------------------------------------
@@ -525,7 +545,7 @@ class IreeBackend(Backend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         if uses_aot_route(case):
-            return IreeAotStep(case, workload)
+            return IreeAotStep(case, workload, boxed=type(self).compile_graph is not shipped_compile)
         return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes)
 
 

@@ -44,13 +44,24 @@ def _carry_through(body: torch.fx.GraphModule, n_carried: int) -> None:
     body.recompile()
 
 
+def _own_copy(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``module``'s graph (node metadata shared), so rewriting it leaves the original alone."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(module.graph, {}))
+    return torch.fx.GraphModule(module, graph)
+
+
 def lift_loop_inputs(gm: torch.fx.GraphModule) -> int:
-    """Rewrite, in place, every ``while_loop`` in ``gm`` and its subgraphs (nested loops included)
-    so that it has no additional inputs; returns how many loops were rewritten."""
+    """Rewrite every ``while_loop`` in ``gm`` and its subgraphs (nested loops included) so that it has
+    no additional inputs; returns how many loops were rewritten.  ``gm``'s own graph is rewritten in
+    place; its subgraphs are replaced by rewritten copies (they may be shared with a graph the caller
+    keeps, such as the one the lifetime model reads)."""
     lifted = 0
     done: set[int] = set()  # a body two loops share is rewritten once
-    for _, child in gm.named_children():  # nested loops first: their additional inputs are the outer body's
+    for name, child in list(gm.named_children()):  # nested loops first: their additional inputs are the outer body's
         if isinstance(child, torch.fx.GraphModule):
+            child = _own_copy(child)
+            setattr(gm, name, child)
             lifted += lift_loop_inputs(child)
     for node in gm.graph.nodes:
         if not _is_plain_while_loop(node):
@@ -70,3 +81,32 @@ def lift_loop_inputs(gm: torch.fx.GraphModule) -> int:
     if lifted:
         gm.recompile()
     return lifted
+
+
+#: What a higher-order op the importer lacks is, for the verdict (others are named only).
+HOP_MEANING = {
+    "while_loop_stack_output": "the forward of a while_loop under autograd, which keeps every trip's carry "
+                               "(stacked, its leading size the trip count) for the backward",
+}
+
+
+def missing_hops(gm: torch.fx.GraphModule) -> str:
+    """What in ``gm`` or its subgraphs turbine's FX importer cannot lower, as one verdict line (``""``: nothing)."""
+    from iree.compiler.extras.fx_importer import GraphNodeImporter
+
+    missing: dict[str, None] = {}
+
+    def walk(module: torch.fx.GraphModule) -> None:
+        for node in module.graph.nodes:
+            target: Any = node.target
+            if (node.op == "call_function" and isinstance(target, torch._ops.HigherOrderOperator)
+                    and not hasattr(GraphNodeImporter, f"_import_hop_{target.name()}")):
+                missing[target.name()] = None
+        for child in module.children():
+            if isinstance(child, torch.fx.GraphModule):
+                walk(child)
+
+    walk(gm)
+    return "; ".join(
+        f"the FX importer has no lowering for the higher-order op {name} (no _import_hop_{name})"
+        + (f": {HOP_MEANING[name]}" if name in HOP_MEANING else "") for name in missing)
