@@ -6,11 +6,14 @@ Selected as ``tests.planted_iree_backends:ClassName``; they compile exactly like
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from conformance.backends.iree import BoxedLaunch, CompileFn, IreeBoxedBackend, boxed_compile
+from conformance.backends.iree import BoxedLaunch, CompileFn, IreeBoxedBackend, boxed_compile, boxed_source, runtime
+from conformance.backends.iree_cache import jit_loader
 
 KEPT: list[Any] = []
 
@@ -32,3 +35,84 @@ class LeakyResultsBackend(IreeBoxedBackend):
 
     name = "planted-iree-leaky-results"
     compile_graph: ClassVar[CompileFn] = staticmethod(keeping_compile)
+
+
+# -- a carried buffer kept per trip, inside the compiled loop ---------------------------------
+
+#: The carries the planted loop kept, one HAL buffer view per trip (tests clear it).
+KEPT_TRIPS: list[Any] = []
+KEEPER = "conformance_leak"
+
+_BODY = re.compile(r"func\.func private @(?P<name>[\w$.]*body[\w$.]*)\((?P<params>[^)]*)\)[^{]*\{\n(?P<ops>.*?)\n"
+                   r"(?P<ret>    return (?P<values>[^:]*) : (?P<types>[^\n]*))\n", re.S)
+_TENSOR = re.compile(r"!torch\.vtensor<\[(?P<dims>[\d,]+)\],(?P<dtype>f\d+)>")
+
+
+def keep_a_carry_per_trip(mlir: str) -> str:
+    """Every ``while_loop`` body of the imported program hands its first new floating-point carry (a
+    value it computes, not one it passes through) to the host each trip, which keeps it: the
+    ``scf.while`` bug's effect, one carried buffer per trip never freed, planted in IREE's own program."""
+    planted, count = [], 0
+
+    def plant(m: re.Match[str]) -> str:
+        nonlocal count
+        values = [v.strip() for v in m["values"].split(",")]
+        types = [t.strip() for t in re.split(r",\s*(?=!torch)", m["types"])]
+        for value, type_ in zip(values, types):
+            tensor = _TENSOR.fullmatch(type_)
+            if tensor is None or value.startswith("%arg"):
+                continue
+            builtin = f"tensor<{tensor['dims'].replace(',', 'x')}x{tensor['dtype']}>"
+            count += 1
+            planted.append(m["name"])
+            return (f"{m.group(0)[:m.start('ret') - m.start()]}"
+                    f"    %kept{count} = torch_c.to_builtin_tensor {value} : {type_} -> {builtin}\n"
+                    f"    %kept_view{count} = hal.tensor.export %kept{count} : {builtin} -> !hal.buffer_view\n"
+                    f"    func.call @{KEEPER}.keep(%kept_view{count}) : (!hal.buffer_view) -> ()\n"
+                    f"{m['ret']}\n")
+        return m.group(0)
+
+    out = _BODY.sub(plant, mlir)
+    assert planted, "no while_loop body with a computed floating-point carry to keep"
+    return out.replace("module {\n", f"module {{\n  func.func private @{KEEPER}.keep(!hal.buffer_view)\n", 1)
+
+
+class _Keeper:
+    def __init__(self, iface: Any) -> None:
+        pass
+
+    def keep(self, view: Any) -> None:
+        KEPT_TRIPS.append(view)
+
+
+@dataclass
+class _KeeperLaunch:
+    """What :class:`BoxedLaunch` calls: the compiled module in a context that also holds the keeper."""
+
+    module: Any
+    entry_point: str
+
+    @property
+    def _is_async(self) -> bool:
+        return self.entry_point.endswith("$async")
+
+    def _resolve_target_binary(self, device: Any) -> tuple[Any, Any]:
+        from iree.runtime import PyModuleInterface, VmContext
+
+        iface = PyModuleInterface(KEEPER, _Keeper)
+        iface.export("keep", "0r_v", _Keeper.keep)
+        context = VmContext(device.vm_instance, [device.create_hal_module(), iface.create(), self.module])
+        return context, self.module.lookup_function(self.entry_point)
+
+
+def carry_keeping_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    source = boxed_source(gm, example_inputs)
+    module = jit_loader(keep_a_carry_per_trip(source.mlir))(runtime().device)
+    return BoxedLaunch(_KeeperLaunch(module, source.entry_point), source.none_positions)
+
+
+class LeakyLoopCarryBackend(IreeBoxedBackend):
+    """iree-boxed's loop route, with each loop's program keeping one carried buffer per trip (HAL memory)."""
+
+    name = "planted-iree-leaky-loop-carry"
+    compile_graph: ClassVar[CompileFn] = staticmethod(carry_keeping_compile)

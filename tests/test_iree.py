@@ -11,9 +11,12 @@ from conformance.api.case import select_cases
 from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
+from conformance.run.scaling import loop_scaling
+from tests.planted_iree_backends import KEPT_TRIPS
 
 pytestmark = pytest.mark.slow
 
+LEAKY_LOOP = "tests.planted_iree_backends:LeakyLoopCarryBackend"
 REGISTRY = discover()
 if REGISTRY.get("iree").unavailable_reason():
     pytest.skip(REGISTRY.get("iree").unavailable_reason() or "", allow_module_level=True)
@@ -66,3 +69,29 @@ def test_a_leak_of_iree_results_is_caught() -> None:
     r = _run("mlp-s-infer", "tests.planted_iree_backends:LeakyResultsBackend")
     assert r.status == "fail-residual", r.reason
     assert r.memory.domains["iree-hal"].residual_per_step == [256] * DEFAULT_STEPS  # the 8x8 fp32 result
+
+
+def test_iree_boxed_runs_a_while_loop_with_flat_memory_per_trip() -> None:
+    """The loop route: the loop's outer reads carried through, one IREE program, HAL memory flat in the trips."""
+    report = loop_scaling("loop-rnn", REGISTRY.get("iree-boxed"), (3, 12))
+    assert report["statuses"] == ["pass", "pass"], report
+    assert report["ok"], report
+    assert report["measured_peak_growth"] == report["measured_residual_growth"] == 0
+
+
+def test_a_carried_buffer_kept_per_trip_in_the_iree_loop_is_caught() -> None:
+    """The planted program hands each trip's new 4x32 fp32 carry (512 B) to the host, which keeps it."""
+    try:
+        report = loop_scaling("loop-rnn", load_backend_class(LEAKY_LOOP, LEAKY_LOOP), (3, 12))
+    finally:
+        KEPT_TRIPS.clear()
+    assert report["statuses"] == ["fail-residual", "fail-residual"], report
+    assert report["measured_residual_bytes"] == [3 * 512, 12 * 512]
+    assert not report["ok"] and "residual grows 4608 B from 3 to 12 trips" in report["reason"]
+
+
+def test_a_loop_under_autograd_names_what_the_importer_lacks() -> None:
+    """loop-rnn's training step needs the loop's stacked forward; the verdict names it, before any IREE compile."""
+    r = _run("loop-rnn-t3-train", "iree-boxed")
+    assert r.status == "fail-compile"
+    assert "no lowering for the higher-order op while_loop_stack_output" in r.reason, r.reason

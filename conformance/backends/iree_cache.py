@@ -88,7 +88,7 @@ def cached_module(source: str | bytes, flags: Sequence[str], compile_fn: Callabl
     return data
 
 
-def _jit_loader(source: str) -> Callable[[Any], Any]:
+def jit_loader(source: str) -> Callable[[Any], Any]:
     """What turbine's ``_jit_callback`` does for a device (same session flags, same diagnostics), through the cache."""
     from iree.compiler.api import Output, Session, Source
     from iree.runtime import VmModule
@@ -131,7 +131,7 @@ def turbine_module_cache() -> Iterator[None]:
         if file_cache_dir is not None or not isinstance(source, str):
             return shipped.__func__(source, parameter_providers=parameter_providers, entry_point=entry_point,
                                     file_cache_dir=file_cache_dir)
-        return Launchable.from_vm_module(_jit_loader(source), parameter_providers=parameter_providers,
+        return Launchable.from_vm_module(jit_loader(source), parameter_providers=parameter_providers,
                                          entry_point=entry_point)
 
     Launchable.jit_compile = staticmethod(jit_compile)  # type: ignore[method-assign]

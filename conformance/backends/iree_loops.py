@@ -1,0 +1,112 @@
+"""``while_loop`` for IREE's FX importer: what a loop reads from outside, carried through it unchanged.
+
+The importer (``FxImporter._import_hop_while_loop``, iree-base-compiler 3.13) lowers
+``while_loop(cond, body, carried, additional)`` to a ``torch.prim.Loop`` whose operands are
+the carried *and* the additional inputs, but whose results and region successor take only
+the carried ones: the op fails verification ("region branch point has N operands, but region
+successor needs M inputs") and the in-process compile then crashes.  A loop without
+additional inputs imports and compiles.  :func:`lift_loop_inputs` rewrites every loop so it
+has none: each additional input (a tensor the body or condition reads from outside: a
+parameter, a closure tensor, an outer loop's value) becomes one more carry, which the body
+returns unchanged.  Both subgraphs already take ``(*carried, *additional)``, so only the
+body's results, the loop's operands and the loop's result metadata change; the values the
+program reads from the loop (``getitem`` of a carried position) keep their positions.
+The program computes the same values: a carried-through tensor is the same tensor every trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+
+def _is_plain_while_loop(node: torch.fx.Node) -> bool:
+    target: Any = node.target
+    return (node.op == "call_function" and isinstance(target, torch._ops.HigherOrderOperator)
+            and target.name() == "while_loop")
+
+
+def _subgraph(gm: torch.fx.GraphModule, node: Any) -> torch.fx.GraphModule:
+    module = getattr(gm, node.target)
+    assert isinstance(module, torch.fx.GraphModule), f"{node.target} is not a graph"
+    return module
+
+
+def _carry_through(body: torch.fx.GraphModule, n_carried: int) -> None:
+    """The body returns its inputs past the first ``n_carried`` unchanged, after its own results."""
+    placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in body.graph.nodes if n.op == "output")
+    results = output.args[0]
+    results = tuple(results) if isinstance(results, (list, tuple)) else (results,)
+    output.args = ((*results, *placeholders[n_carried:]),)
+    body.recompile()
+
+
+def _own_copy(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``module``'s graph (node metadata shared), so rewriting it leaves the original alone."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(module.graph, {}))
+    return torch.fx.GraphModule(module, graph)
+
+
+def lift_loop_inputs(gm: torch.fx.GraphModule) -> int:
+    """Rewrite every ``while_loop`` in ``gm`` and its subgraphs (nested loops included) so that it has
+    no additional inputs; returns how many loops were rewritten.  ``gm``'s own graph is rewritten in
+    place; its subgraphs are replaced by rewritten copies (they may be shared with a graph the caller
+    keeps, such as the one the lifetime model reads)."""
+    lifted = 0
+    done: set[int] = set()  # a body two loops share is rewritten once
+    for name, child in list(gm.named_children()):  # nested loops first: their additional inputs are the outer body's
+        if isinstance(child, torch.fx.GraphModule):
+            child = _own_copy(child)
+            setattr(gm, name, child)
+            lifted += lift_loop_inputs(child)
+    for node in gm.graph.nodes:
+        if not _is_plain_while_loop(node):
+            continue
+        cond_node, body_node, carried, additional = node.args[:4]
+        if not additional:
+            continue
+        body = _subgraph(gm, body_node)
+        if id(body) not in done:
+            _carry_through(body, len(carried))
+            done.add(id(body))
+        node.args = (cond_node, body_node, (*carried, *additional), ())
+        val = node.meta.get("val")
+        vals = tuple(val) if isinstance(val, (list, tuple)) else (val,)
+        node.meta["val"] = (*vals, *(a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in additional))
+        lifted += 1
+    if lifted:
+        gm.recompile()
+    return lifted
+
+
+#: What a higher-order op the importer lacks is, for the verdict (others are named only).
+HOP_MEANING = {
+    "while_loop_stack_output": "the forward of a while_loop under autograd, which keeps every trip's carry "
+                               "(stacked, its leading size the trip count) for the backward",
+}
+
+
+def missing_hops(gm: torch.fx.GraphModule) -> str:
+    """What in ``gm`` or its subgraphs turbine's FX importer cannot lower, as one verdict line (``""``: nothing)."""
+    from iree.compiler.extras.fx_importer import GraphNodeImporter
+
+    missing: dict[str, None] = {}
+
+    def walk(module: torch.fx.GraphModule) -> None:
+        for node in module.graph.nodes:
+            target: Any = node.target
+            if (node.op == "call_function" and isinstance(target, torch._ops.HigherOrderOperator)
+                    and not hasattr(GraphNodeImporter, f"_import_hop_{target.name()}")):
+                missing[target.name()] = None
+        for child in module.children():
+            if isinstance(child, torch.fx.GraphModule):
+                walk(child)
+
+    walk(gm)
+    return "; ".join(
+        f"the FX importer has no lowering for the higher-order op {name} (no _import_hop_{name})"
+        + (f": {HOP_MEANING[name]}" if name in HOP_MEANING else "") for name in missing)
