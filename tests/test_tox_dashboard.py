@@ -69,5 +69,5 @@ def test_a_root_with_no_results_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     proc = _cli("report", str(tmp_path / "empty"), "-o", str(tmp_path / "site"), cwd=tmp_path)
     assert proc.returncode == 2
-    assert "no results.jsonl in it or in a directory one level down" in proc.stderr
+    assert "empty/results.jsonl: not found (nor in a directory one level down)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

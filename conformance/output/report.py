@@ -70,7 +70,7 @@ def expand_sources(sources: Sequence[Path]) -> list[Path]:
         if source.is_dir() and not results_file(source).exists():
             found = sorted(d for d in source.iterdir() if d.is_dir() and results_file(d).is_file())
             if not found:
-                raise RecordsError(f"{source}: no results.jsonl in it or in a directory one level down")
+                raise RecordsError(f"{results_file(source)}: not found (nor in a directory one level down)")
             expanded.extend(found)
         else:
             expanded.append(source)
