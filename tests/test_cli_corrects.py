@@ -70,3 +70,41 @@ def test_the_end_of_a_run_names_each_failure_once_with_its_repro_and_a_rerun_get
     assert script.exists() and (tmp_path / shown).resolve() == script.resolve(), shown
     again = _cli("run", "--backend", "eager", "--case", "mlp-s-infer", "--out", "out", cwd=tmp_path)
     assert again.returncode == 2 and "give this run its own directory (--out out-2)" in again.stderr, again.stderr
+
+
+def test_progress_shows_from_the_first_line_on_a_terminal(tmp_path: Path) -> None:
+    """At a terminal (a real pty) the first thing a run prints is that it is starting, before torch is
+    imported; then the pairs, then what happens while the worker warms up, then the first verdict."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "COLUMNS": "200"}
+    out = bytearray()
+
+    def read(fd: int) -> bytes:
+        data = os.read(fd, 65536)
+        out.extend(data)
+        return data
+
+    argv = [sys.executable, "-m", "conformance", "run", "--backend", "eager", "--case", "mlp-s-infer",
+            "--out", str(tmp_path / "out")]
+    old = os.getcwd()
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        os.chdir(tmp_path)
+        os.environ.update(env)
+        status = pty.spawn(argv, read)
+    finally:
+        os.chdir(old)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    first = text.strip().splitlines()[0]
+    assert first.startswith("conformance run: starting (importing torch"), first
+    order = [text.index(s) for s in ("conformance run: starting", "conformance: 1 pair (eager)",
+                                     "conformance: starting the pairs in a worker process", "[1/1] ok")]
+    assert order == sorted(order), text

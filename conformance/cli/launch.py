@@ -37,6 +37,11 @@ def prestarts(argv: list[str]) -> bool:
     return bool(argv) and argv[0] == "run" and not any(re.match(_NO_PRESTART, a) for a in argv[1:])
 
 
+def says_progress(argv: list[str]) -> bool:
+    """Whether ``conformance ARGV`` is a run (not its ``--help``): a run shows its progress from the start."""
+    return bool(argv) and argv[0] == "run" and not any(a in ("-h", "--help") for a in argv[1:])
+
+
 def named_backends(argv: list[str]) -> list[str]:
     """The ``--backend`` values on the command line (none: the run takes every usable backend)."""
     named = []
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str], started: float) -> int:
     with_handler = importing()
+    if says_progress(argv) and os.isatty(2):  # a person watching: a first line before the imports and warm-up
+        os.write(2, b"conformance run: starting (importing torch, loading the backends and cases)\n")
     try:
         from conformance.util import phases
         from conformance.util.paths import caches_outside_tmp

@@ -371,6 +371,9 @@ class ResultWriter:
         _echo(f"conformance: {plural(total, 'pair')} ({names}{kept}) -> {self.path}")
         for w in [*self.run_dir.warnings, *sel.warnings]:
             _echo(f"warning: {w}")
+        where = "in a worker process that imports torch and warms up the backends first" \
+            if self.state.values["isolate"] else "in this process"
+        _echo(f"conformance: starting the pairs {where}; a pair's first compile takes seconds")
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -399,7 +402,7 @@ class ResultWriter:
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("starting", total=self.total)
+            self.task = self.bar.add_task("warming up", total=self.total)
         if self.bar is not None and "[" in nodeid:
             from rich.markup import escape
 
