@@ -236,7 +236,7 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     for entry in blamed:
         part = program_part(entry)
         shares[part] = shares.get(part, 0) + share(entry)
-    call, measured = step.call, step.trace.peak_bytes
+    call, measured = step.call, getattr(step.trace, "peak_bytes", None)  # a step judged on its program alone has none
     peak_over = 0  # the measured peak over the program's, where the timeline is compared (no entry names it)
     if exact_domain:
         diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
@@ -257,7 +257,9 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
             shares[TIMELINE_PART] = shares.get(TIMELINE_PART, 0) + d.excess_bytes()
             call, measured = s.call, d.measured_peak
             figures["program_peak_bytes"] = d.model_peak
-    figures.update(call=call, measured_peak_bytes=measured)
+    figures["call"] = call
+    if measured is not None:
+        figures["measured_peak_bytes"] = measured
     rule = ("frees every storage at its last use and the measured timeline follows it" if exact_domain
             else "frees every storage at its last use")
     contract = Contract("generated program's excess (bytes held past their last use x statements run meanwhile, "
