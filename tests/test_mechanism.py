@@ -277,3 +277,18 @@ def test_mechanism_entries_load_dump_and_narrow(tmp_path: Path) -> None:
     assert not e.covers("user-conv", "fail-peak", "peak: fused-kernel-outputs")
     path.write_text(dump(m))
     assert load_manifest("inductor", path).entries == m.entries
+
+
+def test_fused_outputs_are_found_through_a_shortened_kernel_call() -> None:
+    """The program model shortens long statements: the writer named by the blame is the kernel whose
+    call follows the buffer's allocation (gen-dag-1486, hypothesis seed 7)."""
+    program = ["fw:line 182 buf0 = empty_strided_cpu((8, 8), (8, 1), torch.float16)",
+               "fw:line 184 buf1 = empty_strided_cpu((8, 1), (1, 8), torch.float32)",
+               "fw:line 186 buf2 = empty_strided_cpu((8, 1), (1, 1), torch.float16)",
+               "fw:line 189 cpp_fused_add_mean_mul_relu_sigmoid_sum_0(arg0_1, arg1_1, arg2_1, buf0,\u2026",
+               "fw:line 192 return (buf0, buf2, )"]
+    blamed = _made("buf2", program[2], "cpp_fused_add_mean_mul_relu_sigmoid_sum_0", 16, "output")
+    assert fused_kernel_outputs(_ev("peak", blamed, program))
+    other_writer = {**blamed, "op": "cpp_fused_other_1"}  # the shortened call is not the buffer's writer
+    assert fused_kernel_outputs(_ev("peak", other_writer, program)) is None
+    assert fused_kernel_outputs(_ev("program", {**blamed, "finding": "late"}, program)) is None  # a late release

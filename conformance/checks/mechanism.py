@@ -275,19 +275,23 @@ def early_gradient(ev: Evidence) -> str | None:
 
 def fused_kernel_outputs(ev: Evidence) -> str | None:
     """One fused kernel writing several buffers that are all allocated before it runs, so they are
-    alive together where the graphs' op-by-op schedule has fewer."""
+    alive together where the graphs' op-by-op schedule has fewer.  The kernel is the one the blamed
+    buffer's writer names, called right after the run of allocations the buffer is in; its call
+    names the buffer (or is cut short where the program model shortened a long statement)."""
     where = ev.buffer
     if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
         return None
     phase, name = where
-    for i in ev.program.writers(phase, name):
-        s = ev.program.statements[i]
-        callee = s.names()[0]
-        if callee.startswith(("extern_kernels", "torch")) or "." in s.text.split("(", 1)[0]:
+    writer = str(ev.finding.get("op") or "").split(" ", 1)[0]
+    for i, s in enumerate(ev.program.statements):
+        callee = s.text.split("(", 1)[0]
+        if s.phase != phase or not s.work or not re.fullmatch(r"\w+", callee):
+            continue  # an assignment from a call, an extern kernel, an op: not a fused kernel's own call
+        if callee != writer and name not in s.names()[1:]:
             continue
-        together = [n for n in ev.program.allocated_before(i) if n in s.names()]
-        if name in together and len(together) >= 2:
-            return f"{name} is one of {len(together)} buffers one fused kernel writes, allocated before it runs"
+        together = ev.program.allocated_before(i)
+        if name in together and len(together) >= 2 and (name in s.names() or s.text.endswith("\u2026")):
+            return f"{name} is one of {len(together)} buffers allocated together before the fused kernel writing them"
     return None
 
 
