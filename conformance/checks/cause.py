@@ -385,7 +385,9 @@ def cause_of(result: Result) -> Cause | None:
     if not status.is_failure:
         return None
     deciding = combine(result.checks)
-    if status in (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT) or deciding is None:
+    error = status in (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT)
+    if error or deciding is None:
+        error = True
         source = status.value
         base = replace(_evidence(result, source, None), error=error_text(result) + "\n" + "\n".join(result.notes))
         found = [_Finding(p, None, None) for p in _error_parts(result)]
@@ -404,7 +406,7 @@ def cause_of(result: Result) -> Cause | None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
             parts.setdefault(part, None)
-    shares = _split(deciding, parts) if source != status.value or deciding is not None else {}
+    shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())))
 
