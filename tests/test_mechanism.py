@@ -292,3 +292,16 @@ def test_fused_outputs_are_found_through_a_shortened_kernel_call() -> None:
     other_writer = {**blamed, "op": "cpp_fused_other_1"}  # the shortened call is not the buffer's writer
     assert fused_kernel_outputs(_ev("peak", other_writer, program)) is None
     assert fused_kernel_outputs(_ev("program", {**blamed, "finding": "late"}, program)) is None  # a late release
+
+
+def test_a_peak_beside_the_backward_input_watch_is_the_held_inputs() -> None:
+    """IREE's compiled backward keeps its saved inputs (gen-dag-6890-train): the peak, which decides, blames
+    nothing; the watch beside it says the inputs were held for the call."""
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak 472 B > model peak 328 B", {}, [], 144)
+    memory = MemoryFigures(model_peak_bytes=328, findings={"backward_inputs": "held-for-call"})
+    c = cause_of(Result("gen-dag-6890-train", "iree", Status.FAIL_PEAK, checks=[peak], excess_bytes=144,
+                        memory=memory))
+    assert c is not None and c.parts == ("peak: backward-inputs-held",)
+    memory.findings = {}
+    c = cause_of(Result("g", "iree", Status.FAIL_PEAK, checks=[peak], excess_bytes=144, memory=memory))
+    assert c is not None and c.parts == ("peak: peak over the model with nothing blamed",)

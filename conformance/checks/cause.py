@@ -363,8 +363,9 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     graphs = tuple(_events(memory.model_timeline)) if memory is not None else ()
     figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
+    runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
     return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
-                    figures=figures)
+                    figures=figures, runtime=runtime)
 
 
 def _events(timeline: object) -> list[str]:
@@ -429,10 +430,11 @@ def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:
 
 def fill_cause(result: Result) -> None:
     """Give a record its cause by mechanism (in place): one written before records carried causes, or
-    before they named mechanisms, is judged again from its evidence.  A record without checks (made
-    outside) keeps the cause it has.  Where the parts change, a record that had new parts keeps as
-    new those that are still no known mechanism (all of them, where every part is now one)."""
-    if result.cause and not result.checks:
+    before they named mechanisms, is judged again from its evidence.  A record with no evidence
+    (no checks, notes or memory figures: made outside) keeps the cause it has.  Where the parts
+    change, a record that had new parts keeps as new those that are still no known mechanism (all
+    of them, where every part is now one)."""
+    if result.cause and not (result.checks or result.notes or result.memory):
         return
     cause = cause_of(result)
     if cause is None or sorted(cause.parts) == sorted(result.cause_parts):

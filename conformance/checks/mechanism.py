@@ -146,6 +146,8 @@ class Evidence:
     model_source: str = ""
     error: str = ""  # an error verdict's exception line and traceback
     figures: Mapping[str, Any] = field(default_factory=dict)  # the deciding check's figures
+    #: what the backend reported of its own memory (``memory.findings``: the backward-input watch's verdict)
+    runtime: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def buffer(self) -> tuple[str, str] | None:
@@ -309,19 +311,23 @@ def extern_kernel_workspace(ev: Evidence) -> str | None:
     return None
 
 
+def _watch(ev: Evidence, verdict: str) -> bool:
+    """The backward-input watch gave ``verdict``: as the deciding check, or beside a peak over the
+    model that blame could not pin on any storage (the held inputs are the runtime's own buffers)."""
+    if ev.source == "backward-inputs":
+        return ev.figures.get("verdict") == verdict
+    return ev.source == "peak" and not ev.finding and ev.runtime.get("backward_inputs") == verdict
+
+
 def backward_inputs_held(ev: Evidence) -> str | None:
     """The compiled backward keeps its saved inputs for its whole call (its argument list never cleared)."""
-    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "held-for-call":
-        return "saved activations outlive the backward call"
-    return None
+    return "saved activations outlive the backward call" if _watch(ev, "held-for-call") else None
 
 
 def result_buffer_packing(ev: Evidence) -> str | None:
     """A call's results packed into one runtime buffer, which live results keep allocated after the
     saved inputs among them were dropped (IREE's HAL result buffer)."""
-    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "released-late":
-        return "saved activations dropped but still allocated"
-    return None
+    return "saved activations dropped but still allocated" if _watch(ev, "released-late") else None
 
 
 def _error(pattern: str, why: str) -> Recogniser:
@@ -367,9 +373,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("none-result-import", "a None gradient reaches the importer as a result",
               _error(r"!torch\.none", "the importer rejects a '!torch.none' result")),
     Mechanism("opaque-custom-op", "an op registered only through torch.library has no lowering",
-              _error(r"legalize operation torch\.operator", "an opaque torch.operator could not be legalized")),
+              _error(r"legalize operation '?torch\.operator\b", "an opaque torch.operator could not be legalized")),
     Mechanism("float-constant-import", "a float scalar argument imported as torch.constant.float fails to "
-              "legalize", _error(r"legalize operation torch\.constant\.float", "torch.constant.float not legalized")),
+              "legalize", _error(r"legalize operation '?torch\.constant\.float", "torch.constant.float not legalized")),
     Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
               "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
                                                        "the importer's while_loop lowering failed")),
