@@ -188,6 +188,8 @@ def test_channels_last_is_a_dense_permuted_layout() -> None:
     assert not channels_last((2, 1, 8, 8), (64, 64, 8, 1))  # a size-1 dimension has no order
     assert not channels_last((2, 4, 8, 8), (512, 1, 64, 8))  # a strided view, not a layout
     assert not channels_last((8,), (1,))
+    assert not channels_last((4, 8), (1, 4))  # a column-major matrix (an mm's layout), not a convolution's
+    assert channels_last((2, 4, 5), (20, 1, 4))  # a 1-d convolution's channels-last
 
 
 def _ev(source: str, finding: dict[str, Any], statements: list[str] = (), part: str = "") -> Evidence:  # type: ignore[assignment]

@@ -40,8 +40,9 @@ def _ints(text: str) -> tuple[int, ...] | None:
 
 
 def channels_last(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Dense strides in another dimension order than row-major (NHWC of an NCHW shape)."""
-    if len(shape) != len(strides) or len(shape) < 2:
+    """Dense strides with the channel dimension (1) innermost, as convolution layouts have them (NHWC
+    of an NCHW shape); a column-major matrix or a strided view is not one."""
+    if len(shape) != len(strides) or len(shape) < 3 or shape[1] == 1 or strides[1] != 1:
         return False
     dims = [(st, sz) for sz, st in zip(shape, strides) if sz != 1]
     if [st for st, _ in dims] == sorted((st for st, _ in dims), reverse=True):
