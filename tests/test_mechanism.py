@@ -152,8 +152,8 @@ def test_triage_groups_different_fused_kernels_as_one_mechanism() -> None:
                _layout("user-deconv-infer", "cpp_fused_convolution_relu_2", (1, 3, 17, 17))]
     t = triage(records, fill=fill_cause)
     groups = {g.signature: sorted(r.case for r in g.results) for g in t.groups}
-    assert groups == {"peak: fused-kernel-outputs": ["gen-dag-101", "gen-dag-202", "user-pad-infer"],
-                      "peak: layout-copy": ["user-conv-infer", "user-deconv-infer"]}
+    assert groups == {"fused-kernel-outputs": ["gen-dag-101", "gen-dag-202", "user-pad-infer"],
+                      "layout-copy": ["user-conv-infer", "user-deconv-infer"]}
     text = "\n".join(render_text(t))
     assert "2 cause group(s)" in text and "cpp_fused" not in text.split("cases:")[0]
 
@@ -165,7 +165,7 @@ def test_triage_regroups_records_written_before_mechanisms() -> None:
         r.cause = r.cause_parts[0] if r.cause_parts else f"peak: alive past modelled death: {kernel}"
         r.cause_parts = [r.cause]
     assert len({r.cause for r in old}) == 2
-    assert [g.signature for g in triage(old, fill=fill_cause).groups] == ["peak: fused-kernel-outputs"]
+    assert [g.signature for g in triage(old, fill=fill_cause).groups] == ["fused-kernel-outputs"]
 
 
 def test_a_new_part_is_grouped_apart_from_a_known_primary_part() -> None:
@@ -175,7 +175,19 @@ def test_a_new_part_is_grouped_apart_from_a_known_primary_part() -> None:
         fill_cause(r)
     news.new_cause_parts = ["peak: alive past modelled death: storage the model does not have"]
     t = triage([known, news])
-    assert [g.signature for g in t.groups] == [news.new_cause_parts[0], "peak: fused-kernel-outputs"]
+    assert [g.signature for g in t.groups] == [news.new_cause_parts[0], "fused-kernel-outputs"]
+
+
+def test_one_mechanism_found_by_two_checks_is_one_group() -> None:
+    """IREE's packed result buffer decides through the watch on one pair and through the peak on another."""
+    watch = Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK, "late", {"verdict": "released-late"}, [], 24)
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "over", {}, [], 144)
+    records = [Result("mlp-l-train", "iree-boxed", Status.FAIL_PEAK, checks=[watch], excess_bytes=24),
+               Result("mlp-s-train", "iree-boxed", Status.FAIL_PEAK, checks=[peak], excess_bytes=144,
+                      memory=MemoryFigures(findings={"backward_inputs": "released-late"}))]
+    (group,) = triage(records, fill=fill_cause).groups
+    assert group.signature == "result-buffer-packing" and group.count == 2
+    assert set(group.parts) == {"backward-inputs: result-buffer-packing", "peak: result-buffer-packing"}
 
 
 # --------------------------------------------------------------------------- the recognisers
