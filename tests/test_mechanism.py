@@ -319,3 +319,16 @@ def test_a_peak_beside_the_backward_input_watch_is_the_held_inputs() -> None:
     memory.findings = {}
     c = cause_of(Result("g", "iree", Status.FAIL_PEAK, checks=[peak], excess_bytes=144, memory=memory))
     assert c is not None and c.parts == ("peak: peak over the model with nothing blamed",)
+
+
+def test_an_early_gradient_is_a_returned_backward_buffer_blamed_at_the_peak() -> None:
+    """zoo-vit-tiny-train's kind: a weight gradient made by an extern mm before a larger backward op."""
+    program = ["bw:line 40 buf24 = empty_strided_cpu((192, 192), (192, 1), torch.float32)",
+               "bw:line 41 extern_kernels.mm(reinterpret_tensor(buf20, (192, 8), (1, 192), 0), view_3, out=buf24)",
+               "bw:line 45 buf30 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(…",
+               "bw:line 90 return (buf24, buf31, None, )"]
+    blamed = _made("buf24", program[0], "extern_kernels.mm", 147456)
+    ev = _ev("peak", blamed, program)
+    assert recognise(ev) is not None and recognise(ev).mechanism == "early-gradient"  # type: ignore[union-attr]
+    not_returned = _ev("peak", {**blamed, "producer": f"buf30 (made at {program[2]})"}, program)
+    assert recognise(not_returned) is None
