@@ -152,8 +152,8 @@ def test_triage_groups_different_fused_kernels_as_one_mechanism() -> None:
                _layout("user-deconv-infer", "cpp_fused_convolution_relu_2", (1, 3, 17, 17))]
     t = triage(records, fill=fill_cause)
     groups = {g.signature: sorted(r.case for r in g.results) for g in t.groups}
-    assert groups == {"peak: fused-kernel-outputs": ["gen-dag-101", "gen-dag-202", "user-pad-infer"],
-                      "peak: layout-copy": ["user-conv-infer", "user-deconv-infer"]}
+    assert groups == {"fused-kernel-outputs": ["gen-dag-101", "gen-dag-202", "user-pad-infer"],
+                      "layout-copy": ["user-conv-infer", "user-deconv-infer"]}
     text = "\n".join(render_text(t))
     assert "2 cause group(s)" in text and "cpp_fused" not in text.split("cases:")[0]
 
@@ -165,7 +165,7 @@ def test_triage_regroups_records_written_before_mechanisms() -> None:
         r.cause = r.cause_parts[0] if r.cause_parts else f"peak: alive past modelled death: {kernel}"
         r.cause_parts = [r.cause]
     assert len({r.cause for r in old}) == 2
-    assert [g.signature for g in triage(old, fill=fill_cause).groups] == ["peak: fused-kernel-outputs"]
+    assert [g.signature for g in triage(old, fill=fill_cause).groups] == ["fused-kernel-outputs"]
 
 
 def test_a_new_part_is_grouped_apart_from_a_known_primary_part() -> None:
@@ -175,7 +175,19 @@ def test_a_new_part_is_grouped_apart_from_a_known_primary_part() -> None:
         fill_cause(r)
     news.new_cause_parts = ["peak: alive past modelled death: storage the model does not have"]
     t = triage([known, news])
-    assert [g.signature for g in t.groups] == [news.new_cause_parts[0], "peak: fused-kernel-outputs"]
+    assert [g.signature for g in t.groups] == [news.new_cause_parts[0], "fused-kernel-outputs"]
+
+
+def test_one_mechanism_found_by_two_checks_is_one_group() -> None:
+    """IREE's packed result buffer decides through the watch on one pair and through the peak on another."""
+    watch = Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK, "late", {"verdict": "released-late"}, [], 24)
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "over", {}, [], 144)
+    records = [Result("mlp-l-train", "iree-boxed", Status.FAIL_PEAK, checks=[watch], excess_bytes=24),
+               Result("mlp-s-train", "iree-boxed", Status.FAIL_PEAK, checks=[peak], excess_bytes=144,
+                      memory=MemoryFigures(findings={"backward_inputs": "released-late"}))]
+    (group,) = triage(records, fill=fill_cause).groups
+    assert group.signature == "result-buffer-packing" and group.count == 2
+    assert set(group.parts) == {"backward-inputs: result-buffer-packing", "peak: result-buffer-packing"}
 
 
 # --------------------------------------------------------------------------- the recognisers
@@ -188,6 +200,8 @@ def test_channels_last_is_a_dense_permuted_layout() -> None:
     assert not channels_last((2, 1, 8, 8), (64, 64, 8, 1))  # a size-1 dimension has no order
     assert not channels_last((2, 4, 8, 8), (512, 1, 64, 8))  # a strided view, not a layout
     assert not channels_last((8,), (1,))
+    assert not channels_last((4, 8), (1, 4))  # a column-major matrix (an mm's layout), not a convolution's
+    assert channels_last((2, 4, 5), (20, 1, 4))  # a 1-d convolution's channels-last
 
 
 def _ev(source: str, finding: dict[str, Any], statements: list[str] = (), part: str = "") -> Evidence:  # type: ignore[assignment]
@@ -277,3 +291,44 @@ def test_mechanism_entries_load_dump_and_narrow(tmp_path: Path) -> None:
     assert not e.covers("user-conv", "fail-peak", "peak: fused-kernel-outputs")
     path.write_text(dump(m))
     assert load_manifest("inductor", path).entries == m.entries
+
+
+def test_fused_outputs_are_found_through_a_shortened_kernel_call() -> None:
+    """The program model shortens long statements: the writer named by the blame is the kernel whose
+    call follows the buffer's allocation (gen-dag-1486, hypothesis seed 7)."""
+    program = ["fw:line 182 buf0 = empty_strided_cpu((8, 8), (8, 1), torch.float16)",
+               "fw:line 184 buf1 = empty_strided_cpu((8, 1), (1, 8), torch.float32)",
+               "fw:line 186 buf2 = empty_strided_cpu((8, 1), (1, 1), torch.float16)",
+               "fw:line 189 cpp_fused_add_mean_mul_relu_sigmoid_sum_0(arg0_1, arg1_1, arg2_1, buf0,\u2026",
+               "fw:line 192 return (buf0, buf2, )"]
+    blamed = _made("buf2", program[2], "cpp_fused_add_mean_mul_relu_sigmoid_sum_0", 16, "output")
+    assert fused_kernel_outputs(_ev("peak", blamed, program))
+    other_writer = {**blamed, "op": "cpp_fused_other_1"}  # the shortened call is not the buffer's writer
+    assert fused_kernel_outputs(_ev("peak", other_writer, program)) is None
+    assert fused_kernel_outputs(_ev("program", {**blamed, "finding": "late"}, program)) is None  # a late release
+
+
+def test_a_peak_beside_the_backward_input_watch_is_the_held_inputs() -> None:
+    """IREE's compiled backward keeps its saved inputs (gen-dag-6890-train): the peak, which decides, blames
+    nothing; the watch beside it says the inputs were held for the call."""
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak 472 B > model peak 328 B", {}, [], 144)
+    memory = MemoryFigures(model_peak_bytes=328, findings={"backward_inputs": "held-for-call"})
+    c = cause_of(Result("gen-dag-6890-train", "iree", Status.FAIL_PEAK, checks=[peak], excess_bytes=144,
+                        memory=memory))
+    assert c is not None and c.parts == ("peak: backward-inputs-held",)
+    memory.findings = {}
+    c = cause_of(Result("g", "iree", Status.FAIL_PEAK, checks=[peak], excess_bytes=144, memory=memory))
+    assert c is not None and c.parts == ("peak: peak over the model with nothing blamed",)
+
+
+def test_an_early_gradient_is_a_returned_backward_buffer_blamed_at_the_peak() -> None:
+    """zoo-vit-tiny-train's kind: a weight gradient made by an extern mm before a larger backward op."""
+    program = ["bw:line 40 buf24 = empty_strided_cpu((192, 192), (192, 1), torch.float32)",
+               "bw:line 41 extern_kernels.mm(reinterpret_tensor(buf20, (192, 8), (1, 192), 0), view_3, out=buf24)",
+               "bw:line 45 buf30 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(…",
+               "bw:line 90 return (buf24, buf31, None, )"]
+    blamed = _made("buf24", program[0], "extern_kernels.mm", 147456)
+    ev = _ev("peak", blamed, program)
+    assert recognise(ev) is not None and recognise(ev).mechanism == "early-gradient"  # type: ignore[union-attr]
+    not_returned = _ev("peak", {**blamed, "producer": f"buf30 (made at {program[2]})"}, program)
+    assert recognise(not_returned) is None

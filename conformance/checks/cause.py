@@ -363,8 +363,9 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     graphs = tuple(_events(memory.model_timeline)) if memory is not None else ()
     figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
+    runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
     return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
-                    figures=figures)
+                    figures=figures, runtime=runtime)
 
 
 def _events(timeline: object) -> list[str]:
@@ -385,7 +386,9 @@ def cause_of(result: Result) -> Cause | None:
     if not status.is_failure:
         return None
     deciding = combine(result.checks)
-    if status in (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT) or deciding is None:
+    error = status in (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT)
+    if error or deciding is None:
+        error = True
         source = status.value
         base = replace(_evidence(result, source, None), error=error_text(result) + "\n" + "\n".join(result.notes))
         found = [_Finding(p, None, None) for p in _error_parts(result)]
@@ -404,7 +407,7 @@ def cause_of(result: Result) -> Cause | None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
             parts.setdefault(part, None)
-    shares = _split(deciding, parts) if source != status.value or deciding is not None else {}
+    shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())))
 
@@ -427,10 +430,11 @@ def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:
 
 def fill_cause(result: Result) -> None:
     """Give a record its cause by mechanism (in place): one written before records carried causes, or
-    before they named mechanisms, is judged again from its evidence.  A record without checks (made
-    outside) keeps the cause it has.  Where the parts change, a record that had new parts keeps as
-    new those that are still no known mechanism (all of them, where every part is now one)."""
-    if result.cause and not result.checks:
+    before they named mechanisms, is judged again from its evidence.  A record with no evidence
+    (no checks, notes or memory figures: made outside) keeps the cause it has.  Where the parts
+    change, a record that had new parts keeps as new those that are still no known mechanism (all
+    of them, where every part is now one)."""
+    if result.cause and not (result.checks or result.notes or result.memory):
         return
     cause = cause_of(result)
     if cause is None or sorted(cause.parts) == sorted(result.cause_parts):

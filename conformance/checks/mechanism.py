@@ -40,8 +40,9 @@ def _ints(text: str) -> tuple[int, ...] | None:
 
 
 def channels_last(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Dense strides in another dimension order than row-major (NHWC of an NCHW shape)."""
-    if len(shape) != len(strides) or len(shape) < 2:
+    """Dense strides with the channel dimension (1) innermost, as convolution layouts have them (NHWC
+    of an NCHW shape); a column-major matrix or a strided view is not one."""
+    if len(shape) != len(strides) or len(shape) < 3 or shape[1] == 1 or strides[1] != 1:
         return False
     dims = [(st, sz) for sz, st in zip(shape, strides) if sz != 1]
     if [st for st, _ in dims] == sorted((st for st, _ in dims), reverse=True):
@@ -146,6 +147,8 @@ class Evidence:
     model_source: str = ""
     error: str = ""  # an error verdict's exception line and traceback
     figures: Mapping[str, Any] = field(default_factory=dict)  # the deciding check's figures
+    #: what the backend reported of its own memory (``memory.findings``: the backward-input watch's verdict)
+    runtime: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def buffer(self) -> tuple[str, str] | None:
@@ -275,19 +278,23 @@ def early_gradient(ev: Evidence) -> str | None:
 
 def fused_kernel_outputs(ev: Evidence) -> str | None:
     """One fused kernel writing several buffers that are all allocated before it runs, so they are
-    alive together where the graphs' op-by-op schedule has fewer."""
+    alive together where the graphs' op-by-op schedule has fewer.  The kernel is the one the blamed
+    buffer's writer names, called right after the run of allocations the buffer is in; its call
+    names the buffer (or is cut short where the program model shortened a long statement)."""
     where = ev.buffer
     if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
         return None
     phase, name = where
-    for i in ev.program.writers(phase, name):
-        s = ev.program.statements[i]
-        callee = s.names()[0]
-        if callee.startswith(("extern_kernels", "torch")) or "." in s.text.split("(", 1)[0]:
+    writer = str(ev.finding.get("op") or "").split(" ", 1)[0]
+    for i, s in enumerate(ev.program.statements):
+        callee = s.text.split("(", 1)[0]
+        if s.phase != phase or not s.work or not re.fullmatch(r"\w+", callee):
+            continue  # an assignment from a call, an extern kernel, an op: not a fused kernel's own call
+        if callee != writer and name not in s.names()[1:]:
             continue
-        together = [n for n in ev.program.allocated_before(i) if n in s.names()]
-        if name in together and len(together) >= 2:
-            return f"{name} is one of {len(together)} buffers one fused kernel writes, allocated before it runs"
+        together = ev.program.allocated_before(i)
+        if name in together and len(together) >= 2 and (name in s.names() or s.text.endswith("\u2026")):
+            return f"{name} is one of {len(together)} buffers allocated together before the fused kernel writing them"
     return None
 
 
@@ -305,19 +312,23 @@ def extern_kernel_workspace(ev: Evidence) -> str | None:
     return None
 
 
+def _watch(ev: Evidence, verdict: str) -> bool:
+    """The backward-input watch gave ``verdict``: as the deciding check, or beside a peak over the
+    model that blame could not pin on any storage (the held inputs are the runtime's own buffers)."""
+    if ev.source == "backward-inputs":
+        return ev.figures.get("verdict") == verdict
+    return ev.source == "peak" and not ev.finding and ev.runtime.get("backward_inputs") == verdict
+
+
 def backward_inputs_held(ev: Evidence) -> str | None:
     """The compiled backward keeps its saved inputs for its whole call (its argument list never cleared)."""
-    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "held-for-call":
-        return "saved activations outlive the backward call"
-    return None
+    return "saved activations outlive the backward call" if _watch(ev, "held-for-call") else None
 
 
 def result_buffer_packing(ev: Evidence) -> str | None:
     """A call's results packed into one runtime buffer, which live results keep allocated after the
     saved inputs among them were dropped (IREE's HAL result buffer)."""
-    if ev.source == "backward-inputs" and ev.figures.get("verdict") == "released-late":
-        return "saved activations dropped but still allocated"
-    return None
+    return "saved activations dropped but still allocated" if _watch(ev, "released-late") else None
 
 
 def _error(pattern: str, why: str) -> Recogniser:
@@ -363,9 +374,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("none-result-import", "a None gradient reaches the importer as a result",
               _error(r"!torch\.none", "the importer rejects a '!torch.none' result")),
     Mechanism("opaque-custom-op", "an op registered only through torch.library has no lowering",
-              _error(r"legalize operation torch\.operator", "an opaque torch.operator could not be legalized")),
+              _error(r"legalize operation '?torch\.operator\b", "an opaque torch.operator could not be legalized")),
     Mechanism("float-constant-import", "a float scalar argument imported as torch.constant.float fails to "
-              "legalize", _error(r"legalize operation torch\.constant\.float", "torch.constant.float not legalized")),
+              "legalize", _error(r"legalize operation '?torch\.constant\.float", "torch.constant.float not legalized")),
     Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
               "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
                                                        "the importer's while_loop lowering failed")),

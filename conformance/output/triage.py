@@ -19,6 +19,7 @@ smallest modelled peak), and when the history first saw it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +111,19 @@ CauseFiller = Callable[[Result], None]
 _JOIN = " + "
 
 
+#: a part that names a mechanism: ``<check>: <mechanism>``, the mechanism one kebab-case word
+#: (``peak: layout-copy``); a part no recogniser knew is words with spaces
+_MECHANISM_PART = re.compile(r"^[\w-]+: ([a-z0-9]+(?:-[a-z0-9]+)+)$")
+
+
 def group_key(r: Result) -> str:
-    """What a failure is grouped by: its new parts where it has any, else its primary part."""
+    """What a failure is grouped by: its new parts where it has any, else its primary part; a part
+    that names a mechanism by the mechanism alone, whichever check found it."""
     if r.new_cause_parts:
         return _JOIN.join(sorted(r.new_cause_parts))
     if r.cause_parts:
-        return r.cause_parts[0]
+        m = _MECHANISM_PART.match(r.cause_parts[0])
+        return m.group(1) if m else r.cause_parts[0]
     return r.cause or f"{_raw_status(r).value}: (no cause recorded)"
 
 
@@ -133,9 +141,9 @@ def group_failures(results: Sequence[Result], fill: CauseFiller | None = None) -
         key = (r.backend, group_key(r))
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(r.backend, key[1], (key[1],))
+            group = groups[key] = Group(r.backend, key[1], ())
         group.results.append(r)
-        group.parts = group.parts + tuple(p for p in r.cause_parts if p not in group.parts)
+        group.parts = group.parts + tuple(p for p in (r.cause_parts or [key[1]]) if p not in group.parts)
         group.new_parts = tuple(sorted(set(group.new_parts) | set(r.new_cause_parts)))
     return list(groups.values())
 
