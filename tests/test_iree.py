@@ -95,3 +95,14 @@ def test_a_loop_under_autograd_names_what_the_importer_lacks() -> None:
     r = _run("loop-rnn-t3-train", "iree-boxed")
     assert r.status == "fail-compile"
     assert "no lowering for the higher-order op while_loop_stack_output" in r.reason, r.reason
+
+
+def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
+    """Dynamo's default: a static graph at call 0, one with a dynamic batch from call 1 (its int sizes passed
+    to IREE), reused after; each probed call held to that graph's model at its own batch."""
+    r = _run("shape-batch-infer", "iree-boxed")
+    assert r.status == "pass", r.reason
+    (note,) = [n for n in r.notes if n.startswith("IREE per call")]
+    assert "call 0: graph 0 (compiled, static" in note
+    assert "call 1: graph 1 (compiled, dynamic dims" in note and "call 4: graph 1 (reused, dynamic dims" in note
+    assert r.shapes["recompiles"] == 1
