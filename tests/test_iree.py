@@ -11,7 +11,7 @@ from conformance.api.case import select_cases
 from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
-from conformance.run.scaling import loop_scaling
+from conformance.run.scaling import _loop_family, loop_scaling
 from tests.planted_iree_backends import KEPT_TRIPS
 
 pytestmark = pytest.mark.slow
@@ -106,3 +106,11 @@ def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
     assert "call 0: graph 0 (compiled, static" in note
     assert "call 1: graph 1 (compiled, dynamic dims" in note and "call 4: graph 1 (reused, dynamic dims" in note
     assert r.shapes["recompiles"] == 1
+
+
+def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
+    """IREE never frees the result of a loop that runs no trip (its initial carry, 4x32 fp32): a real leak,
+    shown standalone by docs/findings/iree-repro-while-loop-zero-trips-leak.py."""
+    r = run_case(_loop_family("loop-rnn")(0), REGISTRY.get("iree-boxed"))
+    assert r.status == "fail-residual", r.reason
+    assert r.memory.domains["iree-hal"].residual_per_step == [512] * DEFAULT_STEPS
