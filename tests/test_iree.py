@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 from conformance.api.adapter import discover, load_backend_class
-from conformance.api.case import select_cases
+from conformance.api.case import Case, Workload, select_cases
 from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
@@ -114,3 +116,29 @@ def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
     r = run_case(_loop_family("loop-rnn")(0), REGISTRY.get("iree-boxed"))
     assert r.status == "fail-residual", r.reason
     assert r.memory.domains["iree-hal"].residual_per_step == [512] * DEFAULT_STEPS
+
+
+class _LinearLoop(torch.nn.Module):
+    """A user's loop: ``nn.Linear`` in the body (a view, ``t``, in the body graph) and a constant bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def cond(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            return i < 4
+
+        def body(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, torch.sigmoid(self.lin(h))
+
+        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))[1]
+
+
+def test_a_users_loop_with_a_linear_layer_runs() -> None:
+    """Turbine's decompositions leave the body's ``t`` as ``t_copy``, which IREE cannot lower; the route undoes it."""
+    case = Case("user-linear-loop", "loop", "loop", 0, lambda seed: Workload(_LinearLoop(), (torch.randn(4, 8),)),
+                requires=frozenset({"while_loop"}))
+    r = run_case(case, REGISTRY.get("iree-boxed"))
+    assert r.status == "pass", r.reason
+    assert r.memory.domains["iree-hal"].residual_per_step == [0] * DEFAULT_STEPS

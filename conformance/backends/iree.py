@@ -77,7 +77,7 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
-from .iree_loops import lift_loop_inputs, missing_hops
+from .iree_loops import lift_loop_inputs, missing_hops, views_for_view_copies
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -249,6 +249,7 @@ def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bo
     if passes:
         gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
+    views_for_view_copies(gm)
     importer = FxImporter()
     importer.import_graph_module(gm)
     ExpandCustomOpsPass(importer.module_op).run()
