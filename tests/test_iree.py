@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 from conformance.api.adapter import discover, load_backend_class
-from conformance.api.case import select_cases
+from conformance.api.case import Case, Workload, select_cases
 from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
-from conformance.run.scaling import loop_scaling
+from conformance.run.scaling import _loop_family, loop_scaling
 from tests.planted_iree_backends import KEPT_TRIPS
 
 pytestmark = pytest.mark.slow
@@ -95,3 +97,48 @@ def test_a_loop_under_autograd_names_what_the_importer_lacks() -> None:
     r = _run("loop-rnn-t3-train", "iree-boxed")
     assert r.status == "fail-compile"
     assert "no lowering for the higher-order op while_loop_stack_output" in r.reason, r.reason
+
+
+def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
+    """Dynamo's default: a static graph at call 0, one with a dynamic batch from call 1 (its int sizes passed
+    to IREE), reused after; each probed call held to that graph's model at its own batch."""
+    r = _run("shape-batch-infer", "iree-boxed")
+    assert r.status == "pass", r.reason
+    (note,) = [n for n in r.notes if n.startswith("IREE per call")]
+    assert "call 0: graph 0 (compiled, static" in note
+    assert "call 1: graph 1 (compiled, dynamic dims" in note and "call 4: graph 1 (reused, dynamic dims" in note
+    assert r.shapes["recompiles"] == 1
+
+
+def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
+    """IREE never frees the result of a loop that runs no trip (its initial carry, 4x32 fp32): a real leak,
+    shown standalone by docs/findings/iree-repro-while-loop-zero-trips-leak.py."""
+    r = run_case(_loop_family("loop-rnn")(0), REGISTRY.get("iree-boxed"))
+    assert r.status == "fail-residual", r.reason
+    assert r.memory.domains["iree-hal"].residual_per_step == [512] * DEFAULT_STEPS
+
+
+class _LinearLoop(torch.nn.Module):
+    """A user's loop: ``nn.Linear`` in the body (a view, ``t``, in the body graph) and a constant bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def cond(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            return i < 4
+
+        def body(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, torch.sigmoid(self.lin(h))
+
+        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))[1]
+
+
+def test_a_users_loop_with_a_linear_layer_runs() -> None:
+    """Turbine's decompositions leave the body's ``t`` as ``t_copy``, which IREE cannot lower; the route undoes it."""
+    case = Case("user-linear-loop", "loop", "loop", 0, lambda seed: Workload(_LinearLoop(), (torch.randn(4, 8),)),
+                requires=frozenset({"while_loop"}))
+    r = run_case(case, REGISTRY.get("iree-boxed"))
+    assert r.status == "pass", r.reason
+    assert r.memory.domains["iree-hal"].residual_per_step == [0] * DEFAULT_STEPS

@@ -78,7 +78,7 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
-from .iree_loops import lift_loop_inputs, missing_hops
+from .iree_loops import lift_loop_inputs, missing_hops, views_for_view_copies
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -250,6 +250,7 @@ def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bo
     if passes:
         gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
+    views_for_view_copies(gm)
     importer = FxImporter()
     importer.import_graph_module(gm)
     ExpandCustomOpsPass(importer.module_op).run()
@@ -357,21 +358,47 @@ class BoxedLaunch:
                 bv = ref.deref(HalBufferView, True)
                 if bv is not None:
                     results.append(_export_torch_tensor(bv, device))
+            elif isinstance(ref, (int, float)):  # a dynamic graph's sizes (the forward saves them for the backward)
+                results.append(ref)
         for pos in self.none_positions:
             results.insert(pos, None)
         return results
 
 
 class IreeDynamoStep(DynamoStep):
-    """A case through ``torch.compile`` with a recording AOTAutograd backend."""
+    """A case through ``torch.compile`` with a recording AOTAutograd backend.
+
+    A case whose shapes change is compiled as its schedule says (``follows_compile_mode``:
+    Dynamo's default recompiles, ``dynamic=True``, ``mark_dynamic``), and each graph IREE compiles
+    logs the calls that ran it, so each probed call is held to the model of the graph it ran at
+    its own sizes; :meth:`notes` says per call which graph ran and whether its dims were dynamic."""
+
+    follows_compile_mode = True
 
     def __init__(self, case: Case, workload: Workload, compile_graph: CompileFn, slack: int) -> None:
         self.rt = runtime()
         self.recorder = AotRecorder()
         self.slack = slack
         self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
-        super().__init__(case, workload, self.recorder.backend(guarded(compile_graph, "forward graph"),
-                                                               guarded(compile_graph, "backward graph")))
+        super().__init__(case, workload, self._backend(guarded(compile_graph, "forward graph"),
+                                                       guarded(compile_graph, "backward graph")))
+
+    def _backend(self, forward: CompileFn, backward: CompileFn) -> Any:
+        """aot_autograd with compilers that record each graph, log the calls that run it and watch the backward."""
+        from torch._dynamo.backends.common import aot_autograd
+
+        def compiler(compile_graph: CompileFn, is_backward: bool) -> CompileFn:
+            def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+                received = self.recorder.record(gm, is_backward)
+                compiled = self.recorder.dispatched(compile_graph(gm, example_inputs), received)
+                return self.recorder.watch(compiled, gm) if is_backward else compiled
+
+            return compile_one
+
+        return aot_autograd(fw_compiler=compiler(forward, False), bw_compiler=compiler(backward, True))
+
+    def begin_call(self) -> None:
+        self.recorder.log.begin_call()
 
     def run(self) -> StepOutput:
         out = super().run()
@@ -380,14 +407,15 @@ class IreeDynamoStep(DynamoStep):
         return out
 
     def _models(self, observation: Observation) -> tuple[LifetimeModel, LifetimeModel | None] | None:
-        forwards = [g.gm for g in self.recorder.graphs if not g.is_backward]
-        backwards = [g.gm for g in self.recorder.graphs if g.is_backward]
-        if len(forwards) != 1 or len(backwards) > 1:
+        """The received forward (and backward) the observed call ran, at that call's sizes."""
+        ran = self.recorder.ran(observation)
+        if ran is None:
             return None
-        bw = backwards[0] if backwards else None
+        fw, bw_graph, bound = ran
+        bw = bw_graph.gm if bw_graph is not None else None
         kw: dict[str, Any] = {"staged": True, "results_at_start": RESULT_ALIGNMENT}
-        donated = model_forward_backward(forwards[0], bw, observation, **kw)
-        held = model_forward_backward(forwards[0], bw, observation, "held", **kw) if bw else None
+        donated = model_forward_backward(fw.gm, bw, bound, **kw)
+        held = model_forward_backward(fw.gm, bw, bound, "held", **kw) if bw else None
         return donated, held
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
@@ -402,8 +430,8 @@ class IreeDynamoStep(DynamoStep):
         found: dict[str, Any] = {"iree_invocations": self.hal_probe.invocations}
         if not self.case.trains:
             return found
-        staged = [w.compiled.staging[-1] for w in self.recorder.watches
-                  if isinstance(w.compiled, BoxedLaunch) and w.compiled.staging]
+        launches = [getattr(w.compiled, "compiled", w.compiled) for w in self.recorder.watches]  # under the log
+        staged = [c.staging[-1] for c in launches if isinstance(c, BoxedLaunch) and c.staging]
         pinned = staged[-1]["still_allocated_bytes"] if staged else 0
         if staged:  # dropped saved inputs whose IREE buffer stayed allocated (shared with live results)
             found["backward_inputs_staging"] = staged[-1]
@@ -416,9 +444,41 @@ class IreeDynamoStep(DynamoStep):
     def notes(self) -> list[str]:
         n_fw = sum(not g.is_backward for g in self.recorder.graphs)
         n_bw = sum(g.is_backward for g in self.recorder.graphs)
-        return [f"route: torch.compile (iree-turbine aot_autograd), {n_fw} forward / {n_bw} backward graph(s) "
-                f"compiled by IREE on {DRIVER}",
-                cache_note(cache.STATS.hits - self.cache_before[0], cache.STATS.misses - self.cache_before[1])]
+        notes = [f"route: torch.compile (iree-turbine aot_autograd), {n_fw} forward / {n_bw} backward graph(s) "
+                 f"compiled by IREE on {DRIVER}",
+                 cache_note(cache.STATS.hits - self.cache_before[0], cache.STATS.misses - self.cache_before[1])]
+        if self.case.shapes is not None:
+            notes.append(shape_note(self.recorder))
+        return notes
+
+
+def _dims(gm: torch.fx.GraphModule) -> str:
+    """A graph's input shapes, its dynamic dims by their symbols (``[s0, 16]``)."""
+    shapes = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor) and val.dim():
+            shapes.append("[" + ", ".join(str(d) for d in val.shape) + "]")
+    return " ".join(shapes)
+
+
+def shape_note(recorder: AotRecorder) -> str:
+    """Per call of a case whose shapes change, what IREE ran: a graph compiled for that call (static or with
+    dynamic dims, and its input shapes) or one an earlier call compiled."""
+    seen: set[int] = set()
+    parts = []
+    for call, ran in enumerate(recorder.log.calls):
+        forwards = list(dict.fromkeys(d.graph for d in ran if not recorder.graphs[d.graph].is_backward))
+        what = []
+        for g in forwards:
+            gm = recorder.graphs[g].gm
+            dynamic = any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+                          for v in (n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"))
+            kind = "dynamic dims" if dynamic else "static"
+            what.append(f"graph {g} ({'reused' if g in seen else 'compiled'}, {kind} {_dims(gm)})")
+            seen.add(g)
+        parts.append(f"call {call}: " + ("; ".join(what) if what else "no IREE graph ran"))
+    return "IREE per call: " + " | ".join(parts)
 
 
 # -- the AOT route ---------------------------------------------------------------------
@@ -517,8 +577,10 @@ def uses_aot_route(case: Case) -> bool:
 
 class IreeBackend(Backend):
     name = "iree"
-    capabilities = Capabilities(memory_domains=("torch-cpu", "iree-hal"))
+    capabilities = Capabilities(memory_domains=("torch-cpu", "iree-hal"), dynamic_shapes=True)
     compile_graph: ClassVar[CompileFn] = staticmethod(shipped_compile)
+    #: the harness's convention fixes on the AOT route too (loops' outer reads carried, no torch.export re-trace)
+    harness_fixes: ClassVar[bool] = False
 
     def warm_up(self) -> None:
         """The compiler, the runtime and turbine's importer (a second or two of imports)."""
@@ -549,7 +611,7 @@ class IreeBackend(Backend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         if uses_aot_route(case):
-            return IreeAotStep(case, workload, boxed=type(self).compile_graph is not shipped_compile)
+            return IreeAotStep(case, workload, boxed=self.harness_fixes)
         return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes)
 
 
@@ -558,6 +620,7 @@ class IreeBoxedBackend(IreeBackend):
 
     name = "iree-boxed"
     compile_graph: ClassVar[CompileFn] = staticmethod(boxed_compile)
+    harness_fixes: ClassVar[bool] = True
 
 
 class IreeNoneFixBackend(IreeBackend):

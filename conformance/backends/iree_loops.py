@@ -110,3 +110,31 @@ def missing_hops(gm: torch.fx.GraphModule) -> str:
     return "; ".join(
         f"the FX importer has no lowering for the higher-order op {name} (no _import_hop_{name})"
         + (f": {HOP_MEANING[name]}" if name in HOP_MEANING else "") for name in missing)
+
+
+def views_for_view_copies(gm: torch.fx.GraphModule) -> int:
+    """Replace, in ``gm``'s subgraphs (loop bodies and conditions), each ``aten.*_copy`` that is the
+    functional form of a view (``torch.Tag.view_copy``: ``t_copy``, ``view_copy``, ...) by that view;
+    returns how many.
+
+    Turbine's decomposition pass re-traces a loop's body and leaves its views as ``*_copy`` ops, which
+    IREE has no lowering for ("failed to legalize operation 'torch.aten.t_copy'": ``nn.Linear`` in a loop
+    body).  The importer gives every value its own tensor (value semantics), so the view computes the same."""
+    replaced = 0
+    for module in (c for c in gm.modules() if c is not gm and isinstance(c, torch.fx.GraphModule)):
+        changed = 0
+        for node in module.graph.nodes:
+            target: Any = node.target
+            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+                continue
+            if torch.Tag.view_copy not in target.tags or not target._schema.name.endswith("_copy"):
+                continue
+            view_packet = getattr(torch.ops.aten, target._schema.name.split("::")[-1][:-len("_copy")], None)
+            view = getattr(view_packet, target._overloadname, None) if view_packet is not None else None
+            if isinstance(view, torch._ops.OpOverload) and view.is_view:
+                node.target = view
+                changed += 1
+        if changed:
+            module.recompile()
+            replaced += changed
+    return replaced

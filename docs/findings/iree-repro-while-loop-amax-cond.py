@@ -8,7 +8,9 @@ fault, iree-repro-while-loop-additional-inputs.py, stays out of the way).  The c
 ``(i < n) & (h.abs().amax() < 1e4)`` makes iree-compile fail with "failed to legalize unresolved
 target materialization from ('i1') to ('!stream.resource<*>', 'index')".  The same condition with
 ``h.abs().max()`` compiles and runs; so does the ``amax`` condition outside a loop.  Seen on the
-generated case gen-loop-663 (iree-boxed, whose loop route carries the outer reads).  Each attempt
+generated case gen-loop-663 (iree-boxed, whose loop route carries the outer reads) and
+every generated loop with a data-dependent condition; the same error shows for the inner condition
+(a plain ``j < n``) of a nested loop.  Each attempt
 runs in a child process (a failed in-process compile may take the process with it).
 """
 
