@@ -99,7 +99,11 @@ class RoundingNoise(TorchDispatchMode):
         return t * (1 + self.eps * (2 * sign - 1))
 
     def _moves(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not t.is_meta
+        """Whether ``t`` holds values rounding would move: floating, and not all small integers (exact in the
+        backend's dtype; a float tensor of 0s and 1s is often a mask an op reads as such)."""
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and t.device.type != "meta"):
+            return False
+        return not bool(((t == t.round()) & (t.abs() <= 1 / self.eps)).all())
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -110,12 +114,17 @@ class RoundingNoise(TorchDispatchMode):
         if (name in MOVES or is_random(func) or (_aliases(func) and not written)
                 or not any(True for _ in _tensors((args, kwargs)))):
             return func(*args, **kwargs)
+        out = None
         if not (name.startswith("_foreach_") or torch.Tag.pointwise in func.tags):
             # not elementwise: its inner sums round at its operands' magnitude
             ids = {id(t) for t in written}
-            args, kwargs = tree_map(lambda t: self._move(t) if self._moves(t) and id(t) not in ids else t,
-                                    (args, kwargs))
-        out = func(*args, **kwargs)
+            moved = tree_map(lambda t: self._move(t) if self._moves(t) and id(t) not in ids else t, (args, kwargs))
+            try:
+                out = func(*moved[0], **moved[1])
+            except RuntimeError:  # an operand it reads as discrete values: its result only is moved
+                out = None
+        if out is None:
+            out = func(*args, **kwargs)
         if written:  # in place: move what it wrote, in place
             with torch.no_grad():
                 for t in written:

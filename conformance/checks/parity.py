@@ -53,7 +53,7 @@ class TensorParity:
     ok: bool
     note: str = ""
     scale: float = 0.0  # max |ref|
-    noise_floor: float = 0.0  # the rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed runs' spread
+    noise_floor: float = 0.0  # rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed spread
     allowed: float = 0.0  # the larger of rtol * scale (atol for an all-zero reference) and ``noise_floor``
     random: bool = False  # computed from random values: shape and finiteness checked only
 
