@@ -163,7 +163,8 @@ def test_an_output_doubled_on_one_call_fails(dtype: torch.dtype) -> None:
 
 
 class _Random(torch.nn.Module):
-    """A program with random ops (dropout in training, randn, geometric_, empty) and a part that has none."""
+    """A program with random ops (dropout in training, randn, geometric_, empty) and parts that have none
+    (a dropout with ``p=0``: tagged random, but every draw keeps every value)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -173,7 +174,8 @@ class _Random(torch.nn.Module):
         noisy = torch.nn.functional.dropout(self.fc(x), 0.5, training=True) + torch.randn_like(x)
         drawn = torch.empty(3, 4).geometric_(0.3)
         undefined = torch.empty_like(x)
-        return noisy, drawn, undefined.shape[0] * torch.tanh(x), torch.tanh(self.fc(x))
+        kept = torch.nn.functional.dropout(self.fc(x), 0.0, training=True)  # draws, but nothing it draws matters
+        return noisy, drawn, undefined.shape[0] * torch.tanh(x), torch.tanh(self.fc(x)), kept
 
 
 def _random_program(seed: int) -> Workload:
@@ -194,6 +196,7 @@ def test_random_values_are_checked_for_shape_and_finiteness_only() -> None:
     assert not compare(actual, _reference_in(case, torch.float64), actual, Tolerance(rmse_multiple=0)).ok
     for broken in ({"output[0]": actual["output[0]"].clone().fill_(math.nan)},
                    {"output[1]": actual["output[1]"][:2]},
-                   {"output[3]": actual["output[3]"] * 2}):
+                   {"output[3]": actual["output[3]"] * 2},
+                   {"output[4]": actual["output[4]"] * 2}):
         bad = [t.name for t in _judged(case, {**actual, **broken}).tensors if not t.ok]
         assert bad == list(broken), bad

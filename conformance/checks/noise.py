@@ -143,6 +143,21 @@ def _key(t: torch.Tensor) -> int | None:
     return ptr or None
 
 
+#: how many other draws a random op's values are compared with before it is taken for deterministic
+DRAWS = 8
+
+
+def _other_draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[list[torch.Tensor]]:
+    """What a random op makes from other seeds (on copies of what it writes; the generator's state is kept)."""
+    for draw in range(1, DRAWS + 1):
+        copies = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        with torch.random.fork_rng():
+            torch.manual_seed(torch.initial_seed() + draw)
+            out = func(*copies[0], **copies[1])
+        written = _written(func, *copies)
+        yield written if written else list(_tensors(out))
+
+
 class RandomValues(TorchDispatchMode):
     """Which storages hold values made from random (or undefined) values; persists across calls."""
 
@@ -181,9 +196,17 @@ class RandomValues(TorchDispatchMode):
             outs = {id(t) for i, a in enumerate(func._schema.arguments) if a.kwarg_only and a.alias_info is not None
                     and a.alias_info.is_write for t in _tensors(kwargs.get(a.name))}
             read = [t for t in read if id(t) not in outs]
-        random = is_random(func) or any(self.holds_random(t) for t in read)
+        random = any(self.holds_random(t) for t in read)
+        drawn = is_random(func) and not random and _name(func) not in UNDEFINED
+        before = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)) if drawn else None
         out = func(*args, **kwargs)
         made = written if written else ([] if _aliases(func) else list(_tensors(out)))
+        if drawn:  # random unless no other draw changes its values (dropout with p=0, bernoulli of ones)
+            assert before is not None
+            random = any(not torch.equal(a, b) for other in _other_draws(func, *before)
+                         for a, b in zip(made, other, strict=True))
+        else:
+            random = random or is_random(func)
         for t in made:
             key = _key(t)
             if key is None:
