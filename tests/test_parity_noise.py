@@ -200,3 +200,28 @@ def test_random_values_are_checked_for_shape_and_finiteness_only() -> None:
                    {"output[4]": actual["output[4]"] * 2}):
         bad = [t.name for t in _judged(case, {**actual, **broken}).tensors if not t.ok]
         assert bad == list(broken), bad
+
+
+def test_a_while_loop_under_the_references_modes_leaves_plain_eager_loops_working() -> None:
+    """torch runs an eager ``while_loop`` through ``torch.compile``; run under a dispatch mode that does not ignore
+    compile internals, the loop's code is skipped from then on, and the next plain eager loop fails (torch 2.13).
+    The references' modes reach the loop as one op, perturbed (its results) and followed (random values)."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    from conformance.checks.noise import RandomValues, RoundingNoise
+
+    def cond(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return (i < 3) & (x.abs().amax() < 1e4)
+
+    def body(i: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return i + 1, x.tanh() * 2
+
+    x = torch.randn(4, dtype=torch.float64)
+    _, plain = while_loop(cond, body, (torch.tensor(0), x))
+    with RandomValues():
+        _, followed = while_loop(cond, body, (torch.tensor(0), x))
+    with RoundingNoise(1e-3, 0):
+        _, moved = while_loop(cond, body, (torch.tensor(0), x))
+    _, again = while_loop(cond, body, (torch.tensor(0), x))
+    assert torch.equal(followed, plain) and torch.equal(again, plain)
+    assert not torch.equal(moved, plain) and torch.allclose(moved, plain, rtol=1e-2)

@@ -40,12 +40,6 @@ UNDEFINED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new
 OVERWRITES = frozenset({"fill_", "zero_", "copy_"})
 
 
-#: torch runs an eager ``while_loop`` through ``torch.compile``, which skips (and remembers to skip, for every later
-#: call of the same code: torch 2.13) a frame run under a mode that does not ignore compile internals; this mode
-#: is off while torch compiles, and on when the compiled loop runs, so the loop reaches its handler as one op
-_IGNORE_COMPILE_INTERNALS = True
-
-
 def _name(func: Any) -> str:
     return str(func.overloadpacket.__name__)
 
@@ -86,7 +80,11 @@ class RoundingNoise(TorchDispatchMode):
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return _IGNORE_COMPILE_INTERNALS
+        """Off while torch compiles: torch runs an eager ``while_loop`` through ``torch.compile``, which skips a
+        frame run under a mode that does not ignore compile internals and remembers to skip that code on every
+        later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
+        runs, so the loop reaches the handler as one op."""
+        return True
 
     def __init__(self, eps: float, seed: int) -> None:
         super().__init__()
@@ -165,7 +163,11 @@ class RandomValues(TorchDispatchMode):
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return _IGNORE_COMPILE_INTERNALS
+        """Off while torch compiles: torch runs an eager ``while_loop`` through ``torch.compile``, which skips a
+        frame run under a mode that does not ignore compile internals and remembers to skip that code on every
+        later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
+        runs, so the loop reaches the handler as one op."""
+        return True
 
     def __init__(self) -> None:
         super().__init__()
