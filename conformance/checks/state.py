@@ -146,12 +146,12 @@ class StateReferences:
                           range(NOISE_SAMPLES)]
         ref64, eager32 = self.ref64.call(call), self.eager32.call(call)  # on the backend's threads: eager's noise
         samples = []
-        for run in list(self.noisy):
-            try:
-                samples.append(run.call(call))
-            except Exception:  # a program rounding breaks (a discrete value moved): no floor from it
-                self.noisy.remove(run)
-        with one_thread():
+        with one_thread():  # many small ops; their noise is the modes', whatever the threads
+            for run in list(self.noisy):
+                try:
+                    samples.append(run.call(call))
+                except Exception:  # a program rounding breaks (a discrete value moved): no floor from it
+                    self.noisy.remove(run)
             noise = Noise(torch.finfo(coarsest_float(actual)).eps, spreads(ref64, samples), self.ref64.random_names)
             return compare(actual, ref64, eager32, self.case.tolerance, noise)
 
