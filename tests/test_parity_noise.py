@@ -225,3 +225,13 @@ def test_a_while_loop_under_the_references_modes_leaves_plain_eager_loops_workin
     _, again = while_loop(cond, body, (torch.tensor(0), x))
     assert torch.equal(followed, plain) and torch.equal(again, plain)
     assert not torch.equal(moved, plain) and torch.allclose(moved, plain, rtol=1e-2)
+
+
+def test_a_float32_program_computed_in_bfloat16_fails() -> None:
+    """The floor is made at the case's dtype, not at the dtype the backend returns: bfloat16 results of a float32
+    program, however well rounded, are a fault."""
+    (case,) = select_cases(["mlp-s-infer"])
+    downcast = _rounded(_reference_in(case, torch.float64), torch.bfloat16)
+    report = _judged(case, downcast)
+    assert "output[0]" in [t.name for t in report.tensors if not t.ok]
+    assert report.eps == torch.finfo(torch.float32).eps

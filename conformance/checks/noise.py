@@ -3,7 +3,7 @@
 Two dispatch modes run around the reference's calls (:class:`conformance.checks.state.ReferenceRun`):
 
 * :class:`RoundingNoise` moves every value the step computes by one unit in the last place of the
-  backend's dtype, with a seeded random sign (Monte Carlo arithmetic, Parker 1997): each op's result
+  case's dtype, with a seeded random sign (Monte Carlo arithmetic, Parker 1997): each op's result
   (its own rounding) and, for an op that is not elementwise (a reduction, a matmul, a norm), its
   operands too (the rounding of its inner sums, which happens at the operands' magnitude).  How far a
   tensor moves from the unperturbed reference is the rounding noise of the computation that feeds it,
