@@ -235,3 +235,16 @@ def test_a_float32_program_computed_in_bfloat16_fails() -> None:
     report = _judged(case, downcast)
     assert "output[0]" in [t.name for t in report.tensors if not t.ok]
     assert report.eps == torch.finfo(torch.float32).eps
+
+
+@pytest.mark.parametrize("case_id", ["gen-dag-86", "gen-dag-135", "gen-dag-288"])
+def test_eager_passes_on_low_precision_programs_it_failed_on(case_id: str) -> None:
+    """Generated bfloat16/float16 programs (a sum that cancels, a matmul of a split sum, a mean) on which eager
+    failed parity with one ulp at the scale of its terms: now within their noise floor, on every call."""
+    (case,) = select_cases([case_id])
+    dtype = torch.float16 if "float16" in case.description and "bfloat16" not in case.description else torch.bfloat16
+    eager = ReferenceRun(case, dtype)
+    calls = {c: eager.call(c) for c in range(5)}
+    reports = compare_calls(case, calls)
+    assert all(r.ok for r in reports.values()), [t.describe() for r in reports.values() for t in r.tensors if not t.ok]
+    assert any("noise floor" in t.note for r in reports.values() for t in r.tensors)
