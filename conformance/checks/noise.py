@@ -3,7 +3,7 @@
 Two dispatch modes run around the reference's calls (:class:`conformance.checks.state.ReferenceRun`):
 
 * :class:`RoundingNoise` moves every value the step computes by one unit in the last place of the
-  backend's dtype, with a seeded random sign (Monte Carlo arithmetic, Parker 1997): each op's result
+  case's dtype, with a seeded random sign (Monte Carlo arithmetic, Parker 1997): each op's result
   (its own rounding) and, for an op that is not elementwise (a reduction, a matmul, a norm), its
   operands too (the rounding of its inner sums, which happens at the operands' magnitude).  How far a
   tensor moves from the unperturbed reference is the rounding noise of the computation that feeds it,
@@ -38,12 +38,6 @@ MOVES = frozenset({
 UNDEFINED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 #: ops that overwrite the tensor they write whatever it held
 OVERWRITES = frozenset({"fill_", "zero_", "copy_"})
-
-
-#: torch runs an eager ``while_loop`` through ``torch.compile``, which skips (and remembers to skip, for every later
-#: call of the same code: torch 2.13) a frame run under a mode that does not ignore compile internals; this mode
-#: is off while torch compiles, and on when the compiled loop runs, so the loop reaches its handler as one op
-_IGNORE_COMPILE_INTERNALS = True
 
 
 def _name(func: Any) -> str:
@@ -86,7 +80,11 @@ class RoundingNoise(TorchDispatchMode):
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return _IGNORE_COMPILE_INTERNALS
+        """Off while torch compiles: torch runs an eager ``while_loop`` through ``torch.compile``, which skips a
+        frame run under a mode that does not ignore compile internals and remembers to skip that code on every
+        later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
+        runs, so the loop reaches the handler as one op."""
+        return True
 
     def __init__(self, eps: float, seed: int) -> None:
         super().__init__()
@@ -99,7 +97,11 @@ class RoundingNoise(TorchDispatchMode):
         return t * (1 + self.eps * (2 * sign - 1))
 
     def _moves(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not t.is_meta
+        """Whether ``t`` holds values rounding would move: floating, and not all small integers (exact in the
+        backend's dtype; a float tensor of 0s and 1s is often a mask an op reads as such)."""
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and t.device.type != "meta"):
+            return False
+        return not bool(((t == t.round()) & (t.abs() <= 1 / self.eps)).all())
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -110,12 +112,17 @@ class RoundingNoise(TorchDispatchMode):
         if (name in MOVES or is_random(func) or (_aliases(func) and not written)
                 or not any(True for _ in _tensors((args, kwargs)))):
             return func(*args, **kwargs)
+        out = None
         if not (name.startswith("_foreach_") or torch.Tag.pointwise in func.tags):
             # not elementwise: its inner sums round at its operands' magnitude
             ids = {id(t) for t in written}
-            args, kwargs = tree_map(lambda t: self._move(t) if self._moves(t) and id(t) not in ids else t,
-                                    (args, kwargs))
-        out = func(*args, **kwargs)
+            moved = tree_map(lambda t: self._move(t) if self._moves(t) and id(t) not in ids else t, (args, kwargs))
+            try:
+                out = func(*moved[0], **moved[1])
+            except RuntimeError:  # an operand it reads as discrete values: its result only is moved
+                out = None
+        if out is None:
+            out = func(*args, **kwargs)
         if written:  # in place: move what it wrote, in place
             with torch.no_grad():
                 for t in written:
@@ -134,6 +141,21 @@ def _key(t: torch.Tensor) -> int | None:
     return ptr or None
 
 
+#: how many other draws a random op's values are compared with before it is taken for deterministic
+DRAWS = 8
+
+
+def _other_draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[list[torch.Tensor]]:
+    """What a random op makes from other seeds (on copies of what it writes; the generator's state is kept)."""
+    for draw in range(1, DRAWS + 1):
+        copies = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        with torch.random.fork_rng():
+            torch.manual_seed(torch.initial_seed() + draw)
+            out = func(*copies[0], **copies[1])
+        written = _written(func, *copies)
+        yield written if written else list(_tensors(out))
+
+
 class RandomValues(TorchDispatchMode):
     """Which storages hold values made from random (or undefined) values; persists across calls."""
 
@@ -141,7 +163,11 @@ class RandomValues(TorchDispatchMode):
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return _IGNORE_COMPILE_INTERNALS
+        """Off while torch compiles: torch runs an eager ``while_loop`` through ``torch.compile``, which skips a
+        frame run under a mode that does not ignore compile internals and remembers to skip that code on every
+        later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
+        runs, so the loop reaches the handler as one op."""
+        return True
 
     def __init__(self) -> None:
         super().__init__()
@@ -172,9 +198,17 @@ class RandomValues(TorchDispatchMode):
             outs = {id(t) for i, a in enumerate(func._schema.arguments) if a.kwarg_only and a.alias_info is not None
                     and a.alias_info.is_write for t in _tensors(kwargs.get(a.name))}
             read = [t for t in read if id(t) not in outs]
-        random = is_random(func) or any(self.holds_random(t) for t in read)
+        random = any(self.holds_random(t) for t in read)
+        drawn = is_random(func) and not random and _name(func) not in UNDEFINED
+        before = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)) if drawn else None
         out = func(*args, **kwargs)
         made = written if written else ([] if _aliases(func) else list(_tensors(out)))
+        if drawn:  # random unless no other draw changes its values (dropout with p=0, bernoulli of ones)
+            assert before is not None
+            random = any(not torch.equal(a, b) for other in _other_draws(func, *before)
+                         for a, b in zip(made, other, strict=True))
+        else:
+            random = random or is_random(func)
         for t in made:
             key = _key(t)
             if key is None:

@@ -5,14 +5,16 @@ A tensor passes when its largest error is within what the case allows, the large
 * ``rtol`` times the reference's largest magnitude (so a 1e-3 relative error fails at float32
   whatever the tensor's scale: small gradients get no absolute-tolerance free pass); ``atol`` for a
   reference that is all zeros;
-* the **noise floor**: one ulp of the result's own dtype at the reference's largest magnitude (its own
-  rounding), plus how far the tensor moves when every value the step computes is moved by one ulp of
-  the backend's dtype (:class:`conformance.checks.noise.RoundingNoise`, the float64 reference run
+* the **noise floor**: one ulp of the case's dtype at the reference's largest magnitude (the result's own
+  rounding), plus twice how far the tensor moves when every value the step computes is moved by one ulp of
+  that dtype (:class:`conformance.checks.noise.RoundingNoise`, the float64 reference run
   again with seeded random signs).  That is the rounding noise of the computation feeding the tensor, at
   that computation's scale: a bfloat16 sum of large terms that cancels, a gradient that is zero in exact
   arithmetic (a bias before a normalization, every gradient of a loss that does not depend on the
   parameters) are noise up to that floor, and a tensor float32 computes well keeps a floor of a few
-  float32 ulps of its own magnitude, far below any real fault;
+  float32 ulps of its own magnitude, far below any real fault.  The case's dtype is the coarsest among its
+  inputs, parameters and buffers (what its author wrote it in): a backend that computes a float32 program in
+  bfloat16 gets no bfloat16 floor;
 
 or when the backend's RMSE to float64 is within a small multiple of eager float32's RMSE (the dynamo
 benchmark harness's criterion, for noisy ops whose float32 error is large in eager too).  Integer and
@@ -53,8 +55,7 @@ class TensorParity:
     ok: bool
     note: str = ""
     scale: float = 0.0  # max |ref|
-    #: the rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed runs' spread
-    noise_floor: float = 0.0
+    noise_floor: float = 0.0  # rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed spread
     allowed: float = 0.0  # the larger of rtol * scale (atol for an all-zero reference) and ``noise_floor``
     random: bool = False  # computed from random values: shape and finiteness checked only
 
@@ -82,6 +83,7 @@ class TensorParity:
 @dataclass
 class ParityReport:
     tensors: list[TensorParity] = field(default_factory=list)
+    eps: float = 0.0  # the resolution of the dtype the case computes in, which the noise floors are made at
 
     @property
     def ok(self) -> bool:
@@ -111,6 +113,7 @@ class ParityReport:
             "failures": [t.figures() for t in self.tensors if not t.ok],
             "closest": {**closest.figures(), "margin": closest.margin} if closest else None,
             "random": [t.name for t in self.tensors if t.random],
+            "noise_eps": self.eps,
         }
 
 
@@ -131,22 +134,29 @@ def _random_parity(name: str, got: torch.Tensor, ref: torch.Tensor) -> TensorPar
     return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True, "computed from random values", random=True)
 
 
-def noise_floor(got_dtype: torch.dtype, scale: float, spread: float) -> float:
-    """One ulp of ``got_dtype`` at ``scale`` (the result's own rounding) plus the perturbed runs' ``spread``."""
-    eps = torch.finfo(got_dtype).eps if got_dtype.is_floating_point else 0.0
-    return eps * scale + spread
+#: the floor holds this many times the largest move the perturbed runs make: they are samples (two, with random
+#: signs) of the noise, and a backend rounds in its own order (fused, reordered, at another precision)
+NOISE_MULTIPLE = 2.0
+
+
+def noise_floor(eps: float, scale: float, spread: float) -> float:
+    """One ulp (``eps``: the case's dtype's) at ``scale`` (the result's own rounding) plus :data:`NOISE_MULTIPLE`
+    times the perturbed runs' ``spread``."""
+    return eps * scale + NOISE_MULTIPLE * spread
 
 
 def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor | None,
-                  tol: Tolerance, spread: float = 0.0, random: bool = False) -> TensorParity:
+                  tol: Tolerance, spread: float = 0.0, random: bool = False, eps: float | None = None) -> TensorParity:
     """One tensor against its reference (pure); ``spread``: how far the perturbed references moved it
-    (:class:`Noise`); ``random``: computed from random values."""
+    (:class:`Noise`); ``random``: computed from random values; ``eps``: the resolution of the dtype the case
+    computes in (default: ``got``'s dtype's)."""
     if random:
         return _random_parity(name, got, ref)
     if tuple(got.shape) != tuple(ref.shape):
         return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
                             f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    got_dtype = got.dtype
+    if eps is None:
+        eps = torch.finfo(got.dtype).eps if got.is_floating_point() else 0.0
     got64 = got.detach().to("cpu", torch.float64)
     ref = ref.detach().to("cpu", torch.float64)
     if not ref.is_floating_point() and not got.is_floating_point():
@@ -166,7 +176,7 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     diff = got64 - ref
     max_abs = diff.abs().max().item() if diff.numel() else 0.0
     scale = ref.abs().max().item() if diff.numel() else 0.0
-    floor = noise_floor(got_dtype, scale, spread)
+    floor = noise_floor(eps, scale, spread)
     if scale > 0:
         rel = max_abs / scale
         allowed = max(tol.rtol * scale, floor)
@@ -194,12 +204,12 @@ def compare(
     """Compare every reference tensor with the backend's; a missing one fails.  ``noise``: the perturbed
     references' figures (:class:`Noise`; without them a tensor's floor is its own resolution only)."""
     noise = noise or Noise()
-    report = ParityReport()
+    report = ParityReport(eps=noise.eps)
     for name, ref in reference.items():
         got = actual.get(name)
         if got is None:
             report.tensors.append(TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "missing"))
             continue
         report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol, noise.spread.get(name, 0.0),
-                                            name in noise.random))
+                                            name in noise.random, noise.eps or None))
     return report
