@@ -917,9 +917,15 @@ def test_a_newer_history_with_a_column_it_can_leave_empty_is_written(workspace: 
     from conformance.output import history
 
     _newer_history(tmp_path / "newer.sqlite", "machine TEXT")
+    with sqlite3.connect(tmp_path / "newer.sqlite") as db:  # and a column in the table each pair's row goes to
+        db.execute("ALTER TABLE results ADD COLUMN host TEXT DEFAULT 'ci'")
+    db.close()
     report = conformance("report", str(workspace / "prev"), "-o", "site", "--history", "newer.sqlite", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert len(history.runs(tmp_path / "newer.sqlite")) == 1
+    with sqlite3.connect(tmp_path / "newer.sqlite") as db:
+        assert db.execute("SELECT case_id, host FROM results").fetchall() == [("mlp-s-infer", "ci")]
+    db.close()
 
 
 def _loaded(pid: int, library: str) -> bool:
