@@ -18,7 +18,7 @@ def _engine_sources() -> set[str]:
     """The quoted names on the engine's lines that set a step's model source."""
     engine = (ROOT / "conformance" / "run" / "engine.py").read_text()
     lines = [line for line in engine.splitlines() if re.search(r"\bsource\b\s*=", line)]
-    return {name for line in lines for name in re.findall(r'"([a-z]+(?:-[a-z]+)+)"', line)}
+    return {name for line in lines for name in re.findall(r'"([a-z]+(?:[- ][a-z]+)+)"', line)}
 
 
 def test_every_model_the_engine_names_is_explained() -> None:
@@ -40,3 +40,23 @@ def test_readme_explains_every_name() -> None:
     for name in [*MODELS, *DOMAINS]:
         assert re.search(rf"^\| `{re.escape(name)}` \| (model|domain): ", readme, re.M), name
     assert explain("no-such-name") == ""
+
+
+def test_the_report_explains_the_model_and_domain_where_it_shows_them(tmp_path: Path) -> None:
+    """A pair panel's "model of" and "domain" rows carry their one line (real records of a real run)."""
+    from conformance.api.case import select_cases
+    from conformance.backends.eager import EagerBackend
+    from conformance.output.report import build_report
+    from conformance.run.engine import run_case
+
+    (case,) = select_cases(["mlp-s-infer"])
+    result = run_case(case, EagerBackend())
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text(__import__("json").dumps(result.to_json()) + "\n")
+    page = build_report([results], tmp_path / "site").read_text()
+    assert result.memory is not None and result.memory.model_source and result.memory.domain
+    from markupsafe import escape
+
+    assert f": {escape(explain(result.memory.model_source))}" in page
+    assert f": {escape(explain(result.memory.domain))}" in page

@@ -39,6 +39,7 @@ from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
 from conformance.output.triage import Triage, triage
 from conformance.output.version_matrix import VersionMatrix, version_matrix
+from conformance.util.glossary import explain
 from conformance.util.paths import path_arg
 from conformance.util.text import clip, printable
 
@@ -423,6 +424,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["bytes"] = fmt_bytes
     env.filters["clip"] = clip
+    env.filters["explain"] = lambda name: explain(str(name)) if name else ""
     env.globals.update(timeline_chart=timeline_chart, spark=spark, is_failure=hist.is_failure)
     return env
 

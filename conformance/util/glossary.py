@@ -29,6 +29,11 @@ DOMAINS: dict[str, str] = {
 }
 
 
+#: the names records spell otherwise (the program check's headline reads "generated program")
+ALIASES: dict[str, str] = {"generated program": "program", "user-level": "user-graph"}
+
+
 def explain(name: str) -> str:
     """The line for a model or domain name, or ``""`` for a name this glossary does not know."""
+    name = ALIASES.get(name, name)
     return MODELS.get(name) or DOMAINS.get(name, "")
