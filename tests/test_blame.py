@@ -81,3 +81,16 @@ def test_a_wrapped_scalar_is_never_an_allocation_an_operator_made() -> None:
     assert entry["candidates"] == [scalar.producer]
     assert "could not identify the storage" in entry["producer"] and "my_module.LOG[0]" in entry["producer"]
     assert not entry["producer"].startswith("optimizer:")
+
+
+def test_a_runtime_domain_names_its_program_calls_results_and_transients() -> None:
+    """IREE's HAL figures per call (as ``HalAllocatorProbe`` records them): the call at the domain's peak
+    is named, its results kept apart from what it freed by its end, each with its size."""
+    from conformance.checks.blame import invocation_breakdown
+
+    calls = [{"live_before": 7968, "peak_rise": 7552, "live_after": 15456},
+             {"live_before": 17476, "peak_rise": 9792, "live_after": 24964}]
+    note = invocation_breakdown(calls, "iree-hal")
+    assert note.startswith("in iree-hal, the compiled program's call 2 of 2 reached its peak, 9792 B above the 17476 B")
+    assert "7488 B of results it left allocated, 2304 B of transients and input copies" in note
+    assert invocation_breakdown([], "iree-hal") == ""

@@ -59,6 +59,13 @@ def test_backward_inputs_held_with_the_shipped_convention_released_with_boxed() 
     assert boxed.memory.findings["backward_inputs_staging"]["still_allocated_bytes"] > 0
     assert boxed.memory.measured_peak_bytes < shipped.memory.measured_peak_bytes
     assert boxed.parity["max_abs_err"] < 1e-5
+    # the excess no single allocation explains is named by what IREE's program allocated at its peak
+    for r in (shipped, boxed):
+        note = r.memory.blame_note or ""
+        assert r.memory.blame_unexplained_bytes, r.memory
+        assert "none matched" not in r.reason and "iree-hal call 2/2: " in r.reason, r.reason
+        assert "in iree-hal, the compiled program's call" in note, note
+        assert "B of results it left allocated" in note and "B of transients and input copies" in note, note
     # the watch reads back typed, and the record (findings after the engine's figures) round-trips as written
     found = boxed.memory.backward_inputs
     assert found is not None and found.verdict == "released-late" and found.still_allocated_bytes

@@ -203,3 +203,24 @@ def unexplained(blamed: list[dict[str, Any]], excess: int | None) -> int | None:
         return None
     rest = excess - sum(share(b) for b in blamed)
     return rest or None
+
+
+def invocation_breakdown(invocations: list[dict[str, int]], domain: str, short: bool = False) -> str:
+    """What a runtime's own domain allocated at its peak, from its per-invocation figures (IREE's HAL
+    ``iree_invocations``: live bytes before each call of the compiled program, its peak rise, live bytes
+    after it): the results the call left allocated and the transients and input copies it freed by its
+    end, with their sizes.  A runtime's statistics do not split one call's allocations further, so this
+    is what names the bytes where no single allocation can be told apart; ``""`` without figures.
+    ``short``: the few words a verdict's reason carries."""
+    if not invocations:
+        return ""
+    k, top = max(enumerate(invocations), key=lambda kv: kv[1]["live_before"] + kv[1]["peak_rise"])
+    kept = max(0, top["live_after"] - top["live_before"])
+    freed = max(0, top["peak_rise"] - kept)
+    if short:  # for a verdict's reason
+        return (f"{domain} call {k + 1}/{len(invocations)}: {kept} B of results, "
+                f"{freed} B of transients and input copies")
+    return (f"in {domain}, the compiled program's call {k + 1} of {len(invocations)} reached its peak, "
+            f"{top['peak_rise']} B above the {top['live_before']} B live before it: {kept} B of results it left "
+            f"allocated, {freed} B of transients and input copies it freed by its end (the runtime's statistics "
+            f"do not split one call's allocations further)")

@@ -61,7 +61,7 @@ class ProbedStep:
 
 
 def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
-    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:limit]) or "none matched"
+    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:limit]) or "no single allocation"
 
 
 def judge_residual(steps: Sequence[ProbedStep], held_by: dict[int, list[str]] | None = None) -> Check:

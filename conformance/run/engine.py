@@ -35,6 +35,7 @@ from conformance.api.step import (
     trace_user_kernels,
 )
 from conformance.api.verdict import Check, CheckName, Status, combine, passed
+from conformance.checks.blame import invocation_breakdown
 from conformance.checks.judge import (
     ProbedStep,
     adapter_check,
@@ -323,7 +324,24 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
             checks.append(check)
     result = _decide(result, checks)
     _headline(memory, checks, steps)
+    _name_domain_bytes(result, memory)
     return result
+
+
+def _name_domain_bytes(result: Result, memory: MemoryFigures) -> None:
+    """An excess blame could not name in full, where a runtime allocates in a domain of its own (IREE's
+    HAL): the note says what that domain's compiled program allocated at its peak, results apart from
+    transients and input copies, so the bytes are named by what made them rather than "none named"."""
+    unnamed = memory.blame_unexplained_bytes is not None and memory.blame_unexplained_bytes > 0
+    invocations = memory.findings.get("iree_invocations")
+    if not unnamed or not isinstance(invocations, list):
+        return
+    breakdown = invocation_breakdown(invocations, "iree-hal")
+    if breakdown:
+        memory.blame_note = f"{memory.blame_note}; {breakdown}" if memory.blame_note else breakdown
+        if memory.check is not None and result.status != Status.PASS and "not named)" in result.reason:
+            short = invocation_breakdown(invocations, "iree-hal", short=True)
+            result.reason = result.reason.replace("not named)", f"not named; {short})", 1)
 
 
 def _held_by(steps: list[ProbedStep]) -> dict[int, list[str]]:
