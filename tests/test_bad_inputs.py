@@ -500,7 +500,8 @@ def test_step_returning_none_still_gets_its_verdict_line(tmp_path: Path) -> None
                           "--out", "out", "--no-isolate", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     (record,) = read_records(tmp_path / "out" / "results.jsonl").results
-    assert record.status == "fail-run" and "harness error in call 0: the step's results: AttributeError" in record.reason
+    assert record.status == "fail-run"
+    assert "harness error in call 0: the step's results: AttributeError" in record.reason
     assert any("Traceback" in note for note in record.notes)  # the stage's traceback is on record
     assert "(1 unexpected)" in proc.stderr and "all as expected" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing written where the run started

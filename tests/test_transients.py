@@ -453,7 +453,28 @@ def _composite_calls() -> list[OpCall]:
     for inverse, counts in ((False, False), (True, True), (False, True)):
         calls.append(OpCall(f"unique_consecutive-inverse={inverse}-counts={counts}", "unique_consecutive",
                             _unique_consecutive(inverse, counts), lambda: (torch.round(torch.randn(6, 16) * 2),)))
+    for t, n, c, length in ((6, 2, 5, 3), (10, 3, 7, 4)):
+        calls.append(OpCall(f"ctc_loss_backward-{t}x{n}x{c}-L{length}", "_ctc_loss_backward", _ctc_backward(),
+                            _ctc_operands(t, n, c, length)))
     return calls
+
+
+def _ctc_operands(t: int, n: int, c: int, length: int) -> Callable[[], tuple[Any, ...]]:
+    def make() -> tuple[Any, ...]:
+        log_probs = torch.randn(t, n, c).log_softmax(-1)
+        targets = torch.randint(1, c, (n, length))
+        lengths = (torch.full((n,), t, dtype=torch.long), torch.full((n,), length, dtype=torch.long))
+        nll, log_alpha = aten._ctc_loss.Tensor(log_probs, targets, *lengths, 0, False)
+        return torch.ones(n), log_probs, targets, *lengths, nll, log_alpha
+
+    return make
+
+
+def _ctc_backward() -> Callable[..., Any]:
+    def f(grad: Any, log_probs: Any, targets: Any, il: Any, tl: Any, nll: Any, log_alpha: Any) -> Any:
+        return aten._ctc_loss_backward.Tensor(grad, log_probs, targets, il, tl, nll, log_alpha, 0, False)
+
+    return f
 
 
 def _unique_consecutive(inverse: bool, counts: bool) -> Callable[..., Any]:
