@@ -132,6 +132,19 @@ class PreluAttribute(nn.Module):
         return nn.functional.prelu(x, self.weight)
 
 
+class CTC(nn.Module):
+    """CTCLoss: its backward's log_beta, and sizes a fake trace cannot say."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 5)
+        self.loss = nn.CTCLoss()
+
+    def forward(self, x, targets):
+        lengths = torch.full((2,), 6, dtype=torch.long), torch.full((2,), 3, dtype=torch.long)
+        return self.loss(self.lin(x).log_softmax(-1), targets, *lengths)
+
+
 class RefusesTracing(nn.Module):
     """Runs as plain PyTorch and under torch.compile, but raises under the harness's own tracer."""
 
@@ -160,6 +173,7 @@ _register("anyprog-dynamic-shapes-infer", "inference", DynamicShapes, lambda: to
 _register("anyprog-graph-break-train", "train_step", GraphBreak, lambda: torch.randn(3, 4))
 _register("anyprog-prelu-infer", "inference", lambda: nn.PReLU(4), lambda: torch.randn(3, 4))
 _register("anyprog-prelu-attribute-infer", "inference", PreluAttribute, lambda: torch.randn(3, 4))
+_register("anyprog-ctc-train", "train_step", CTC, lambda: torch.randn(6, 2, 5), lambda: torch.randint(1, 5, (2, 3)))
 _register("anyprog-refuses-tracing-infer", "inference", RefusesTracing, lambda: torch.randn(3, 4))
 '''
 
@@ -167,7 +181,7 @@ _register("anyprog-refuses-tracing-infer", "inference", RefusesTracing, lambda: 
 PATTERNS = [
     "anyprog-batchnorm-cumulative-train", "anyprog-checked-loss-train", "anyprog-item-train",
     "anyprog-plain-attribute-infer", "anyprog-list-input-infer", "anyprog-dynamic-shapes-infer",
-    "anyprog-graph-break-train", "anyprog-prelu-infer", "anyprog-prelu-attribute-infer",
+    "anyprog-graph-break-train", "anyprog-prelu-infer", "anyprog-prelu-attribute-infer", "anyprog-ctc-train",
 ]
 
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from conformance.api.step import trace_graph
 from conformance.models.transients import (
     GRAD_ENABLED,
     STORAGE_SLACK,
@@ -441,7 +442,52 @@ def _composite_calls() -> list[OpCall]:
     for dtype in (torch.bool, torch.float32, torch.int64):
         calls.append(OpCall(f"new_ones-{dtype}", "new_ones", _new_ones(dtype),
                             lambda: (torch.randint(0, 10, (2, 16)),)))
+    # sizes that follow the values: traced on the call's values (conformance.api.step.trace_graph)
+    for name, make in (("contiguous", lambda: (torch.randn(64), torch.randn(64) > 0.3)),
+                       ("broadcast-mask", lambda: (torch.randn(16, 4), torch.tensor([True, False, True, True]))),
+                       ("broadcast-self", lambda: (torch.randn(4), torch.randn(8, 4) > 0)),
+                       ("transposed", lambda: (torch.randn(4, 8).t(), torch.randn(8, 4) > 0)),
+                       ("float64", lambda: (torch.randn(40, dtype=torch.float64), torch.randn(40) > 1.0)),
+                       ("parallel", lambda: (torch.randn(40000), torch.randn(40000) > 3.0))):
+        calls.append(OpCall(f"masked_select-{name}", "masked_select", aten.masked_select.default, make))
+    for inverse, counts in ((False, False), (True, True), (False, True)):
+        calls.append(OpCall(f"unique_consecutive-inverse={inverse}-counts={counts}", "unique_consecutive",
+                            _unique_consecutive(inverse, counts), lambda: (torch.round(torch.randn(6, 16) * 2),)))
+    for t, n, c, length in ((6, 2, 5, 3), (10, 3, 7, 4)):
+        calls.append(OpCall(f"ctc_loss_backward-{t}x{n}x{c}-L{length}", "_ctc_loss_backward", _ctc_backward(),
+                            _ctc_operands(t, n, c, length)))
     return calls
+
+
+def _ctc_operands(t: int, n: int, c: int, length: int) -> Callable[[], tuple[Any, ...]]:
+    def make() -> tuple[Any, ...]:
+        log_probs = torch.randn(t, n, c).log_softmax(-1)
+        targets = torch.randint(1, c, (n, length))
+        lengths = (torch.full((n,), t, dtype=torch.long), torch.full((n,), length, dtype=torch.long))
+        nll, log_alpha = aten._ctc_loss.Tensor(log_probs, targets, *lengths, 0, False)
+        return torch.ones(n), log_probs, targets, *lengths, nll, log_alpha
+
+    return make
+
+
+def _ctc_backward() -> Callable[..., Any]:
+    def f(grad: Any, log_probs: Any, targets: Any, il: Any, tl: Any, nll: Any, log_alpha: Any) -> Any:
+        return aten._ctc_loss_backward.Tensor(grad, log_probs, targets, il, tl, nll, log_alpha, 0, False)
+
+    return f
+
+
+def _unique_consecutive(inverse: bool, counts: bool) -> Callable[..., Any]:
+    def f(x: Any) -> Any:
+        return aten.unique_consecutive.default(x, inverse, counts)
+
+    return f
+
+
+def _graph(fn: Callable[..., Any], args: tuple[Any, ...]) -> torch.fx.GraphModule:
+    """The op traced as the harness traces a step: with fake tensors, or on its values where its sizes
+    follow them (:func:`conformance.api.step.trace_graph`)."""
+    return trace_graph(fn, list(args), torch.nn.Module())
 
 
 def _new_ones(dtype: torch.dtype) -> Callable[..., Any]:
@@ -457,7 +503,7 @@ CALLS = _calls()
 def _measured_extra(call: OpCall) -> tuple[int, int]:
     """(measured peak - output bytes, the table's bytes for the traced node)."""
     args = call.make_args()
-    gm = make_fx(call.fn, tracing_mode="fake")(*args)
+    gm = _graph(call.fn, args)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}.")]
     assert len(nodes) == 1, [str(n.target) for n in gm.graph.nodes]
     with reference_kernels():
@@ -483,7 +529,7 @@ SLACK_CALLS = [c for c in CALLS if c.op in STORAGE_SLACK]
 def test_an_outputs_storage_is_what_the_kernel_allocates(call: OpCall) -> None:
     """An output's storage in the model (its shape's, plus the slack entry) is the real one's."""
     args = call.make_args()
-    gm = make_fx(call.fn, tracing_mode="fake")(*args)
+    gm = _graph(call.fn, args)
     (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}.")]
     fake = node.meta["val"]
     with reference_kernels():
@@ -500,7 +546,7 @@ def test_every_slack_entry_is_measured() -> None:
 
 
 def _node(call: OpCall) -> torch.fx.Node:
-    gm = make_fx(call.fn, tracing_mode="fake")(*call.make_args())
+    gm = _graph(call.fn, call.make_args())
     return next(n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}."))
 
 

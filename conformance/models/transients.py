@@ -686,6 +686,12 @@ def unique_consecutive_storage(target: torch._ops.OpOverload, operands: Sequence
     return 0
 
 
+def ctc_loss_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_ctc_loss_backward`` on the CPU computes the backward variables ``log_beta`` in a buffer shaped
+    as the forward's ``log_alpha`` (LossCTC.cpp), alive with the gradient it returns."""
+    return _nbytes(_argument(target, operands, "log_alpha"))
+
+
 # --------------------------------------------------------------------------- attention
 
 
@@ -823,6 +829,7 @@ TABLE: dict[str, Entry] = {
     "_scaled_dot_product_flash_attention_for_cpu": flash_attention,
     "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
     "masked_select": masked_select,
+    "_ctc_loss_backward": ctc_loss_backward,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
