@@ -63,7 +63,7 @@ FAMILY = "ops"
 PREFIX = "op-"
 MAX_SAMPLES = 2
 #: how many of an op's samples are looked at to find MAX_SAMPLES whose tensors are not empty
-SCAN = 64
+SCAN = 200
 SAMPLE_SEED = 0
 DTYPE = torch.float32
 STEPS = ("infer", "train")
@@ -190,6 +190,18 @@ def _plain_problem(sample: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """The constants of a step, shared by its copies (the references deep-copy the module): immutable."""
+
+    spec: Any
+    leaves: tuple[Any, ...]
+    positions: tuple[int, ...]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Shared:
+        return self
+
+
 class OpStep(nn.Module):
     """One op called on one sample as a step: its tensor outputs, or (training) the mean square plus
     the mean of each floating output, summed, with each differentiable input scaled by a learnable
@@ -198,16 +210,16 @@ class OpStep(nn.Module):
     def __init__(self, op: Callable[..., Any], call: _Call, process: Callable[[Any], Any], trains: bool) -> None:
         super().__init__()
         self.op, self.process, self.trains = op, process, trains
-        self.spec, self.leaves, self.positions = call.spec, call.leaves, call.positions
+        self.call = _Shared(call.spec, call.leaves, call.positions)
         self.scaled = tuple(i for i, d in enumerate(call.differentiable) if d) if trains else ()
         self.scales = nn.ParameterList([nn.Parameter(torch.ones(call.tensors[i].shape)) for i in self.scaled])
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        leaves = list(self.leaves)
+        leaves = list(self.call.leaves)
         scales = dict(zip(self.scaled, self.scales, strict=True))
-        for n, (position, t) in enumerate(zip(self.positions, tensors, strict=True)):
+        for n, (position, t) in enumerate(zip(self.call.positions, tensors, strict=True)):
             leaves[position] = t * scales[n] if n in scales else t
-        inp, args, kwargs = tree_unflatten(leaves, self.spec)
+        inp, args, kwargs = tree_unflatten(leaves, self.call.spec)
         out = self.process(self.op(inp, *args, **kwargs))
         if not self.trains:
             return out if isinstance(out, torch.Tensor) else tuple(tree_flatten(out)[0])
@@ -312,8 +324,11 @@ def _train_problem(op: Any, sample: Any) -> str | None:
     if not any(_take_apart(sample).differentiable):
         return "no differentiable floating input"
     with _quiet():
-        if not loss_terms(_run(op, sample, False, 1)):
-            return "no floating output to make a loss of"
+        out = _run(op, sample, False, 1)
+    if not loss_terms(out):
+        floating = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                    and (t.is_floating_point() or t.is_complex())]
+        return "its floating outputs are empty (no loss to make)" if floating else "no floating output to make a loss"
     return None
 
 
@@ -491,6 +506,11 @@ def _load(patterns: Sequence[str]) -> None:
     """The lazy family's loader: the ops ``patterns`` could name (screening all of them takes minutes
     once, then is read from :func:`cache_path`)."""
     register_ops(keys_named(patterns))
+
+
+def ci_patterns(n: int = 10) -> list[str]:
+    """:func:`ci_sample` as ``--case`` patterns (``op-abs-*``)."""
+    return [f"{PREFIX}{key}-*" for key in ci_sample(n)]
 
 
 if available():
