@@ -163,3 +163,13 @@ def test_planted_faults_are_caught_on_op_cases() -> None:
     (abs_train,) = select_cases(["op-abs-0-train"])
     wrong = run_case(abs_train, PerturbGradBackend())
     assert wrong.status == Status.FAIL_PARITY, (wrong.status, wrong.reason)
+
+
+def test_a_differentiable_input_the_loss_does_not_reach_gets_no_scale() -> None:
+    """cosine_embedding_loss's sample marks its target differentiable; the loss does not use it, and a scale
+    on it (no gradient) made the step's ``autograd.grad`` refuse: fail-compile on eager."""
+    (case,) = select_cases(["op-nn.functional.cosine_embedding_loss-0-train"])
+    workload = case.build()
+    assert len(list(workload.model.parameters())) == 2  # the two inputs, not the target
+    result = run_case(case, EagerBackend())
+    assert result.status == Status.PASS, (result.status, result.reason)

@@ -31,6 +31,7 @@ id by building its one op (:func:`case_from_id`).  Not in a run that names no ca
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -243,17 +244,41 @@ def _identity(out: Any) -> Any:
     return out
 
 
-def _workload(op: Any, sample: Any, trains: bool) -> Workload:
+def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | None = None) -> Workload:
+    """The step on ``sample``; ``reached``: which of its differentiable inputs the loss reaches (only those
+    are scaled: a scale the loss does not reach has no gradient, which a step's ``autograd.grad`` refuses)."""
     call = _take_apart(sample)
+    if trains:
+        reached = _reached(op, sample) if reached is None else reached
+        call = dataclasses.replace(call, differentiable=tuple(d and r for d, r in zip(
+            call.differentiable, reached, strict=True)))
     process = sample.output_process_fn_grad or _identity
     return Workload(OpStep(op.op, call, process, trains), call.tensors)
 
 
+def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
+    """Per tensor of ``sample``: whether the training loss has a gradient for it (one trial step, its random
+    draws forked away)."""
+    call = _take_apart(sample)
+    with torch.random.fork_rng(), _quiet():
+        step = OpStep(op.op, call, sample.output_process_fn_grad or _identity, True)
+        loss = step(*call.tensors)
+        if not step.scaled or not loss.requires_grad:
+            return tuple(False for _ in call.tensors)
+        grads = torch.autograd.grad(loss, list(step.scales), allow_unused=True)
+    used = dict(zip(step.scaled, (g is not None for g in grads), strict=True))
+    return tuple(used.get(n, False) for n in range(len(call.tensors)))
+
+
 def _builder(key: str, k: int, trains: bool) -> Callable[[int], Workload]:
+    reached: list[tuple[bool, ...]] = []  # found once per process: the sample's structure is the seed's
+
     def build(seed: int) -> Workload:
         op = _by_key()[key]
-        samples = draw_samples(op)  # Case.build / inputs_for seed the draw
-        return _workload(op, samples[k], trains)
+        sample = draw_samples(op)[k]  # Case.build / inputs_for seed the draw
+        if trains and not reached:
+            reached.append(_reached(op, sample))
+        return _workload(op, sample, trains, reached[0] if trains else None)
 
     return build
 
@@ -323,6 +348,9 @@ def _train_problem(op: Any, sample: Any) -> str | None:
     """Why a sample (that runs for inference) makes no training step, or ``None``."""
     if not any(_take_apart(sample).differentiable):
         return "no differentiable floating input"
+    with _quiet():
+        if not any(_reached(op, sample)):
+            return "the loss reaches no differentiable input"
     with _quiet():
         out = _run(op, sample, False, 1)
     if not loss_terms(out):
