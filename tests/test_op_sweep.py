@@ -53,6 +53,8 @@ def test_ids_are_stable_across_two_builds_and_readable() -> None:
             assert int(m[1]) < ops.MAX_SAMPLES and case.kind == ("train_step" if m[2] == "train" else "inference")
             assert case.family == "ops" and not case.in_default and case.description.startswith("torch op ")
     assert sum(len(s.cases) for s in first) >= 10
+    ci = select_cases(ops.ci_patterns())  # the fixed CI sample selects as patterns, each naming cases
+    assert {c.id for c in ci} == {c.id for s in first for c in s.cases}
 
 
 def test_every_step_op_db_offers_is_registered_or_left_out_with_a_reason() -> None:
