@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -323,6 +323,40 @@ def unavailable(family: str, reason: str) -> None:
     UNAVAILABLE[family] = reason
 
 
+#: what a family does not run, by label (an id or id prefix), and why: listed, never silently dropped
+LEFT_OUT: dict[str, str] = {}
+#: id prefix -> (family, loader) of a family whose registration costs seconds (the op sweep imports
+#: torch's op database): ``loader(patterns)`` registers the cases the patterns could name, called only
+#: when one could name the prefix (:func:`select_cases`)
+LAZY: dict[str, tuple[str, Callable[[Sequence[str]], None]]] = {}
+
+
+def leave_out(label: str, reason: str) -> None:
+    """Record something a family leaves out, and why, for ``conformance list cases``."""
+    LEFT_OUT[label] = reason
+
+
+def lazy_family(prefix: str, family: str, loader: Callable[[Sequence[str]], None]) -> None:
+    """Register ``family``'s cases (ids starting with ``prefix``) only when a pattern could name one:
+    a bare ``*`` does not (``conformance list cases`` names the family instead)."""
+    LAZY[prefix] = (family, loader)
+
+
+def load_lazy(patterns: Iterable[str]) -> None:
+    """Load the lazy families ``patterns`` could name (a pattern's literal start is a prefix's, or within it)."""
+    patterns = list(patterns)
+    for prefix, (family, loader) in list(LAZY.items()):
+        named = [p for p in patterns if (lit := re.split(r"[*?\[]", p, maxsplit=1)[0])
+                 and (lit.startswith(prefix) or prefix.startswith(lit))]
+        if not named:
+            continue
+        try:
+            loader(named)
+        except Exception as exc:  # like a broken plugin: named, not fatal to the other families
+            LAZY.pop(prefix)
+            unavailable(family, f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+
+
 def all_cases() -> list[Case]:
     _load_plugins()
     for source in _inherited_sources():
@@ -438,8 +472,10 @@ def _could_name(pattern: str, family: str) -> bool:
 
 def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
-    cases = all_cases()
     patterns = list(patterns)
+    all_cases()
+    load_lazy(patterns)
+    cases = all_cases()
     if not patterns:
         return [c for c in cases if c.in_default]
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
@@ -452,6 +488,8 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
         known = ", ".join(f"{family} ({n})" for family, n in families(cases).items())
         missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items()
                           if _could_name(pattern, family))
+        missing += "".join(f"; {label} left out: {why}" for label, why in list(LEFT_OUT.items())
+                           if fnmatch.fnmatchcase(label, pattern) or fnmatch.fnmatchcase(f"{label}-x", pattern))[:600]
         raise CaseError(f"unknown case {pattern!r}{did_you_mean(pattern, (c.id for c in cases))} "
                         f"(families: {known}; see 'conformance list cases'){missing}")
     return chosen

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 import os
 import signal
 import sys
@@ -84,8 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("before", type=path_arg, metavar="A")
     diff.add_argument("after", type=path_arg, metavar="B")
     diff.add_argument("--all", action="store_true", help="every pair, not only those that changed")
-    cov = sub.add_parser("coverage", help="the module sweep's table (mod-* cases) of a results directory, as Markdown")
+    cov = sub.add_parser("coverage", help="the module sweep's (mod-*) and op sweep's (op-*) tables of a results "
+                                          "directory, as Markdown")
     cov.add_argument("dir", type=path_arg, metavar="DIR")
+    cov.add_argument("--all-left-out", action="store_true",
+                     help="list every op the sweep leaves out, not only those of the ops the run ran")
     repro = sub.add_parser(
         "repro", help="write a repro script for a failing case (generated cases shrunk first)",
         description="Run CASE on the backend; if it fails, write a script that exits 1 while the failing check "
@@ -356,7 +360,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from conformance.output.coverage import coverage, markdown
+    from conformance.output.coverage import coverage, markdown, op_coverage, op_markdown
     from conformance.output.records import RecordsError, read_usable
 
     path = Path(args.dir) / "results.jsonl" if Path(args.dir).is_dir() else Path(args.dir)
@@ -366,10 +370,18 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         raise UsageFailure(str(exc)) from None
     for problem in loaded.problems:
         print(f"conformance coverage: warning: {printable(problem.describe(path))}", file=sys.stderr)
-    table = coverage(loaded.results)
-    if table is None:
-        raise UsageFailure(f"{args.dir}: no module sweep results (run with --case 'mod-*')")
-    print(markdown(table))  # (names escaped cell by cell)
+    table, ops = coverage(loaded.results), op_coverage(loaded.results)
+    if table is None and ops is None:
+        raise UsageFailure(f"{args.dir}: no module or op sweep results (run with --case 'mod-*' or --case 'op-*')")
+    if table is not None:
+        print(markdown(table))  # (names escaped cell by cell)
+    if ops is not None:
+        from conformance.cases import ops as op_sweep  # what this torch release's sweep leaves out
+
+        run = {row.op for row in ops.rows}
+        ops.left_out = [(lo.label, lo.reason) for s in op_sweep.whole_sweep() for lo in s.left_out
+                        if args.all_left_out or s.key in run]
+        print(("\n" if table is not None else "") + op_markdown(ops))
     return 0
 
 
@@ -451,8 +463,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
             mark = "*" if c.in_default else " "
             _say(f"{mark} {c.id:32s} {c.kind:11s} {c.family:16s} seed={c.seed}{req}  {c.description}")
-        from conformance.api.case import BROKEN_PLUGINS, UNAVAILABLE
+        from conformance.api.case import BROKEN_PLUGINS, LAZY, LEFT_OUT, UNAVAILABLE
 
+        patterns = args.case or ["*"]
+        for label, reason in LEFT_OUT.items():
+            if any(fnmatch.fnmatchcase(label, p) or fnmatch.fnmatchcase(f"{label}-x", p) for p in patterns):
+                _say(f"  left out: {label}: {reason}")
+        for prefix, (family, _) in LAZY.items():
+            if not any(c.family == family for c in cases):
+                _say(f"family {family}: registered when a --case pattern names it (--case '{prefix}*')")
         for family, reason in UNAVAILABLE.items():
             _say(f"family {family}: not registered here: {reason}")
         for name, problem in BROKEN_PLUGINS.items():

@@ -1,4 +1,5 @@
-"""The module coverage table: one row per swept ``torch.nn`` module, a verdict per backend and step.
+"""The coverage tables: the module sweep's (a row per ``torch.nn`` module, a verdict per backend and step)
+and the op sweep's (op x backend x {inference, training}, with the short reason of a non-pass).
 
 The module sweep (``mod-<Name>-infer``, ``mod-<Name>-train``: :mod:`conformance.cases.modules`)
 asks one question per module: is the harness exact on it alone?  Read as the matrix, its
@@ -69,3 +70,99 @@ def markdown(table: Coverage) -> str:
     totals = ", ".join(f"{printable(b)}: {ok} of {n} modules as expected"
                        for b in table.backends for ok, n in [table.summary(b)])
     return "\n".join([*lines, "", totals])
+
+
+# --- the op sweep (op-<key>-<k>-{infer,train}: conformance.cases.ops) ---
+
+OP_FAMILY = "ops"
+_OP_CASE = re.compile(r"^op-(?P<op>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+REASON_CHARS = 100
+
+
+@dataclass
+class OpRow:
+    op: str
+    #: backend -> step -> the pairs of its samples, in sample order
+    cells: dict[str, dict[str, list[Result]]] = field(default_factory=dict)
+
+
+@dataclass
+class OpCoverage:
+    """op x backend x {inference, training}: the verdict of its samples and the first non-pass's reason;
+    and what the sweep left out (``(label, reason)``), so the table accounts for every op."""
+
+    backends: list[str]
+    rows: list[OpRow]
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+
+    def counts(self, backend: str) -> dict[str, int]:
+        """Pairs by verdict on ``backend``."""
+        out: dict[str, int] = {}
+        for row in self.rows:
+            for results in row.cells.get(backend, {}).values():
+                for r in results:
+                    out[str(r.status)] = out.get(str(r.status), 0) + 1
+        return dict(sorted(out.items()))
+
+
+def op_coverage(results: Iterable[Result], left_out: Iterable[tuple[str, str]] = ()) -> OpCoverage | None:
+    """The op sweep's results as a table (pure); ``None`` when no op case was run."""
+    rows: dict[str, OpRow] = {}
+    backends: list[str] = []
+    for r in sorted(results, key=lambda r: r.case):
+        m = _OP_CASE.match(r.case)
+        if r.family != OP_FAMILY or m is None:
+            continue
+        row = rows.setdefault(m["op"], OpRow(m["op"]))
+        row.cells.setdefault(r.backend, {}).setdefault(m["step"], []).append(r)
+        if r.backend not in backends:
+            backends.append(r.backend)
+    if not rows:
+        return None
+    return OpCoverage(backends, [rows[k] for k in sorted(rows, key=str.lower)], list(left_out))
+
+
+def short_reason(result: Result) -> str:
+    """A non-pass's reason on one line, cut to :data:`REASON_CHARS` (the cause where the run gave one)."""
+    text = " ".join((result.reason or result.cause or "").split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+
+
+def _cell(results: list[Result]) -> str:
+    """The samples' verdicts (one word where they agree) and the first non-pass's short reason."""
+    statuses = [str(r.status) for r in results]
+    verdict = statuses[0] if len(set(statuses)) == 1 else "/".join(statuses)
+    first = next((r for r in results if not r.ok or str(r.status) != "pass"), None)
+    reason = short_reason(first) if first is not None else ""
+    return f"{verdict}: {reason}" if reason else verdict
+
+
+def _md(text: str) -> str:
+    return printable(text).replace("|", "\\|")
+
+
+def op_markdown(table: OpCoverage) -> str:
+    """The table as Markdown: one line per op and backend, a column per step (``-``: not run), then the
+    verdict counts per backend and what was left out, counted by reason and listed."""
+    lines = ["| op | backend | inference | training |", "| --- | --- | --- | --- |"]
+    for row in table.rows:
+        for backend in table.backends:
+            steps = row.cells.get(backend)
+            if steps is None:
+                continue
+            cells = [_md(_cell(steps[s])) if s in steps else "-" for s in STEPS]
+            lines.append(f"| `{_md(row.op)}` | {_md(backend)} | " + " | ".join(cells) + " |")
+    lines += ["", f"{len(table.rows)} ops run."]
+    for backend in table.backends:
+        counts = ", ".join(f"{n} {status}" for status, n in table.counts(backend).items())
+        lines.append(f"{_md(backend)}: {counts} (pairs)")
+    if table.left_out:
+        by_reason: dict[str, int] = {}
+        for _, reason in table.left_out:
+            short = re.sub(r" \(.*", "", reason)
+            by_reason[short] = by_reason.get(short, 0) + 1
+        lines += ["", f"Left out ({len(table.left_out)}), by reason:", ""]
+        lines += [f"- {n}: {_md(reason)}" for reason, n in sorted(by_reason.items(), key=lambda kv: -kv[1])]
+        lines += ["", "| left out | reason |", "| --- | --- |"]
+        lines += [f"| `{_md(label)}` | {_md(reason)} |" for label, reason in table.left_out]
+    return "\n".join(lines)

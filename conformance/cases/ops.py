@@ -1,0 +1,550 @@
+"""The op sweep: every OpInfo of PyTorch's own op database (``op_db``) as cases, per sample.
+
+A vendor bringing up a backend asks first which operators it gets right.  PyTorch's
+``torch.testing._internal.common_methods_invocations.op_db`` holds, for each operator, sample
+inputs its own tests run; this family makes the first :data:`MAX_SAMPLES` CPU float32
+samples of each OpInfo (drawn after ``torch.manual_seed(0)``, in the order the OpInfo yields
+them) a case for inference, ``op-<name>[.<variant>]-<k>-infer``, and, where the op supports
+autograd and the sample has a differentiable input, a training step ``op-...-<k>-train``:
+each differentiable input scaled elementwise by a learnable tensor of ones (so the step has
+parameters whose gradients are the inputs' gradients) and the loss the mean square plus the
+mean of every floating output, as the module sweep makes it (:mod:`conformance.cases.modules`).
+The sample's ``output_process_fn_grad`` (what OpInfo's gradient tests apply to make an output
+unique, e.g. an eigenvector's sign) is applied to the outputs.  A training step stops at
+backward (``optimizer="none"``): an optimizer step would move inputs out of an op's domain.
+
+Every tensor of a sample (also inside lists and keyword arguments) is an input of the case,
+drawn again from the call's seed on every call; every other argument (ints, dtypes, strings)
+is a constant of the step.  What the sweep cannot run is listed, never dropped
+(:func:`left_out`): an OpInfo without float32 on the CPU, a sample holding a value that is
+not a plain tensor or number (a sparse tensor, a module, an options object), a sample plain
+eager PyTorch cannot run on the CPU, or whose outputs are not tensors or differ between two
+eager runs (uninitialised memory).  :func:`census` counts what ``op_db`` offers, so a test
+holds registered + left out = offered.
+
+``op_db`` imports ``expecttest`` (``pip install 'torch-conformance[ops]'``) and costs seconds
+to import and screen, so the family registers lazily: only when a ``--case`` pattern could
+name an ``op-`` id (:func:`conformance.api.case.lazy_family`); a worker process resolves one
+id by building its one op (:func:`case_from_id`).  Not in a run that names no case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from conformance.api.case import (
+    Case,
+    CaseKind,
+    Workload,
+    add_resolver,
+    lazy_family,
+    leave_out,
+    register,
+    unavailable,
+)
+from conformance.util.paths import cache_home
+
+FAMILY = "ops"
+PREFIX = "op-"
+MAX_SAMPLES = 2
+#: how many of an op's samples are looked at to find MAX_SAMPLES whose tensors are not empty
+SCAN = 200
+SAMPLE_SEED = 0
+DTYPE = torch.float32
+STEPS = ("infer", "train")
+#: a constant of a step: what a case can carry besides tensors (baked into the step, as written)
+PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.memory_format, torch.layout, torch.device, slice,
+         type(Ellipsis))
+_ID = re.compile(rf"^{PREFIX}(?P<key>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What the sweep does not run, and why: an op (``op-<key>``), a sample (``op-<key>-<k>``) or one
+    of its steps (``op-<key>-<k>-train``)."""
+
+    label: str
+    op: str  # the OpInfo's key (name[.variant])
+    sample: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One op's cases and what it leaves out (a pure function of the op and this torch release)."""
+
+    key: str
+    cases: tuple[Case, ...]
+    left_out: tuple[LeftOut, ...]
+    samples: int  # the samples the op offers to the sweep (at most MAX_SAMPLES)
+    trains: bool  # the op supports autograd (a training step per sample is offered)
+
+
+def available() -> bool:
+    """Whether ``op_db`` can import here (it needs ``expecttest``): found on the path, not imported."""
+    return importlib.util.find_spec("expecttest") is not None
+
+
+@functools.cache
+def op_db() -> tuple[Any, ...]:
+    """PyTorch's OpInfo database at the installed release (seconds to import: only when asked)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    return tuple(db)
+
+
+def key_of(op: Any) -> str:
+    """The id part naming an OpInfo: ``name[.variant]``, characters outside an id's replaced by ``_``."""
+    name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+    return _UNSAFE.sub("_", name)
+
+
+@functools.cache
+def _by_key() -> dict[str, Any]:
+    index: dict[str, Any] = {}
+    for op in op_db():
+        index.setdefault(key_of(op), op)  # a collision would be a second screening's left-out line
+    return index
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def draw_samples(op: Any) -> list[Any]:
+    """The op's first samples whose tensors are not empty (among the first :data:`SCAN` it yields; its
+    first one, empty, where none is), drawn under the random state in force (the case's seed sets it).
+
+    OpInfos often yield an empty tensor first: a case on it computes nothing and holds no memory."""
+    full: list[Any] = []
+    empty: list[Any] = []
+    with _quiet():
+        for n, sample in enumerate(op.sample_inputs("cpu", DTYPE, requires_grad=op.supports_autograd)):
+            tensors = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+                       if isinstance(t, torch.Tensor)]
+            (full if all(t.numel() for t in tensors) else empty).append(sample)
+            if len(full) == MAX_SAMPLES or n + 1 == SCAN:
+                break
+    return full or empty[:1]
+
+
+def _seeded_samples(op: Any, seed: int = SAMPLE_SEED) -> list[Any]:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return draw_samples(op)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A sample taken apart: its tensors (the case's inputs) and the rest (constants of the step)."""
+
+    spec: Any  # the pytree spec of (input, args, kwargs)
+    leaves: tuple[Any, ...]  # tensors replaced by None
+    positions: tuple[int, ...]  # where the tensors go
+    tensors: tuple[torch.Tensor, ...]
+    differentiable: tuple[bool, ...]  # per tensor: requires grad in the sample
+
+
+def _take_apart(sample: Any) -> _Call:
+    flat, spec = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    positions = tuple(i for i, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor))
+    tensors = tuple(flat[i] for i in positions)
+    leaves = tuple(None if i in positions else leaf for i, leaf in enumerate(flat))
+    return _Call(spec, leaves, positions, tuple(t.detach() for t in tensors),
+                 tuple(bool(t.requires_grad and t.is_floating_point()) for t in tensors))
+
+
+def _plain_problem(sample: Any) -> str | None:
+    """Why a sample's arguments cannot be a case's inputs and constants, or ``None``."""
+    flat, _ = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    for leaf in flat:
+        if isinstance(leaf, torch.Tensor):
+            if leaf.layout != torch.strided:
+                return f"a {str(leaf.layout).removeprefix('torch.')} tensor argument (a case's inputs are strided)"
+            if leaf.is_complex():
+                return "a complex tensor argument (the references are real float64/float32)"
+            if leaf.is_quantized or leaf.is_nested:
+                return "a quantized or nested tensor argument"
+        elif not isinstance(leaf, PLAIN):
+            return f"an argument of type {type(leaf).__name__}, neither a tensor nor a number"
+    return None
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """The constants of a step, shared by its copies (the references deep-copy the module): immutable."""
+
+    spec: Any
+    leaves: tuple[Any, ...]
+    positions: tuple[int, ...]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Shared:
+        return self
+
+
+class OpStep(nn.Module):
+    """One op called on one sample as a step: its tensor outputs, or (training) the mean square plus
+    the mean of each floating output, summed, with each differentiable input scaled by a learnable
+    tensor of ones (the op has no parameters of its own; the scales' gradients are the inputs')."""
+
+    def __init__(self, op: Callable[..., Any], call: _Call, process: Callable[[Any], Any], trains: bool) -> None:
+        super().__init__()
+        self.op, self.process, self.trains = op, process, trains
+        self.call = _Shared(call.spec, call.leaves, call.positions)
+        self.scaled = tuple(i for i, d in enumerate(call.differentiable) if d) if trains else ()
+        self.scales = nn.ParameterList([nn.Parameter(torch.ones(call.tensors[i].shape)) for i in self.scaled])
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        leaves = list(self.call.leaves)
+        scales = dict(zip(self.scaled, self.scales, strict=True))
+        for n, (position, t) in enumerate(zip(self.call.positions, tensors, strict=True)):
+            leaves[position] = t * scales[n] if n in scales else t
+        inp, args, kwargs = tree_unflatten(leaves, self.call.spec)
+        out = self.process(self.op(inp, *args, **kwargs))
+        if not self.trains:
+            return out if isinstance(out, torch.Tensor) else tuple(tree_flatten(out)[0])
+        return sum((t.square().mean() + t.mean() for t in loss_terms(out)), torch.zeros((), dtype=_dtype(tensors)))
+
+
+def _dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype:
+    """The loss's accumulator dtype: the inputs' floating dtype (float64 in the reference)."""
+    return next((t.dtype for t in tensors if t.is_floating_point()), torch.get_default_dtype())
+
+
+def loss_terms(out: Any) -> list[torch.Tensor]:
+    """The outputs a training step's loss is made of: floating (a complex one as its real and imaginary
+    parts) and not empty (an empty mean is NaN)."""
+    tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.numel() > 0]
+    return [torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+            for t in tensors if t.is_floating_point() or t.is_complex()]
+
+
+def _identity(out: Any) -> Any:
+    return out
+
+
+def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | None = None) -> Workload:
+    """The step on ``sample``; ``reached``: which of its differentiable inputs the loss reaches (only those
+    are scaled: a scale the loss does not reach has no gradient, which a step's ``autograd.grad`` refuses)."""
+    call = _take_apart(sample)
+    if trains:
+        reached = _reached(op, sample) if reached is None else reached
+        call = dataclasses.replace(call, differentiable=tuple(d and r for d, r in zip(
+            call.differentiable, reached, strict=True)))
+    process = sample.output_process_fn_grad or _identity
+    return Workload(OpStep(op.op, call, process, trains), call.tensors)
+
+
+def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
+    """Per tensor of ``sample``: whether the training loss has a gradient for it (one trial step, its random
+    draws forked away)."""
+    call = _take_apart(sample)
+    with torch.random.fork_rng(), _quiet():
+        step = OpStep(op.op, call, sample.output_process_fn_grad or _identity, True)
+        loss = step(*call.tensors)
+        if not step.scaled or not loss.requires_grad:
+            return tuple(False for _ in call.tensors)
+        grads = torch.autograd.grad(loss, list(step.scales), allow_unused=True)
+    used = dict(zip(step.scaled, (g is not None for g in grads), strict=True))
+    return tuple(used.get(n, False) for n in range(len(call.tensors)))
+
+
+def _builder(key: str, k: int, trains: bool) -> Callable[[int], Workload]:
+    reached: list[tuple[bool, ...]] = []  # found once per process: the sample's structure is the seed's
+
+    def build(seed: int) -> Workload:
+        op = _by_key()[key]
+        sample = draw_samples(op)[k]  # Case.build / inputs_for seed the draw
+        if trains and not reached:
+            reached.append(_reached(op, sample))
+        return _workload(op, sample, trains, reached[0] if trains else None)
+
+    return build
+
+
+def _output_problem(out: Any) -> str | None:
+    leaves = tree_flatten(out)[0]
+    other = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
+    if other is not None or not leaves:
+        return f"returns a Python {type(other).__name__ if leaves else 'empty container'}, not tensors"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:140] if text else ''}".rstrip(": ")
+
+
+def _run(op: Any, sample: Any, trains: bool, seed: int) -> Any:
+    """The step as plain eager PyTorch runs it at the sample's seed (screening, not a case's run)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        workload = _workload(op, sample, trains)
+        if not trains:
+            with torch.no_grad():
+                return workload.model(*workload.inputs)
+        loss = workload.model(*workload.inputs)
+        loss.backward()
+        return loss.detach()
+
+
+def _same(a: Any, b: Any) -> bool:
+    fa, fb = tree_flatten(a)[0], tree_flatten(b)[0]
+    return len(fa) == len(fb) and all(
+        x.shape == y.shape and x.dtype == y.dtype and bool(((x == y) | (x.isnan() & y.isnan())).all())
+        for x, y in zip(fa, fb, strict=True))
+
+
+def _screen_sample(op: Any, sample: Any, trains: bool) -> str | None:
+    """Why plain eager PyTorch cannot run this step on the CPU as a case, or ``None``."""
+    try:
+        with _quiet():
+            first = _run(op, sample, trains, 1)
+    except Exception as exc:
+        return f"plain eager PyTorch cannot run it on the CPU ({_first_line(exc)})"
+    if not trains and (problem := _output_problem(first)) is not None:
+        return problem
+    with _quiet(), _filling_uninitialised():
+        second = _run(op, sample, trains, 2)
+    if not _same(first, second):
+        return "two eager runs of the same sample differ (uninitialised memory or unseeded random draws)"
+    return None
+
+
+@contextlib.contextmanager
+def _filling_uninitialised() -> Iterator[None]:
+    """Deterministic mode, where ``torch.empty`` and its kin fill their memory (NaN): an output read
+    from uninitialised memory then differs from a run outside it."""
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def _train_problem(op: Any, sample: Any) -> str | None:
+    """Why a sample (that runs for inference) makes no training step, or ``None``."""
+    if not any(_take_apart(sample).differentiable):
+        return "no differentiable floating input"
+    with _quiet():
+        if not any(_reached(op, sample)):
+            return "the loss reaches no differentiable input"
+    with _quiet():
+        out = _run(op, sample, False, 1)
+    if not loss_terms(out):
+        floating = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                    and (t.is_floating_point() or t.is_complex())]
+        return "its floating outputs are empty (no loss to make)" if floating else "no floating output to make a loss"
+    return None
+
+
+def screen(op: Any) -> Screened:
+    """The op's cases and left-out lines (imports nothing; ``op`` is an OpInfo)."""
+    key = key_of(op)
+    label = f"{PREFIX}{key}"
+    if not op.supports_dtype(DTYPE, "cpu"):
+        return Screened(key, (), (LeftOut(label, key, None, "no float32 samples on the CPU"),), 0, False)
+    try:
+        samples = _seeded_samples(op)
+    except Exception as exc:
+        return Screened(key, (), (LeftOut(label, key, None, f"its samples do not generate ({_first_line(exc)})"),),
+                        0, False)
+    if not samples:
+        return Screened(key, (), (LeftOut(label, key, None, "no CPU float32 samples"),), 0, False)
+    cases: list[Case] = []
+    out: list[LeftOut] = []
+    for k, sample in enumerate(samples):
+        problem = _plain_problem(sample)
+        if problem is not None:
+            out.append(LeftOut(f"{label}-{k}", key, k, problem))
+            continue
+        steps = (False, True) if op.supports_autograd else (False,)
+        for trains in steps:
+            step = STEPS[trains]
+            try:
+                why = (_train_problem(op, sample) if trains else None) or _screen_sample(op, sample, trains)
+            except Exception as exc:  # the sweep's own step around the op fails: named, not dropped
+                why = f"the step around the op fails ({_first_line(exc)})"
+            if why is not None:
+                out.append(LeftOut(f"{label}-{k}" if not trains else f"{label}-{k}-{step}", key, k, why))
+                if not trains:
+                    break  # a sample eager cannot run for inference is left out whole
+                continue
+            cases.append(_case(op, key, k, sample, trains))
+    return Screened(key, tuple(cases), tuple(out), len(samples), bool(op.supports_autograd))
+
+
+def _case(op: Any, key: str, k: int, sample: Any, trains: bool) -> Case:
+    shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in _take_apart(sample).tensors)
+    return _make_case(key, k, trains,
+                      f"torch op {op.name}{f' ({op.variant_test_name})' if op.variant_test_name else ''}, "
+                      f"OpInfo sample {k} ({shapes or 'no tensors'}){', training step' if trains else ''}")
+
+
+def _make_case(key: str, k: int, trains: bool, description: str) -> Case:
+    kind: CaseKind = "train_step" if trains else "inference"
+    return Case(f"{PREFIX}{key}-{k}-{STEPS[trains]}", kind, FAMILY, SAMPLE_SEED, _builder(key, k, trains),
+                trains=trains, requires=frozenset({"training"}) if trains else frozenset(), in_default=False,
+                optimizer="none" if trains else None, description=description)
+
+
+@functools.cache
+def _screened(key: str) -> Screened:
+    return screen(_by_key()[key])
+
+
+def sweep(keys: Sequence[str] | None = None) -> list[Screened]:
+    """Every op's screening (or the ops named by ``keys``), in ``op_db``'s order, screened here."""
+    names = list(_by_key()) if keys is None else list(keys)
+    return [_screened(key) for key in names]
+
+
+def cache_path() -> Path:
+    """Where the whole sweep's screening is kept: per torch release and version of this module."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return cache_home() / "op-sweep" / f"torch-{_UNSAFE.sub('_', torch.__version__)}-{digest}.json"
+
+
+def _to_json(screened: Sequence[Screened]) -> dict[str, Any]:
+    return {"torch": torch.__version__, "ops": [
+        {"key": s.key, "samples": s.samples, "trains": s.trains,
+         "cases": [{"id": c.id, "description": c.description} for c in s.cases],
+         "left_out": [[lo.label, lo.sample, lo.reason] for lo in s.left_out]} for s in screened]}
+
+
+def _from_json(data: dict[str, Any]) -> list[Screened]:
+    out = []
+    for op in data["ops"]:
+        cases = []
+        for c in op["cases"]:
+            m = _ID.match(c["id"])
+            assert m is not None
+            cases.append(_make_case(m["key"], int(m["k"]), m["step"] == "train", c["description"]))
+        out.append(Screened(op["key"], tuple(cases), tuple(LeftOut(label, op["key"], k, reason)
+                                                          for label, k, reason in op["left_out"]),
+                            op["samples"], op["trains"]))
+    return out
+
+
+@functools.cache
+def whole_sweep() -> tuple[Screened, ...]:
+    """Every op's screening, from the cache where a run here made it (screening takes minutes)."""
+    path = cache_path()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AssertionError):
+        return tuple(_from_json(json.loads(path.read_text())))
+    screened = sweep()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_to_json(screened)))
+        tmp.replace(path)
+    return tuple(screened)
+
+
+def left_out(keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """What the sweep leaves out, with why, as ``(label, reason)`` (machine-readable: the coverage table's)."""
+    found = [(lo.label, lo.reason) for s in (whole_sweep() if keys is None else sweep(keys)) for lo in s.left_out]
+    collisions = len(op_db()) - len(_by_key())
+    if keys is None and collisions:
+        found.append((f"{PREFIX}*", f"{collisions} OpInfos whose names sanitize to a key already taken"))
+    return found
+
+
+@dataclass(frozen=True)
+class Census:
+    """What ``op_db`` offers the sweep, counted apart from the sweep's own bookkeeping."""
+
+    ops: int  # OpInfos
+    float32_ops: int  # with float32 on the CPU
+    samples: int  # at most MAX_SAMPLES per float32 op
+    steps: int  # samples, plus one training step per sample of an op with autograd
+
+
+def census(keys: Sequence[str] | None = None) -> Census:
+    ops = [_by_key()[k] for k in (list(_by_key()) if keys is None else keys)]
+    float32 = [op for op in ops if op.supports_dtype(DTYPE, "cpu")]
+    samples = {key_of(op): len(_seeded_samples(op)) for op in float32}
+    steps = sum(n * (2 if op.supports_autograd else 1) for op in float32 for n in [samples[key_of(op)]])
+    return Census(len(ops), len(float32), sum(samples.values()), steps)
+
+
+def case_from_id(case_id: str) -> Case | None:
+    """An op case by its id, building only its op (a worker resolves the one case it runs)."""
+    m = _ID.match(case_id)
+    if m is None or not available():
+        return None
+    if cache_path().is_file():
+        return next((c for s in whole_sweep() if s.key == m["key"] for c in s.cases if c.id == case_id), None)
+    if m["key"] not in _by_key():
+        return None
+    return next((c for c in _screened(m["key"]).cases if c.id == case_id), None)
+
+
+def keys_named(patterns: Sequence[str]) -> list[str] | None:
+    """The op keys whose ids ``patterns`` could name (by each pattern's literal start); ``None``: all."""
+    literals = [re.split(r"[*?\[]", p, maxsplit=1)[0] for p in patterns]
+    keys = [k for k in _by_key() if any((f"{PREFIX}{k}-".startswith(lit) or lit.startswith(f"{PREFIX}{k}-"))
+                                        for lit in literals)]
+    return None if len(keys) == len(_by_key()) else keys
+
+
+def register_ops(keys: Sequence[str] | None = None) -> None:
+    """Register the sweep's cases and left-out lines (every op, or those named by ``keys``)."""
+    from conformance.api.case import _REGISTRY
+
+    for screened in whole_sweep() if keys is None or cache_path().is_file() else sweep(keys):
+        for case in screened.cases:
+            if case.id not in _REGISTRY:
+                register(case)
+        for lo in screened.left_out:
+            leave_out(lo.label, lo.reason)
+
+
+def ci_sample(n: int = 10) -> list[str]:
+    """A fixed small sample of the sweep's op keys for CI: every ``len // n``-th op of ``op_db``'s order
+    among those with float32 CPU samples (deterministic at a torch release)."""
+    keys = [key_of(op) for op in op_db() if op.supports_dtype(DTYPE, "cpu")]
+    step = max(1, len(keys) // n)
+    return keys[::step][:n]
+
+
+def _load(patterns: Sequence[str]) -> None:
+    """The lazy family's loader: the ops ``patterns`` could name (screening all of them takes minutes
+    once, then is read from :func:`cache_path`)."""
+    register_ops(keys_named(patterns))
+
+
+def ci_patterns(n: int = 10) -> list[str]:
+    """:func:`ci_sample`'s ops that have cases, as ``--case`` patterns (``op-abs-*``): an op left out whole
+    (a CUDA-only kernel) would be an unknown case."""
+    return [f"{PREFIX}{s.key}-*" for s in sweep(ci_sample(n)) if s.cases]
+
+
+if available():
+    lazy_family(PREFIX, FAMILY, _load)
+    add_resolver(case_from_id)
+else:
+    unavailable("op (expecttest)", "expecttest, which torch's op_db imports, is not installed: "
+                "pip install 'torch-conformance[ops]'")

@@ -1,0 +1,177 @@
+"""The op sweep (``op-*``, :mod:`conformance.cases.ops`): ids stable and readable, every step ``op_db``
+offers registered or left out with a reason, the family lazy, eager exact on a handful of op cases
+through the CLI (two shards merged), the coverage table, and planted faults caught on op cases."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("expecttest", reason="the op sweep needs expecttest (pip install 'torch-conformance[ops]')")
+
+from conformance.api.case import LEFT_OUT, id_problem, select_cases
+from conformance.api.result import Result
+from conformance.api.verdict import Status
+from conformance.backends.eager import EagerBackend
+from conformance.cases import ops
+from conformance.output.coverage import op_coverage, op_markdown
+from conformance.run.engine import run_case
+from tests.planted import LeakyEagerBackend
+from tests.planted_backends import PerturbGradBackend
+
+#: ops this torch release leaves out in part or whole, one per kind of reason (uninitialised memory,
+#: a Python result, an options object as an argument), with the CI sample, for the accounting test
+LEFT_OUT_EXAMPLES = ["new_empty", "equal", "nn.functional.linear_cross_entropy.chunked"]
+#: a handful of op cases eager runs exactly (run through the CLI, in two shards)
+EAGER_CASES = ["op-abs-0-infer", "op-abs-0-train", "op-cummin-1-train", "op-narrow-0-infer",
+               "op-nn.functional.pixel_unshuffle-0-train", "op-new_empty-1-infer"]
+
+
+def _keys() -> list[str]:
+    no_float32 = next(ops.key_of(op) for op in ops.op_db() if not op.supports_dtype(ops.DTYPE, "cpu"))
+    present = [k for k in LEFT_OUT_EXAMPLES if k in ops._by_key()]
+    return list(dict.fromkeys([*ops.ci_sample(), *present, no_float32]))
+
+
+def test_ids_are_stable_across_two_builds_and_readable() -> None:
+    keys = ops.ci_sample()
+    assert len(keys) == 10 and keys == ops.ci_sample()
+    first = [ops.screen(ops._by_key()[k]) for k in keys]
+    second = [ops.screen(ops._by_key()[k]) for k in keys]  # screened again, not the cached screening
+    assert [[c.id for c in s.cases] for s in first] == [[c.id for c in s.cases] for s in second]
+    assert [s.left_out for s in first] == [s.left_out for s in second]
+    for screened in first:
+        for case in screened.cases:
+            assert id_problem(case.id) is None
+            m = re.fullmatch(rf"op-{re.escape(screened.key)}-(\d)-(infer|train)", case.id)
+            assert m is not None, case.id
+            assert int(m[1]) < ops.MAX_SAMPLES and case.kind == ("train_step" if m[2] == "train" else "inference")
+            assert case.family == "ops" and not case.in_default and case.description.startswith("torch op ")
+    assert sum(len(s.cases) for s in first) >= 10
+    ci = select_cases(ops.ci_patterns())  # the fixed CI sample selects as patterns, each naming cases
+    assert {c.id for c in ci} == {c.id for s in first for c in s.cases}
+
+
+def test_every_step_op_db_offers_is_registered_or_left_out_with_a_reason() -> None:
+    """Nothing silently dropped: census (counted from op_db alone) = cases + what the listing leaves out."""
+    keys = _keys()
+    screened = ops.sweep(keys)
+    census = ops.census(keys)
+    listed = ops.left_out(keys)
+    assert listed and all(reason.strip() and label.startswith("op-") for label, reason in listed)
+    reasons = " ".join(reason for _, reason in listed)
+    for kind in ("no float32 samples", "not tensors", "two eager runs", "neither a tensor nor a number"):
+        assert kind in reasons, f"no left-out line of the kind {kind!r}: {listed}"
+
+    def left_steps(s: ops.Screened) -> int:
+        return sum(1 if lo.label.endswith("-train") else 0 if lo.sample is None else (2 if s.trains else 1)
+                   for lo in s.left_out)
+
+    assert census.ops == len(keys)
+    assert census.float32_ops == sum(not any(lo.sample is None and "float32" in lo.reason for lo in s.left_out)
+                                     for s in screened)
+    assert census.samples == sum(s.samples for s in screened)
+    assert census.steps == sum(len(s.cases) + left_steps(s) for s in screened)
+
+
+def test_the_family_is_lazy_and_not_part_of_a_run_that_names_no_case() -> None:
+    probe = ("import sys; from conformance.api.case import all_cases, select_cases, LAZY; all_cases(); "
+             "select_cases([]); select_cases(['mlp-*']); "
+             "print('op-' in LAZY, 'torch.testing._internal.common_methods_invocations' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]  # registered lazily, op_db never imported
+    assert not any(c.id.startswith("op-") for c in select_cases([]))
+    chosen = select_cases(["op-abs-*", "op-new_empty-*"])
+    assert {c.id for c in chosen} >= {"op-abs-0-infer", "op-abs-0-train", "op-new_empty-1-infer"}
+    assert all(c.family == "ops" for c in chosen)
+    assert "op-new_empty-0" in LEFT_OUT and "uninitialised" in LEFT_OUT["op-new_empty-0"]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """EAGER_CASES on eager in two shards, merged (``merged``)."""
+    root = tmp_path_factory.mktemp("op-shards")
+    select = ["--backend", "eager", "--workers", "1", *[a for c in EAGER_CASES for a in ("--case", c)]]
+    for i in (1, 2):
+        shard = _cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}", cwd=root)
+        assert shard.returncode == 0, shard.stdout[-3000:] + shard.stderr[-3000:]
+    merged = _cli("merge", "s1", "s2", "-o", "merged", cwd=root)
+    assert merged.returncode == 0, merged.stderr
+    return root
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
+
+
+def test_two_shards_merge_to_the_unsharded_pairs(sharded: Path) -> None:
+    shards = [{(r["case"], r["backend"]) for r in _records(sharded / f"s{i}")} for i in (1, 2)]
+    assert all(shards) and not shards[0] & shards[1]
+    unsharded = {(c.id, "eager") for c in select_cases(EAGER_CASES)}
+    assert {(r["case"], r["backend"]) for r in _records(sharded / "merged")} == unsharded == shards[0] | shards[1]
+
+
+def test_eager_is_exact_on_a_handful_of_op_cases(sharded: Path) -> None:
+    records = _records(sharded / "merged")
+    assert len(records) == len(EAGER_CASES)
+    for r in records:
+        assert r["status"] == "pass", (r["case"], r["status"], r["reason"])
+        memory = r["memory"]
+        assert isinstance(memory, dict) and memory["measured_peak_bytes"] == memory["model_peak_bytes"], r["case"]
+
+
+def test_conformance_coverage_gives_op_backend_step_and_the_left_out(sharded: Path) -> None:
+    done = _cli("coverage", "merged", cwd=sharded)
+    assert done.returncode == 0, done.stderr
+    assert "| `abs` | eager | pass | pass |" in done.stdout
+    assert "| `narrow` | eager | pass | - |" in done.stdout
+    assert "eager: 6 pass (pairs)" in done.stdout
+    assert "| `op-new_empty-0` | two eager runs" in done.stdout  # the run's ops' left-out samples
+
+
+def test_the_op_table_shows_the_short_reason_of_a_non_pass() -> None:
+    results = [Result("op-abs-0-infer", "inductor", Status.PASS, family="ops"),
+               Result("op-abs-1-infer", "inductor", Status.FAIL_PARITY, "max abs err 3e-2 on output[0]\nmore",
+                      family="ops"),
+               Result("op-abs-0-train", "inductor", Status.FAIL_PEAK, "x" * 300, family="ops"),
+               Result("mod-ReLU-infer", "eager", Status.PASS, family="modules")]
+    table = op_coverage(results, [("op-equal-0", "returns a Python bool, not tensors")])
+    assert table is not None and [r.op for r in table.rows] == ["abs"]
+    text = op_markdown(table)
+    line = next(line for line in text.splitlines() if line.startswith("| `abs` | inductor |"))
+    assert "pass/fail-parity: max abs err 3e-2 on output[0] more" in line and "fail-peak: xxx" in line
+    assert len(line) < 400 and "\n" not in line
+    assert "1: returns a Python bool" in text and "| `op-equal-0` |" in text
+    assert op_coverage(results[3:]) is None
+
+
+def test_planted_faults_are_caught_on_op_cases() -> None:
+    """The sweep's verdicts can fail: a leaked intermediate and a wrong gradient, each on one op case."""
+    (tanh,) = select_cases(["op-tanh-0-infer"])
+    assert run_case(tanh, EagerBackend()).status == Status.PASS
+    leaked = run_case(tanh, LeakyEagerBackend())
+    assert leaked.status.is_failure, leaked.reason
+    (abs_train,) = select_cases(["op-abs-0-train"])
+    wrong = run_case(abs_train, PerturbGradBackend())
+    assert wrong.status == Status.FAIL_PARITY, (wrong.status, wrong.reason)
+
+
+def test_a_differentiable_input_the_loss_does_not_reach_gets_no_scale() -> None:
+    """cosine_embedding_loss's sample marks its target differentiable; the loss does not use it, and a scale
+    on it (no gradient) made the step's ``autograd.grad`` refuse: fail-compile on eager."""
+    (case,) = select_cases(["op-nn.functional.cosine_embedding_loss-0-train"])
+    workload = case.build()
+    assert len(list(workload.model.parameters())) == 2  # the two inputs, not the target
+    result = run_case(case, EagerBackend())
+    assert result.status == Status.PASS, (result.status, result.reason)
