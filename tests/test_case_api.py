@@ -34,13 +34,20 @@ def _verdicts(out: Path) -> dict[str, str]:
 
 
 def test_readme_example_runs_as_written_isolated(tmp_path: Path) -> None:
+    """Followed in order: the quick start has filled ``conformance-results``; "Add your model" writes to a
+    directory of its own, so it neither refuses nor touches the quick start's results."""
     code, command = _readme_example()
     (tmp_path / "my_cases.py").write_text(code)
     assert command[0] == ".venv/bin/conformance"
+    assert "--out" in command and command[command.index("--out") + 1] != "conformance-results", command
+    quick_start = tmp_path / "conformance-results" / "results.jsonl"
+    quick_start.parent.mkdir()
+    quick_start.write_text('{"the quick start": "its verdicts"}\n')
     proc = subprocess.run([CONFORMANCE, *command[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _verdicts(tmp_path / "conformance-results") == {"my-convnet-infer@eager": "pass",
-                                                           "my-convnet-train@eager": "pass"}
+    assert _verdicts(tmp_path / command[command.index("--out") + 1]) == {"my-convnet-infer@eager": "pass",
+                                                                        "my-convnet-train@eager": "pass"}
+    assert quick_start.read_text() == '{"the quick start": "its verdicts"}\n'
 
 
 PACKAGE_CASES = '''
