@@ -157,7 +157,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         results = snapshot(first)
     del first
     try:
-        states = {0: _end_call(compiled, workload, results)}
+        states = {0: _end_call(compiled, workload, results, calls)}
     except Exception as exc:
         status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
         return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
@@ -176,7 +176,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             results = snapshot(out)
             del out
             calls.end()
-            states[1] = _end_call(compiled, workload, results)
+            states[1] = _end_call(compiled, workload, results, calls)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
     try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
@@ -188,7 +188,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
                         traceback.format_exc())
     # the optimizer step runs in the probed calls' windows when its memory is modelled
-    optimizer = (lambda: compiled.optimizer_step(workload)) if models.optimizer is not None else None
+    optimizer = ((lambda: calls.not_the_step(lambda: compiled.optimizer_step(workload)))
+                 if models.optimizer is not None else None)
     try:
         with clock.phase("probe"):
             _freeze_survivors()
@@ -207,7 +208,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                     _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
-                states[call] = _end_call(compiled, workload, snap, optimizer is None)
+                states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
@@ -240,12 +241,12 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
 
 
 def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor],
-              step: bool = True) -> dict[str, torch.Tensor]:
+              calls: shapes.Calls, step: bool = True) -> dict[str, torch.Tensor]:
     """End a call outside any probe's window: the optimizer step (a training case's, with ``step``: an
     unprobed call's, or one whose optimizer is not modelled), then copies of the state the call left
     (:func:`conformance.checks.state.after_call`) beside its results' copies."""
     if step:
-        compiled.optimizer_step(workload)
+        calls.not_the_step(lambda: compiled.optimizer_step(workload))
     return {**results, **after_call(workload)}
 
 

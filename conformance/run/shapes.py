@@ -15,7 +15,7 @@ allocations are not the step's (the compiling run's peak is reported).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,7 @@ class Calls:
     compiling: dict[int, list[MemoryTrace]] = field(default_factory=dict)
     _graphs: int = field(default_factory=dynamo_graphs)
     _breaks: dict[str, int] = field(default_factory=graph_breaks)
+    _not_step: dict[str, int] = field(default_factory=dict)  # breaks made outside the step (its optimizer)
     _extra: int = 0
     _run_of: dict[int, int] = field(default_factory=dict)
 
@@ -77,10 +78,23 @@ class Calls:
         return self.case.shapes is not None or len(set(self.inputs.values())) > 1
 
     def graph_breaks(self) -> list[str]:
-        """The reasons of the graph breaks Dynamo made since the pair began (none for a backend that
-        does not compile through ``torch.compile``): there eager PyTorch runs part of the step."""
+        """The reasons of the graph breaks Dynamo made in the step since the pair began (none for a backend
+        that does not compile through ``torch.compile``): there eager PyTorch runs part of the step.  Breaks
+        in the optimizer's compiled step (``torch.compile(opt.step)``) are not the step's: its program is a
+        segment of its own (:meth:`not_the_step`)."""
         before = self._breaks
-        return [reason for reason, n in graph_breaks().items() if n > before.get(reason, 0)]
+        return [reason for reason, n in graph_breaks().items()
+                if n - self._not_step.get(reason, 0) > before.get(reason, 0)]
+
+    def not_the_step(self, run: Callable[[], None]) -> None:
+        """Run ``run`` (the optimizer's step), its graph breaks not counted as the step's."""
+        before = graph_breaks()
+        try:
+            run()
+        finally:
+            for reason, n in graph_breaks().items():
+                if n > before.get(reason, 0):
+                    self._not_step[reason] = self._not_step.get(reason, 0) + n - before.get(reason, 0)
 
     def see(self, call: int, inputs: Sequence[Any]) -> None:
         """The inputs ``call`` runs with (before it runs)."""
