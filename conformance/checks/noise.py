@@ -73,8 +73,8 @@ def is_random(func: Any) -> bool:
     return torch.Tag.nondeterministic_seeded in func.tags or _name(func) in UNDEFINED
 
 
-class RoundingNoise(TorchDispatchMode):
-    """Every computed floating value moved by one ulp (``eps`` relative) with a seeded random sign."""
+class _StepMode(TorchDispatchMode):
+    """A mode that sees a step's ops, a ``while_loop`` as one op."""
 
     supports_higher_order_operators = True
 
@@ -85,6 +85,10 @@ class RoundingNoise(TorchDispatchMode):
         later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
         runs, so the loop reaches the handler as one op."""
         return True
+
+
+class RoundingNoise(_StepMode):
+    """Every computed floating value moved by one ulp (``eps`` relative) with a seeded random sign."""
 
     def __init__(self, eps: float, seed: int) -> None:
         super().__init__()
@@ -156,18 +160,8 @@ def _other_draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> It
         yield written if written else list(_tensors(out))
 
 
-class RandomValues(TorchDispatchMode):
+class RandomValues(_StepMode):
     """Which storages hold values made from random (or undefined) values; persists across calls."""
-
-    supports_higher_order_operators = True
-
-    @classmethod
-    def ignore_compile_internals(cls) -> bool:
-        """Off while torch compiles: torch runs an eager ``while_loop`` through ``torch.compile``, which skips a
-        frame run under a mode that does not ignore compile internals and remembers to skip that code on every
-        later call, mode or not (torch 2.13: the next plain eager loop then fails); on when the compiled loop
-        runs, so the loop reaches the handler as one op."""
-        return True
 
     def __init__(self) -> None:
         super().__init__()
