@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 
 import pytest
 
@@ -19,3 +20,24 @@ os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
+
+
+def case_registry_saver() -> Callable[[], None]:
+    """The case registry and its ``--cases`` bookkeeping as they are now; call the result to put them back
+    (a test that registers cases from a file must not leak them into other tests)."""
+    from conformance.api import case as case_mod
+
+    registry, loaded = dict(case_mod._REGISTRY), set(case_mod._LOADED_SOURCES)
+    env = os.environ.get(case_mod.SOURCES_ENV)
+
+    def restore() -> None:
+        case_mod._REGISTRY.clear()
+        case_mod._REGISTRY.update(registry)
+        case_mod._LOADED_SOURCES.clear()
+        case_mod._LOADED_SOURCES.update(loaded)
+        if env is None:
+            os.environ.pop(case_mod.SOURCES_ENV, None)
+        else:
+            os.environ[case_mod.SOURCES_ENV] = env
+
+    return restore

@@ -18,7 +18,6 @@ Example counts are set per test (``EXAMPLES``); the whole file takes well under 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from conformance.output import history
 from conformance.output.outdir import OutDirError, claim, name_junit_classes
 from conformance.output.records import RecordsError, read_records, read_usable
 from conformance.output.triage import render_text, triage_dir
+from tests.conftest import case_registry_saver
 from tests.test_bad_inputs import child_env
 
 #: examples per property (CI runs these; the subprocess one runs a handful)
@@ -273,19 +273,7 @@ def case_registry() -> Any:
     from conformance.api import case as case_mod
 
     case_mod.all_cases()
-    registry, loaded, env = dict(case_mod._REGISTRY), set(case_mod._LOADED_SOURCES), os.environ.get(
-        case_mod.SOURCES_ENV)
-
-    def restore() -> None:
-        case_mod._REGISTRY.clear()
-        case_mod._REGISTRY.update(registry)
-        case_mod._LOADED_SOURCES.clear()
-        case_mod._LOADED_SOURCES.update(loaded)
-        if env is None:
-            os.environ.pop(case_mod.SOURCES_ENV, None)
-        else:
-            os.environ[case_mod.SOURCES_ENV] = env
-
+    restore = case_registry_saver()
     yield case_mod, restore
     restore()
 

@@ -13,7 +13,6 @@ traced) is a ``fail-run`` that names the stage and carries its traceback.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,13 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.api import case as case_mod
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
 from conformance.api.case import Case, Workload, load_source, resolve
 from conformance.api.step import StepOutput, run_module_step, to_dtype
 from conformance.api.verdict import Status
 from conformance.backends.eager import EagerBackend
 from conformance.run.engine import run_case
+from tests.conftest import case_registry_saver
 
 CONFORMANCE = str(Path(sys.executable).parent / "conformance")
 
@@ -190,20 +189,12 @@ def cases_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The cases, registered from a file as ``--cases FILE`` does; the registry is put back after."""
     path = tmp_path_factory.mktemp("anyprog") / "anyprog_cases.py"
     path.write_text(CASES)
-    registry, loaded = dict(case_mod._REGISTRY), set(case_mod._LOADED_SOURCES)
-    env = os.environ.get(case_mod.SOURCES_ENV)
+    restore = case_registry_saver()
     load_source(str(path))
     try:
         yield path
     finally:
-        case_mod._REGISTRY.clear()
-        case_mod._REGISTRY.update(registry)
-        case_mod._LOADED_SOURCES.clear()
-        case_mod._LOADED_SOURCES.update(loaded)
-        if env is None:
-            os.environ.pop(case_mod.SOURCES_ENV, None)
-        else:
-            os.environ[case_mod.SOURCES_ENV] = env
+        restore()
 
 
 def _case(case_id: str) -> Case:
