@@ -27,6 +27,7 @@ def case_registry_saver() -> Callable[[], None]:
     (a test that registers cases from a file must not leak them into other tests)."""
     from conformance.api import case as case_mod
 
+    case_mod.all_cases()  # the built-in cases load once per process: snapshot them, or restoring drops them
     registry, loaded = dict(case_mod._REGISTRY), set(case_mod._LOADED_SOURCES)
     env = os.environ.get(case_mod.SOURCES_ENV)
 

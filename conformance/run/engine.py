@@ -59,7 +59,7 @@ from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.run.rerun import rerun_command
 from conformance.util.phases import PhaseClock
-from conformance.util.text import clip, clip_start
+from conformance.util.text import clip, code_roots, traceback_tail
 
 
 def repro_command(case: Case, backend: str, steps: int | None = None) -> str:
@@ -315,7 +315,7 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
         found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
         extra = compiled.contract_check()
     except Exception as exc:
-        result.notes.append(clip_start(traceback.format_exc(), 4000))
+        result.notes.append(traceback_tail(traceback.format_exc(), 4000, code_roots()))
         found, extra = {}, Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
     result.checks = checks  # a hook's bad return below is the verdict; the checks made so far stay on record
     memory.findings = boundary.findings(found)
@@ -728,7 +728,7 @@ def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> R
     result.status = status
     result.reason = reason
     if detail:
-        result.notes.append(clip_start(detail, 4000))
+        result.notes.append(traceback_tail(detail, 4000, code_roots()))
     return result
 
 

@@ -50,7 +50,7 @@ from conformance.api.result import Result, Status
 from conformance.run import reaper
 from conformance.run.options import RunOptions
 from conformance.util.paths import caches_outside_tmp
-from conformance.util.text import clip_start
+from conformance.util.text import clip_start, code_roots, traceback_tail
 
 if TYPE_CHECKING:
     from conformance.api.case import Case
@@ -302,7 +302,7 @@ class WorkerPool:
             error = payload if isinstance(payload, dict) else {"error": str(payload)}
             return _placeholder(case_id, backend, Status.FAIL_RUN,
                                 f"harness error in the worker, outside the engine: {error.get('error', '')}",
-                                clip_start(str(error.get("traceback", "")), 4000), elapsed)
+                                traceback_tail(str(error.get("traceback", "")), 4000, code_roots()), elapsed)
         what, tail = self._failed(worker, elapsed, timeout_s, offset)
         if what is None:
             return _placeholder(case_id, backend, Status.TIMEOUT, f"no verdict within {timeout_s:g} s (worker killed)",

@@ -52,6 +52,56 @@ def clip_start(text: str, n: int) -> str:
     return ELLIPSIS + text[len(text) - n + 1:].lstrip()
 
 
+_CARETS = re.compile(r"^[ \t]*[\^~]+[ \t]*\n", re.MULTILINE)
+_FRAME_FILE = re.compile(r'^(\s*File ")([^"]+)(")', re.MULTILINE)
+
+
+def short_paths(text: str, roots: Iterable[str]) -> str:
+    """``text`` with each traceback frame's file named from the longest of ``roots`` it lies under.
+
+    ``/home/ci/venv/lib/python3.11/site-packages/torch/fx/proxy.py`` reads ``torch/fx/proxy.py``:
+    the same on every machine, and a clipped traceback keeps more frames."""
+    ordered = sorted({r.rstrip("/") + "/" for r in roots if r}, key=len, reverse=True)
+
+    def shorter(match: re.Match[str]) -> str:
+        path = match.group(2)
+        for root in ordered:
+            if path.startswith(root):
+                return match.group(1) + path[len(root):] + match.group(3)
+        return match.group(0)
+
+    return _FRAME_FILE.sub(shorter, text)
+
+
+def traceback_tail(text: str, n: int, roots: Iterable[str] = ()) -> str:
+    """A traceback's last ``n`` characters at most, paths shortened by ``roots``, cut between lines.
+
+    The end is where the error is; a cut never splits a frame's line, and an ellipsis line says
+    frames were left off."""
+    text = _CARETS.sub("", short_paths(text, roots))  # the column markers: frames are worth more
+    if len(text) <= n:
+        return text
+    lines = text.split("\n")
+    kept: list[str] = []
+    size = len(ELLIPSIS) + 1
+    for line in reversed(lines):
+        if size + len(line) + 1 > n:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    if not kept:  # one line longer than n: its own end
+        return clip_start(text, n)
+    return ELLIPSIS + "\n" + "\n".join(reversed(kept))
+
+
+def code_roots() -> list[str]:
+    """Where this process's code lies: the import path and the directory above ``conformance``."""
+    import os
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return [here, *(os.path.abspath(p) for p in sys.path if p)]
+
+
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """``"1 pair"``, ``"2 pairs"``, ``"0 pairs"``; ``nouns`` where adding an "s" is wrong."""
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
