@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.util.text import ELLIPSIS, clip, clip_start, plural
+from conformance.util.text import ELLIPSIS, clip, clip_start, plural, traceback_tail
 
 
 def test_clip_leaves_short_text_alone() -> None:
@@ -49,3 +49,16 @@ def test_cut_reasons_end_with_an_ellipsis() -> None:
     gist = _gist(f"first\n{long}\n")
     assert gist.endswith(ELLIPSIS) and len(gist) == 300
     assert _gist("E   boom\n") == "E   boom"
+
+
+def test_traceback_tail_shortens_paths_and_cuts_between_whole_lines() -> None:
+    frames = "".join(
+        f'  File "/very/long/ci/root/site-packages/torch/f{i}.py", line {i}, in f{i}\n    call_{i}()\n    ^^^^^^^^\n'
+        for i in range(200))
+    text = "Traceback (most recent call last):\n" + frames + "RuntimeError: the cause"
+    tail = traceback_tail(text, 500, ["/very/long/ci/root/site-packages", "/elsewhere"])
+    assert len(tail) <= 500
+    assert tail.startswith(ELLIPSIS + "\n") and tail.endswith("RuntimeError: the cause")
+    assert 'File "torch/f199.py", line 199, in f199' in tail and "^^^" not in tail
+    assert all(line == ELLIPSIS or line.startswith(("  File", "    call_", "RuntimeError")) for line in tail.splitlines())
+    assert traceback_tail("short", 500) == "short"
