@@ -60,5 +60,6 @@ def test_traceback_tail_shortens_paths_and_cuts_between_whole_lines() -> None:
     assert len(tail) <= 500
     assert tail.startswith(ELLIPSIS + "\n") and tail.endswith("RuntimeError: the cause")
     assert 'File "torch/f199.py", line 199, in f199' in tail and "^^^" not in tail
-    assert all(line == ELLIPSIS or line.startswith(("  File", "    call_", "RuntimeError")) for line in tail.splitlines())
+    assert all(line == ELLIPSIS or line.startswith(("  File", "    call_", "RuntimeError"))
+               for line in tail.splitlines())
     assert traceback_tail("short", 500) == "short"

@@ -164,7 +164,7 @@ class Backend(ABC):
     #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
     cost_weight: ClassVar[float] = 1.0
     #: The backend's manifest of expected non-passes (a TOML file); ``None``: the built-in manifest
-    #: ``conformance/backends/manifests/<name>.toml`` where there is one.
+    #: ``backends/manifests/<name>.toml`` where there is one.
     manifest_path: ClassVar[str | None] = None
 
     def unavailable_reason(self) -> str | None:

@@ -37,7 +37,7 @@ ContractKind = Literal["share", "reuse", "survive"]
 class PoolContract:
     """What a pool case asks of a CUDA graph backend beyond parity and memory.
 
-    The case's module says how (``conformance/cases/cuda_pools.py``: units compiled as separate
+    The case's module says how (``cases/cuda_pools.py``: units compiled as separate
     graphs, paths run one CUDA-graph step each); ``kind`` names the promise, and the
     promise's own figure comes with it: ``freed_bytes`` of a ``reuse`` contract (what the
     output dropped before B frees), ``rerecorded_unit`` of a ``survive`` one (the unit that
@@ -63,7 +63,7 @@ class PoolScenario(Protocol):
     """What a pool case's model implements for a CUDA graph backend to run it as a scenario.
 
     A model that is one (``isinstance(model, PoolScenario)``; the built-in ones derive from
-    ``conformance/cases/cuda_pools.py``'s ``PoolScenarioModule``) is not compiled whole: the backend
+    ``cases/cuda_pools.py``'s ``PoolScenarioModule``) is not compiled whole: the backend
     compiles each unit as its own graph (its own node of one graph tree), and the model runs
     its paths, one CUDA-graph step each, calling its units through ``unit_calls``.
 

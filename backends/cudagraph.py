@@ -23,7 +23,7 @@ count).  Beyond peak and residual the backend checks, per case:
   engine's parity run is the warm-up; a replay writing over live memory shows
   here), one private pool for all graphs (forward, backward, branches), and the
   last probed replay recorded nothing and reserved no new pool memory;
-- pool cases (``conformance/cases/cuda_pools.py``, models implementing
+- pool cases (``cases/cuda_pools.py``, models implementing
   :class:`conformance.api.pools.PoolScenario`): sharing between
   branches, reuse of dropped outputs, re-recording for kept outputs
   (:mod:`conformance.api.pools`), measured in fresh trees.
