@@ -47,7 +47,7 @@ from hypothesis.errors import NoSuchExample
 from conformance.api.adapter import Backend, discover
 from conformance.api.case import Case, CaseError, resolve
 from conformance.api.result import MemoryFigures, Result
-from conformance.api.verdict import Status, combine
+from conformance.api.verdict import Status, combine, registered_checks
 from conformance.run import rerun
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_TIMEOUT_S
@@ -59,8 +59,14 @@ DEFAULT_DB = Path("results") / ".hypothesis"
 DEFAULT_MAX_RUNS = 80
 #: ``conformance repro``'s exit status when the case does not fail on the backend (nothing written).
 EXIT_NOTHING_TO_REPRODUCE = 3
-#: Checks a standalone (torch-only) script checks itself; any other check needs the harness.
-STANDALONE_CHECKS = frozenset({"parity", "peak", "residual"})
+
+
+def standalone_checks() -> frozenset[str]:
+    """Checks a standalone (torch-only) script checks itself (the registry's ``standalone`` ones); any
+    other check needs the harness."""
+    return frozenset(spec.name.value for spec in registered_checks() if spec.standalone)
+
+
 #: A progress line every this many shrink runs (and one per improvement).
 PROGRESS_EVERY = 5
 #: Shrunk candidates that may crash or hang (when the original did not) before a shrink stops:
@@ -528,7 +534,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     status = str(result.raw_status or result.status)
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
     # a program whose batch changes every call fails at a call's shapes the standalone script never makes
-    standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
+    standalone = (program is not None and (check is None or check in standalone_checks())
                   and status not in ("crash", "timeout") and _standalone_state(result) and not program.batches)
     state = failing_state(result) if check is not None else None
     memory = result.memory or MemoryFigures()
