@@ -1,6 +1,6 @@
 """Checks are one registry: the engine, the verdict's order, the results schema, triage and repro all
 follow it.  A throwaway check registered in this process shows up in each, and leaves with its
-registration;."""
+registration; the built-in loop-scaling check (a module of its own) judges growth with trip counts."""
 
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ from conformance.api.verdict import (
 from conformance.backends.eager import EagerBackend
 from conformance.checks.cause import cause_of
 from conformance.checks.context import Judging
+from conformance.checks.loop_scaling import LoopPoint, judge_growth
 from conformance.output.records import check_record, schema
 from conformance.run.engine import RunOptions, run_case
 from conformance.run.repro import standalone_checks
 
-BUILTIN = ["parity", "residual", "program", "peak", "backward-inputs", "pool", "baseline"]
+BUILTIN = ["parity", "residual", "program", "peak", "loop-scaling", "backward-inputs", "pool", "baseline"]
 NAME = CheckName("throwaway")
 SEEN: list[Judging] = []
 
@@ -66,7 +67,7 @@ def test_the_built_in_checks_in_their_order() -> None:
     assert [s.name for s in registered_checks()] == BUILTIN == list(PRECEDENCE)
     assert schema()["properties"]["checks"]["items"]["properties"]["name"]["enum"] == BUILTIN
     assert standalone_checks() == {"parity", "peak", "residual"}
-    assert check_spec("backward-inputs") is not None and check_spec("throwaway") is None
+    assert check_spec("loop-scaling") is not None and check_spec("throwaway") is None
 
 
 def test_a_registered_check_joins_the_order_the_schema_triage_and_repro(throwaway: CheckSpec) -> None:
@@ -104,3 +105,19 @@ def test_names_and_precedences_are_unique(throwaway: CheckSpec) -> None:
         register_check(CheckSpec(CheckName.PEAK, 99, "again"))
     with pytest.raises(ValueError, match="precedence 5"):
         register_check(CheckSpec(CheckName("other"), 5, "same place"))
+
+
+def _point(trips: int, peak: int, residual: int, model_peak: int = 100, model_residual: int = 8) -> LoopPoint:
+    return LoopPoint(trips, model_peak, peak, model_residual, residual)
+
+
+def test_loop_scaling_judges_growth_only_between_trip_counts() -> None:
+    assert judge_growth([_point(3, 100, 8), _point(3, 200, 8)], 0) is None  # one trip count: no growth to see
+    flat = judge_growth([_point(3, 100, 8), _point(12, 100, 8)], 0)
+    assert flat is not None and flat.status == Status.PASS
+    leak = judge_growth([_point(3, 100, 8 + 3 * 512), _point(12, 100, 8 + 12 * 512)], 0)
+    assert leak is not None and leak.status == Status.FAIL_RESIDUAL and leak.excess_bytes == 9 * 512
+    assert "residual grows 4608 B from 3 to 12 trips" in leak.reason
+    peak = judge_growth([_point(3, 100, 8), _point(12, 164, 8, model_peak=132)], 16)
+    assert peak is not None and peak.status == Status.FAIL_PEAK and peak.excess_bytes == 64 - 32 - 16
+    assert judge_growth([_point(3, 100, 8), _point(12, 148, 8, model_peak=132)], 16).status == Status.PASS  # type: ignore[union-attr]

@@ -1,6 +1,6 @@
 """The built-in checks, registered: each one object (:class:`~conformance.api.verdict.CheckSpec`).
 
-A check's judging lives in its own module (``judge``, ``parity``, ``baseline``);
+A check's judging lives in its own module (``judge``, ``parity``, ``baseline``, ``loop_scaling``);
 its object here says the rest: its place in the verdict's order, what it reads, its cause
 vocabulary (:mod:`conformance.checks.cause`) and whether a standalone repro shows it.  The
 engine, :func:`~conformance.api.verdict.combine`, the results schema's enum, triage and repro all
@@ -11,7 +11,7 @@ The registry imports this module by name on its first use.
 from __future__ import annotations
 
 from conformance.api.verdict import Check, CheckName, CheckSpec, register_check
-from conformance.checks import cause
+from conformance.checks import cause, loop_scaling
 from conformance.checks.context import Judging
 from conformance.checks.judge import adapter_check, judge_backward_inputs, judge_peak, judge_program, judge_residual
 from conformance.checks.parity import parity_check
@@ -57,7 +57,8 @@ BASELINE = CheckSpec(CheckName.BASELINE, 70, "a pair's measured peak and residua
                      "(made by --baseline and diff, not by the engine)")
 
 #: every built-in check; the registry orders them by precedence
-BUILTIN: tuple[CheckSpec, ...] = (PARITY, RESIDUAL, PROGRAM, PEAK, BACKWARD_INPUTS, POOL, BASELINE)
+BUILTIN: tuple[CheckSpec, ...] = (PARITY, RESIDUAL, PROGRAM, PEAK, loop_scaling.CHECK, BACKWARD_INPUTS, POOL,
+                                  BASELINE)
 
 for _spec in BUILTIN:
     register_check(_spec)
