@@ -94,7 +94,7 @@ class CarriedState(nn.Module):
     What the harness checks: three carried tensors, each replaced by a fresh
     buffer every trip, with temporaries built and dropped in the body.  At every
     trip count residual equals the model's (nothing of the loop survives but its
-    outputs), and :func:`conformance.run.scaling.loop_scaling` checks that measured
+    outputs), and :mod:`conformance.checks.loop_scaling`'s rule holds that measured
     peak and residual grow with the trip count exactly as the model's do (not at
     all).  A leak of one carried buffer per trip is ``fail-residual`` and a
     residual growth of ``trips x buffer`` bytes.
@@ -145,7 +145,7 @@ LOOP_N = 32
 
 
 def carried_state_case(trips: int) -> Case:
-    """The carried-state loop at ``trips`` trips (also built ad hoc by the loop scaling check)."""
+    """The carried-state loop at ``trips`` trips (built at two trip counts by the loop-scaling tests)."""
 
     def build(seed: int) -> Workload:
         a, b, c = (torch.randn(8, LOOP_N) for _ in range(3))

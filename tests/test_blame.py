@@ -12,10 +12,11 @@ from conformance.probes.cpu import Allocation
 def test_an_allocation_outside_any_operator_is_named_not_none() -> None:
     model = LifetimeModel(events=[], live_bytes=[], storages=[])
     entry = _entry(Allocation(ptr=1, nbytes=32, t_alloc=0), None, model, "alive at measured peak")
-    assert None not in (entry["producer"], entry["op"], entry["measured_op"])
-    assert entry["producer"] == entry["op"] == entry["measured_op"] == OUTSIDE_OPERATORS
+    assert None not in (entry.producer, entry.op, entry.measured_op)
+    assert entry.producer == entry.op == entry.measured_op == OUTSIDE_OPERATORS
+    assert entry.to_json()["op"] == OUTSIDE_OPERATORS and entry.to_json()["shape"] is None
     named = _entry(Allocation(ptr=2, nbytes=32, t_alloc=0, op="aten::empty"), None, model, "alive at measured peak")
-    assert named["producer"] == named["op"] == "aten::empty"
+    assert named.producer == named.op == "aten::empty"
 
 
 def test_a_peak_over_the_received_graphs_is_blamed_on_the_generated_programs_buffer() -> None:
@@ -77,10 +78,10 @@ def test_a_wrapped_scalar_is_never_an_allocation_an_operator_made() -> None:
     made = Allocation(ptr=8, nbytes=8, t_alloc=1, t_free=2, op=None, seq=1)
     step = _step([scalar], [8], [kept, made], [(0, 8), (1, 16), (2, 8)])
     (entry,) = blame_residual(step.model, step.trace, held_by={7: ["my_module.LOG[0] (float64[])"]})
-    assert entry["model_death"] == "not in model" and entry["identified_by"] == "not identified"
-    assert entry["candidates"] == [scalar.producer]
-    assert "could not identify the storage" in entry["producer"] and "my_module.LOG[0]" in entry["producer"]
-    assert not entry["producer"].startswith("optimizer:")
+    assert entry.model_death == "not in model" and entry.identified_by == "not identified"
+    assert entry.candidates == (scalar.producer,) and entry.to_json()["candidates"] == [scalar.producer]
+    assert "could not identify the storage" in entry.producer and "my_module.LOG[0]" in entry.producer
+    assert not entry.producer.startswith("optimizer:")
 
 
 def test_a_runtime_domain_names_its_program_calls_results_and_transients() -> None:

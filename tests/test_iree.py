@@ -13,7 +13,7 @@ from conformance.api.case import Case, Workload, select_cases
 from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
-from conformance.run.scaling import _loop_family, loop_scaling
+from tests.loops import loop_family, scaling
 from tests.planted_iree_backends import KEPT_TRIPS
 
 pytestmark = pytest.mark.slow
@@ -82,21 +82,22 @@ def test_a_leak_of_iree_results_is_caught() -> None:
 
 def test_iree_boxed_runs_a_while_loop_with_flat_memory_per_trip() -> None:
     """The loop route: the loop's outer reads carried through, one IREE program, HAL memory flat in the trips."""
-    report = loop_scaling("loop-rnn", REGISTRY.get("iree-boxed"), (3, 12))
-    assert report["statuses"] == ["pass", "pass"], report
-    assert report["ok"], report
-    assert report["measured_peak_growth"] == report["measured_residual_growth"] == 0
+    results, check = scaling("loop-rnn", REGISTRY.get("iree-boxed"), (3, 12))
+    assert [r.status for r in results] == ["pass", "pass"], [r.reason for r in results]
+    assert check is not None and check.status == "pass", check
+    assert check.figures["measured_peak_growth"] == check.figures["measured_residual_growth"] == 0
 
 
 def test_a_carried_buffer_kept_per_trip_in_the_iree_loop_is_caught() -> None:
     """The planted program hands each trip's new 4x32 fp32 carry (512 B) to the host, which keeps it."""
     try:
-        report = loop_scaling("loop-rnn", load_backend_class(LEAKY_LOOP, LEAKY_LOOP), (3, 12))
+        results, check = scaling("loop-rnn", load_backend_class(LEAKY_LOOP, LEAKY_LOOP), (3, 12))
     finally:
         KEPT_TRIPS.clear()
-    assert report["statuses"] == ["fail-residual", "fail-residual"], report
-    assert report["measured_residual_bytes"] == [3 * 512, 12 * 512]
-    assert not report["ok"] and "residual grows 4608 B from 3 to 12 trips" in report["reason"]
+    assert [r.status for r in results] == ["fail-residual", "fail-residual"], [r.reason for r in results]
+    assert [r.memory.measured_residual_bytes for r in results] == [3 * 512, 12 * 512]
+    assert check is not None and check.status == "fail-residual"
+    assert "residual grows 4608 B from 3 to 12 trips" in check.reason
 
 
 def test_a_loop_under_autograd_names_what_the_importer_lacks() -> None:
@@ -120,7 +121,7 @@ def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
 def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
     """IREE never frees the result of a loop that runs no trip (its initial carry, 4x32 fp32): a real leak,
     shown standalone by docs/findings/iree-repro-while-loop-zero-trips-leak.py."""
-    r = run_case(_loop_family("loop-rnn")(0), REGISTRY.get("iree-boxed"))
+    r = run_case(loop_family("loop-rnn")(0), REGISTRY.get("iree-boxed"))
     assert r.status == "fail-residual", r.reason
     assert r.memory.domains["iree-hal"].residual_per_step == [512] * DEFAULT_STEPS
 

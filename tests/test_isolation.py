@@ -60,3 +60,16 @@ def test_a_warm_up_that_crashes_decides_nothing() -> None:
 def test_describe_exit() -> None:
     assert describe_exit(-11) == "worker killed by signal SIGSEGV (11)"
     assert "status 3" in describe_exit(3)
+
+
+def test_the_worker_wire_is_typed_records() -> None:
+    """A request and a reply cross the pipe as the records they are, fields by name, nothing positional."""
+    from conformance.run.isolation import Reply, Request
+    from conformance.run.options import RunOptions
+
+    request = Request("gen-dag-6634@shrunk", "tests.planted:LeakyEagerBackend", RunOptions(steps=5),
+                      {"program": {"ops": []}, "seed": 7})
+    assert Request.from_line(request.to_line()) == request
+    assert Request.from_line(Request("mlp-s-infer", "eager").to_line()).options == RunOptions()
+    reply = Reply("ok", {"case": "mlp-s-infer"}, recycle=True)
+    assert Reply.from_line(reply.to_line().encode()) == reply

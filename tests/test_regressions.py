@@ -14,7 +14,7 @@ from conformance.api.step import StepOutput
 from conformance.api.verdict import Status
 from conformance.backends.eager import EagerBackend, EagerStep
 from conformance.run.engine import RunOptions, run_case
-from conformance.run.scaling import loop_scaling
+from tests.loops import scaling
 from tests.planted import KEPT, LeakyEagerBackend
 
 REGRESSIONS = select_cases(["reg-*"])
@@ -105,20 +105,23 @@ def test_regression_case_fails_on_its_planted_bug(case_id: str) -> None:
 
 
 def test_loop_scaling_flat_on_eager() -> None:
-    report = loop_scaling("reg-loop-carried", EagerBackend(), (2, 8))
-    assert report["ok"], report
-    assert report["measured_residual_growth"] == report["model_residual_growth"] == 0
+    _, check = scaling("reg-loop-carried", EagerBackend(), (2, 8))
+    assert check is not None and check.status == "pass", check
+    assert check.figures["measured_residual_growth"] == check.figures["model_residual_growth"] == 0
 
 
 def test_loop_scaling_catches_a_per_trip_leak() -> None:
     """The planted backend keeps each trip's tanh: residual grows with the trip count."""
-    report = loop_scaling("reg-loop-carried", LeakyEagerBackend(), (2, 8))
-    assert not report["ok"]
-    assert report["measured_residual_growth"] > 0 == report["model_residual_growth"]
-    assert "residual grows" in report["reason"]
+    try:
+        _, check = scaling("reg-loop-carried", LeakyEagerBackend(), (2, 8))
+    finally:
+        KEPT.clear()
+    assert check is not None and check.status == "fail-residual", check
+    assert check.figures["measured_residual_growth"] > 0 == check.figures["model_residual_growth"]
+    assert "residual grows" in check.reason
 
 
 def test_loop_scaling_on_a_generated_loop() -> None:
-    report = loop_scaling("gen-loop-663", EagerBackend(), (1, 4))
-    assert report["ok"], report
-    assert report["trips"] == [1, 4]
+    _, check = scaling("gen-loop-663", EagerBackend(), (1, 4))
+    assert check is not None and check.status == "pass", check
+    assert check.figures["trips"] == [1, 4]

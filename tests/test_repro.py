@@ -266,3 +266,15 @@ def test_cli_repro_shows_shrink_progress_and_exits_3_when_nothing_fails(tmp_path
     help_text = subprocess.run([sys.executable, "-m", "conformance.cli", "repro", "--help"], cwd=REPO,
                                capture_output=True, text=True, timeout=120).stdout
     assert "3 the case does not fail on this backend" in " ".join(help_text.split())
+
+
+def test_the_script_runners_are_modules_copied_from_their_marker() -> None:
+    """The runners are real modules (ruff and mypy check them); a script gets their text from the
+    marker on, without the stand-ins above it, and with the backend's compile step in place."""
+    from conformance.run import repro
+
+    standalone, harness = repro._runner("repro_standalone"), repro._runner("repro_harness")
+    assert "def check_step():" in standalone and "def verdict(case, backend):" in harness
+    assert "NotImplementedError" not in standalone and 'CASE_ID = ""' not in harness  # the stand-ins stay behind
+    body = repro._COMPILE_BODY.sub(lambda _: "    return model\n", standalone)
+    assert "<compile body>" not in body and "    return model\n" in body

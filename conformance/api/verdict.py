@@ -10,10 +10,11 @@ report, history, manifests, repro) reads the same records, so "as expected" and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar, overload
 
 
 class Status(str, Enum):
@@ -111,26 +112,35 @@ def rates(counts: Mapping[str, int] | Mapping[Status, int]) -> Rates:
     )
 
 
-class CheckName(str, Enum):
-    """The independent checks a pair's verdict is made of, in the order :func:`combine` reads them."""
+class CheckName(str):
+    """A check's name, what ``results.jsonl`` stores.  The built-in checks' names are constants here
+    (adapters name the pool check); a check added as a module names itself.  Which checks exist and
+    their order is the registry's (:func:`registered_checks`), never this class's."""
 
-    PARITY = "parity"
-    RESIDUAL = "residual"
-    PROGRAM = "program"  # the compiler's generated program: lifetimes and the measured timeline
-    PEAK = "peak"
-    BACKWARD_INPUTS = "backward-inputs"
-    POOL = "pool"
-    BASELINE = "baseline"
+    PARITY: ClassVar[CheckName]
+    RESIDUAL: ClassVar[CheckName]
+    PROGRAM: ClassVar[CheckName]  # the compiler's generated program: lifetimes and the measured timeline
+    PEAK: ClassVar[CheckName]
+    BACKWARD_INPUTS: ClassVar[CheckName]
+    POOL: ClassVar[CheckName]
+    BASELINE: ClassVar[CheckName]
 
-    def __str__(self) -> str:
-        return self.value
+    @property
+    def value(self) -> str:
+        """The stored name (what the enum this class once was called its value)."""
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"CheckName({str.__repr__(self)})"
 
 
-#: :func:`combine`'s precedence: wrong numbers first (nothing else matters then), then a leak
-#: (the residual names it more precisely than the peak it inflates), then the generated
-#: program's own lifetimes, the bound on the received graphs, saved activations, pools,
-#: and last the comparison with an earlier run.
-PRECEDENCE: tuple[CheckName, ...] = tuple(CheckName)
+CheckName.PARITY = CheckName("parity")
+CheckName.RESIDUAL = CheckName("residual")
+CheckName.PROGRAM = CheckName("program")
+CheckName.PEAK = CheckName("peak")
+CheckName.BACKWARD_INPUTS = CheckName("backward-inputs")
+CheckName.POOL = CheckName("pool")
+CheckName.BASELINE = CheckName("baseline")
 
 
 @dataclass(frozen=True)
@@ -215,7 +225,7 @@ class Check:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Check:
-        return cls(CheckName(data["name"]), Status.parse(data["status"]), data.get("reason", ""),
+        return cls(CheckName(str(data["name"])), Status.parse(data["status"]), data.get("reason", ""),
                    dict(data.get("figures") or {}), list(data.get("blamed") or []), data.get("excess_bytes"),
                    Contract.from_json(data.get("contract")))
 
@@ -228,7 +238,118 @@ def combine(checks: Iterable[Check]) -> Check | None:
     """The check that decides the verdict: the first failing one in :data:`PRECEDENCE` order.
 
     ``None`` when every check passed.  Adapters and the engine never combine
-    statuses themselves; they add checks.
+    statuses themselves; they add checks.  A check no registered check names (a record
+    made where its module is not loaded) comes after every registered one.
     """
     failing = [c for c in checks if c.failed]
-    return min(failing, key=lambda c: PRECEDENCE.index(c.name), default=None)
+    order = {spec.name: i for i, spec in enumerate(registered_checks())}
+    return min(failing, key=lambda c: order.get(c.name, len(order)), default=None)
+
+
+# --------------------------------------------------------------------------- the check registry
+
+
+@dataclass(frozen=True)
+class CauseFinding:
+    """One finding of a deciding check in shape-free words (its cause vocabulary), with the
+    entry of ``blamed`` behind it and its bytes of the excess (``None``: not split)."""
+
+    detail: str
+    entry: dict[str, Any] | None = None
+    share: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check, as the engine, the verdict, the results schema, triage and repro all see it.
+
+    ``precedence`` places it in :func:`combine`'s order (lower decides first); ``reads`` says what
+    it is judged from.  ``judge`` is how it judges: called by the engine on every pair with the
+    pair's :class:`conformance.checks.context.Judging`, it returns the check or ``None`` (nothing
+    to judge there); ``None`` for a check made elsewhere (``baseline``: by comparing runs).
+    ``cause`` is its cause vocabulary: the findings of a failing check (and its record) in
+    shape-free words (:mod:`conformance.checks.cause`); ``None`` words it by its normalised
+    reason.  ``standalone``: a standalone repro script (plain torch) can show its failure."""
+
+    name: CheckName
+    precedence: int
+    reads: str
+    judge: Callable[[Any], Check | None] | None = None
+    cause: Callable[[Check, Any], list[CauseFinding]] | None = None
+    standalone: bool = False
+
+
+#: the module whose import registers the built-in checks (each a module of its own beside it): loaded
+#: by name on the registry's first use, as :mod:`conformance.api.case` loads the built-in cases
+BUILTIN_CHECKS = "conformance.checks.registry"
+_REGISTRY: dict[str, CheckSpec] = {}
+_BUILTIN_LOADED: list[bool] = []
+
+
+def register_check(spec: CheckSpec) -> CheckSpec:
+    """Add a check to every verdict (the engine judges it, :func:`combine` orders it, the schema
+    takes its name, triage words its cause, repro knows whether a script shows it).  A second check
+    of one name is an error; so is one sharing another's precedence (the order must be total)."""
+    _load_builtin()
+    if spec.name in _REGISTRY:
+        raise ValueError(f"a check named {spec.name!r} is already registered")
+    clash = next((s for s in _REGISTRY.values() if s.precedence == spec.precedence), None)
+    if clash is not None:
+        raise ValueError(f"check {spec.name!r}: precedence {spec.precedence} is {clash.name!r}'s")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_check(name: str) -> CheckSpec | None:
+    """Take a check out of the registry (a test's throwaway check); the spec it held, if any."""
+    return _REGISTRY.pop(name, None)
+
+
+def registered_checks() -> tuple[CheckSpec, ...]:
+    """Every registered check, in precedence order."""
+    _load_builtin()
+    return tuple(sorted(_REGISTRY.values(), key=lambda s: s.precedence))
+
+
+def check_spec(name: str) -> CheckSpec | None:
+    """The registered check of that name (``None``: not registered here)."""
+    _load_builtin()
+    return _REGISTRY.get(name)
+
+
+def _load_builtin() -> None:
+    if not _BUILTIN_LOADED:
+        _BUILTIN_LOADED.append(True)  # first: the built-in modules register through this registry
+        importlib.import_module(BUILTIN_CHECKS)
+
+
+class _Precedence(Sequence[CheckName]):
+    """:func:`combine`'s order as a live sequence of names: the registry's, whatever is registered now."""
+
+    def _names(self) -> tuple[CheckName, ...]:
+        return tuple(s.name for s in registered_checks())
+
+    @overload
+    def __getitem__(self, index: int) -> CheckName: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[CheckName]: ...
+
+    def __getitem__(self, index: int | slice) -> CheckName | Sequence[CheckName]:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[CheckName]:
+        return iter(self._names())
+
+    def __repr__(self) -> str:
+        return f"PRECEDENCE{self._names()!r}"
+
+
+#: :func:`combine`'s precedence, the registry's order: wrong numbers first (nothing else matters
+#: then), then a leak (the residual names it more precisely than the peak it inflates), then the
+#: generated program's own lifetimes, the bound on the received graphs, saved activations, pools,
+#: and last the comparison with an earlier run.
+PRECEDENCE: Sequence[CheckName] = _Precedence()

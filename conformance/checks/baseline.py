@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,20 @@ def apply_baseline(result: Result, before: Result | None, tolerance: Tolerance, 
                 result.memory.blame_note = ("growth since the baseline names no storage: the earlier record keeps "
                                             "no allocations to set against this run's (compare their timelines)")
     return result
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An earlier run every pair is held to (``--baseline``): its results by (case, backend), the
+    growth allowed, and how the check names it (``baseline DIR``)."""
+
+    results: Mapping[tuple[str, str], Result]
+    tolerance: Tolerance
+    source: str
+
+    def apply(self, result: Result) -> Result:
+        """:func:`apply_baseline` against this pair's earlier result (none: nothing to compare)."""
+        return apply_baseline(result, self.results.get((result.case, result.backend)), self.tolerance, self.source)
 
 
 # --------------------------------------------------------------------------- diff

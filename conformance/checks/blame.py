@@ -17,6 +17,7 @@ a 1 KB gradient, and a peak below the model blames nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.models.lifetime import LifetimeModel, Storage
@@ -67,43 +68,86 @@ def match(model: LifetimeModel, trace: MemoryTrace) -> dict[int, Storage]:
 OUTSIDE_OPERATORS = "(outside any operator)"
 
 
+@dataclass(frozen=True)
+class Blamed:
+    """One storage blamed for a memory check's excess, in the manner of inductor's ``BufferInfo``: the
+    measured allocation and, where blame identified it, the model's storage it realises.
+
+    ``Check.blamed`` holds :meth:`to_json`'s form (``results.jsonl``'s ``blamed`` entries): blame
+    makes these, the check writes them out."""
+
+    bytes: int
+    #: who made it, in words a reader can act on (the model's name for it, or what the probe saw)
+    producer: str
+    measured_op: str
+    measured_death: str
+    allocation: int  # the allocation's ``seq`` in the trace
+    model_death: str
+    identified_by: str  # "node", "size and order" or "not identified"
+    held_by: tuple[str, ...] = ()  # what still holds it (found by its address)
+    #: the model storage's description (:meth:`~conformance.models.lifetime.Storage.describe`); None: not in it
+    storage: dict[str, Any] | None = None
+    candidates: tuple[str, ...] = ()  # the model's storages of its size, where it could not be identified
+    model: str | None = None  # "generated program": named by the program's own statements
+
+    @property
+    def op(self) -> str:
+        return str(self.storage["op"]) if self.storage is not None else self.measured_op
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's form, keys in the order results have always had them."""
+        entry: dict[str, Any] = {"bytes": self.bytes, "measured_op": self.measured_op,
+                                 "measured_death": self.measured_death, "allocation": self.allocation}
+        if self.held_by:
+            entry["held_by"] = list(self.held_by)
+        if self.storage is None:
+            entry.update({"producer": self.producer, "op": self.measured_op, "shape": None,
+                          "model_death": self.model_death, "identified_by": self.identified_by})
+            if self.candidates:
+                entry["candidates"] = list(self.candidates)
+            return entry
+        entry["identified_by"] = self.identified_by
+        entry.update(self.storage)
+        entry.update(producer=self.producer, model_death=self.model_death)
+        if self.model is not None:
+            entry["model"] = self.model
+        return entry
+
+
 def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_death: str,
-           held_by: dict[int, list[str]] | None = None) -> dict[str, Any]:
+           held_by: dict[int, list[str]] | None = None) -> Blamed:
     op = a.op or OUTSIDE_OPERATORS
-    entry: dict[str, Any] = {"bytes": a.nbytes, "measured_op": op, "measured_death": measured_death,
-                             "allocation": a.seq}
-    holders = (held_by or {}).get(a.ptr)
-    if holders:
-        entry["held_by"] = holders
+    holders = (held_by or {}).get(a.ptr) or []
     if s is None:
-        entry.update({"producer": a.label or op, "op": op, "shape": None, "model_death": "not in model",
-                      "identified_by": "node" if a.label else "not identified"})
+        producer = a.label or op
+        candidates: tuple[str, ...] = ()
         if not a.label:
             same = sorted({t.producer for t in model.storages if t.nbytes == a.nbytes and t.role != "caller"})
             held = f", held by {', '.join(holders[:2])}" if holders else ""
             if same:  # never pinned on one of them: said as what it is, beside them
                 more = f" (+{len(same) - 3} more)" if len(same) > 3 else ""
-                entry["producer"] = (f"{a.nbytes} B made by {op}{held}: could not identify the storage in the model; "
-                                     f"candidates of that size: {', '.join(same[:3])}{more}")
-                entry["candidates"] = same[:10]
+                producer = (f"{a.nbytes} B made by {op}{held}: could not identify the storage in the model; "
+                            f"candidates of that size: {', '.join(same[:3])}{more}")
+                candidates = tuple(same[:10])
             elif held:
-                entry["producer"] = f"{op}{held}"
-        return entry
-    entry["identified_by"] = "node" if a.label else "size and order"
-    entry.update(s.describe())
+                producer = f"{op}{held}"
+        return Blamed(a.nbytes, producer, op, measured_death, a.seq, "not in model",
+                      "node" if a.label else "not identified", tuple(holders), None, candidates)
+    producer = s.producer
     if holders and not a.label:  # matched by size only: what holds the storage, beside the model's name for it
-        entry["producer"] = f"{s.producer} (matched by size; held by {', '.join(holders[:2])})"
+        producer = f"{s.producer} (matched by size; held by {', '.join(holders[:2])})"
     if s.death is not None:
-        entry["model_death"] = f"after {model.events[s.death]} (event {s.death})"
+        death = f"after {model.events[s.death]} (event {s.death})"
     elif s.role == "output":
-        entry["model_death"] = "when the caller drops the step's outputs"
+        death = "when the caller drops the step's outputs"
     else:
-        entry["model_death"] = "outlives the step"
-    return entry
+        death = "outlives the step"
+    return Blamed(s.nbytes, producer, op, measured_death, a.seq, death, "node" if a.label else "size and order",
+                  tuple(holders), s.describe())
 
 
 def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
-               held_by: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+               held_by: dict[int, list[str]] | None = None) -> list[Blamed]:
     """Storages alive at the measured peak that the model says were dead by then."""
     matched = match(model, trace)
     t = trace.peak_time
@@ -120,22 +164,22 @@ def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
     return explaining(blamed, trace.peak_bytes - model.peak_bytes, limit)
 
 
-def explaining(candidates: list[dict[str, Any]], excess: int, limit: int = 10) -> list[dict[str, Any]]:
+def explaining(candidates: list[Blamed], excess: int, limit: int = 10) -> list[Blamed]:
     """The candidates that explain ``excess`` bytes: largest first, none bigger than the excess."""
     if excess <= 0:
         return []
-    chosen: list[dict[str, Any]] = []
+    chosen: list[Blamed] = []
     total = 0
-    for entry in sorted(candidates, key=lambda e: -e["bytes"]):
-        if entry["bytes"] > excess or total >= excess:
+    for entry in sorted(candidates, key=lambda e: -e.bytes):
+        if entry.bytes > excess or total >= excess:
             continue
         chosen.append(entry)
-        total += entry["bytes"]
+        total += entry.bytes
     return chosen[:limit]
 
 
 def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
-                   held_by: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+                   held_by: dict[int, list[str]] | None = None) -> list[Blamed]:
     """Storages still alive after the step that the model says die within it (gradients too, where the
     model frees them: an optimizer step's ``zero_grad(set_to_none=True)``)."""
     matched = match(model, trace)
@@ -155,7 +199,7 @@ def blame_residual(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
 
 
 def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: MemoryTrace,
-                          program_matched: list[tuple[Storage, Allocation]], limit: int = 10) -> list[dict[str, Any]]:
+                          program_matched: list[tuple[Storage, Allocation]], limit: int = 10) -> list[Blamed]:
     """Where the generated program was held to the measurement exactly: the buffers alive at the measured
     peak that ``model`` (the received graphs') does not hold alive there, named by the program's own
     statements (``buf3``, made at ``fw:line 40``), which a reader of the wrapper can find.
@@ -175,17 +219,15 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
         if p is None:
             candidates.append(_entry(a, s, model, "alive at measured peak"))
             continue
-        entry = _entry(a, p, program, "alive at measured peak")
         made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
-        entry["producer"] = f"{p.producer.split(':')[-1]} (made at {made})"
-        entry["model"] = "generated program"
-        candidates.append(entry)
+        candidates.append(replace(_entry(a, p, program, "alive at measured peak"),
+                                  producer=f"{p.producer.split(':')[-1]} (made at {made})", model="generated program"))
     excess = trace.peak_bytes - model.peak_bytes
     chosen = explaining(candidates, excess, limit)
     if not chosen and excess > 0 and candidates:
         # each extra buffer is larger than the excess (the graphs hold something small the program
         # does not): the smallest that alone accounts for it
-        chosen = [min((c for c in candidates if c["bytes"] >= excess), key=lambda c: c["bytes"])]
+        chosen = [min((c for c in candidates if c.bytes >= excess), key=lambda c: c.bytes)]
     return chosen
 
 

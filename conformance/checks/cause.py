@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.api.result import Result
-from conformance.api.verdict import Check, CheckName, Status, combine
+from conformance.api.verdict import CauseFinding, Check, Status, check_spec, combine
 from conformance.checks.mechanism import Evidence, Program, mechanism_of, recognise
 
 #: joins a cause's parts into its signature
@@ -258,40 +258,61 @@ def _output_kind(name: str) -> str:
     return {"grad": "gradient", "output": "output"}.get(head, normalise(head, 40))
 
 
-@dataclass(frozen=True)
-class _Finding:
-    """One finding of the deciding check: its shape-free words, the entry behind it, its bytes."""
-
-    detail: str
-    entry: dict[str, Any] | None
-    share: int | None
+_Finding = CauseFinding
 
 
-def _check_findings(check: Check, result: Result) -> list[_Finding]:
+# each built-in check's cause vocabulary (its ``CheckSpec.cause``, registered in conformance.checks.registry)
+
+
+def program_findings(check: Check, result: Result) -> list[CauseFinding]:
+    """The program check's findings: the parts it recorded from every finding (its blamed list is cut
+    to ten), each with the entries behind it; the part's share of the excess on its first entry."""
     recorded = check.figures.get(PARTS_KEY) if check.figures else None
-    if check.name == CheckName.PROGRAM or (isinstance(recorded, list) and recorded):
-        details = list(recorded) if isinstance(recorded, list) and all(isinstance(p, str) for p in recorded) \
-            else program_parts(check.blamed, check.figures.get("timeline") == "differs")
-        if not details:
-            details = ["generated program " + normalise(check.reason, 120)]
-        shares = check.figures.get(SHARES_KEY) if check.figures else None
-        shares = shares if isinstance(shares, dict) else {}
-        out: list[_Finding] = []
-        for d in details:
-            entries: list[dict[str, Any] | None] = [b for b in check.blamed
-                                                    if b.get("finding") and program_part(b) == d]
-            share = shares.get(d)
-            out.extend(_Finding(d, e, share if i == 0 else 0) for i, e in enumerate(entries or [None]))
-        return out
-    if check.name in (CheckName.PEAK, CheckName.RESIDUAL):
-        what = ("alive past modelled death" if check.name == CheckName.PEAK else "still alive after the step") \
-            if check.blamed else ("peak over the model with nothing blamed" if check.name == CheckName.PEAK
-                                  else "residual differs with nothing blamed")
-        found = [_Finding(d, b, int(b.get("bytes") or 0)) for d, b in _blamed_parts(check, what)]
-        return found or [_Finding(what, None, None)]
-    if check.name == CheckName.PARITY:
-        return [_Finding(p, None, None) for p in _parity_parts(check, result)]
-    return [_Finding(normalise(check.reason, 160), None, None)]
+    details = list(recorded) if isinstance(recorded, list) and all(isinstance(p, str) for p in recorded) \
+        else program_parts(check.blamed, check.figures.get("timeline") == "differs")
+    if not details:
+        details = ["generated program " + normalise(check.reason, 120)]
+    shares = check.figures.get(SHARES_KEY) if check.figures else None
+    shares = shares if isinstance(shares, dict) else {}
+    out: list[CauseFinding] = []
+    for d in details:
+        entries: list[dict[str, Any] | None] = [b for b in check.blamed if b.get("finding") and program_part(b) == d]
+        share = shares.get(d)
+        out.extend(CauseFinding(d, e, share if i == 0 else 0) for i, e in enumerate(entries or [None]))
+    return out
+
+
+def _storage_findings(check: Check, alive: str, unblamed: str) -> list[CauseFinding]:
+    what = alive if check.blamed else unblamed
+    found = [CauseFinding(d, b, int(b.get("bytes") or 0)) for d, b in _blamed_parts(check, what)]
+    return found or [CauseFinding(what, None, None)]
+
+
+def peak_findings(check: Check, result: Result) -> list[CauseFinding]:
+    """The peak check's findings: who made each storage alive past its modelled death."""
+    return _storage_findings(check, "alive past modelled death", "peak over the model with nothing blamed")
+
+
+def residual_findings(check: Check, result: Result) -> list[CauseFinding]:
+    """The residual check's findings: who made each storage still alive after the step."""
+    return _storage_findings(check, "still alive after the step", "residual differs with nothing blamed")
+
+
+def parity_findings(check: Check, result: Result) -> list[CauseFinding]:
+    """The parity check's finding: the kind of the first bad output and why it failed."""
+    return [CauseFinding(p, None, None) for p in _parity_parts(check, result)]
+
+
+def _check_findings(check: Check, result: Result) -> list[CauseFinding]:
+    """The deciding check's findings in its own vocabulary (a check that recorded its parts is read
+    as the program check is; one with no vocabulary, by its normalised reason)."""
+    recorded = check.figures.get(PARTS_KEY) if check.figures else None
+    if isinstance(recorded, list) and recorded:
+        return program_findings(check, result)
+    spec = check_spec(check.name)
+    if spec is not None and spec.cause is not None:
+        return spec.cause(check, result)
+    return [CauseFinding(normalise(check.reason, 160), None, None)]
 
 
 # --------------------------------------------------------------------------- errors
@@ -420,7 +441,7 @@ def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:
     if len(parts) == 1:
         return {next(iter(parts)): check.excess_bytes}
     shares = {p: int(n or 0) for p, n in parts.items()}
-    if check.name == CheckName.PROGRAM and isinstance((check.figures or {}).get(SHARES_KEY), dict):
+    if isinstance((check.figures or {}).get(SHARES_KEY), dict):  # the check split its excess itself
         return shares
     rest = check.excess_bytes - sum(shares.values())
     if rest > 0 and shares:

@@ -14,7 +14,7 @@ from typing import Any
 
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check, CheckName, Contract, Status, passed
-from conformance.checks.blame import blame_peak, blame_peak_in_program, blame_residual, share, unexplained
+from conformance.checks.blame import Blamed, blame_peak, blame_peak_in_program, blame_residual, share, unexplained
 from conformance.checks.cause import PARTS_KEY, SHARES_KEY, TIMELINE_PART, program_part, program_parts
 from conformance.checks.timeline import compare as compare_timeline
 from conformance.models.donation import DETAIL_KEY
@@ -60,8 +60,8 @@ class ProbedStep:
         return self.compile_trace is not None and self.kept_bytes > 0
 
 
-def names(blamed: Sequence[dict[str, Any]], limit: int = 3) -> str:
-    return ", ".join(f"{b['producer']} ({b['bytes']} B)" for b in blamed[:limit]) or "no single allocation"
+def names(blamed: Sequence[Blamed], limit: int = 3) -> str:
+    return ", ".join(f"{b.producer} ({b.bytes} B)" for b in blamed[:limit]) or "no single allocation"
 
 
 def judge_residual(steps: Sequence[ProbedStep], held_by: dict[int, list[str]] | None = None) -> Check:
@@ -95,12 +95,13 @@ def judge_residual(steps: Sequence[ProbedStep], held_by: dict[int, list[str]] | 
     if excess > 0 and worst.shape and worst.compile_trace is None:
         growth += (f"; at {worst.shape} call {worst.call} kept {worst.kept_bytes} B with no new graph compiled "
                    "(memory kept across shapes that grows with calls, without bound)")
-    figures.update(_remainder(blamed, excess, "still alive after the step", "the model keeps more than was measured"))
+    entries = [b.to_json() for b in blamed]
+    figures.update(_remainder(entries, excess, "still alive after the step", "the model keeps more than was measured"))
     return Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL,
                  f"residual {measured} B after probed call {worst.call} != model residual {model} B "
                  f"(per step {residuals} B, first off at probed step {first_bad}){growth}; "
                  f"still alive: {names(blamed)}{_unnamed(figures)}",
-                 figures, blamed, excess, contract)
+                 figures, entries, excess, contract)
 
 
 def _remainder(blamed: Sequence[dict[str, Any]], excess: int, what: str, under: str,
@@ -185,7 +186,8 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
                                       compare_timeline(worst.program, worst.trace).matched)
         blamed = named or blamed
     excess = contract.excess_bytes
-    figures.update(_remainder(blamed, excess, "alive at the measured peak past its modelled death",
+    entries = [b.to_json() for b in blamed]
+    figures.update(_remainder(entries, excess, "alive at the measured peak past its modelled death",
                               "the model holds more than was measured",
                               "the measured step does not hold that much of what the model holds at its peak "
                               "(it frees or never makes it), so the blamed bytes net of it make the excess"))
@@ -196,10 +198,10 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
         return Check(CheckName.PEAK, Status.FAIL_PEAK,
                      f"measured peak {measured} B < model peak's lower bound {contract.low_bytes} B "
                      f"({source}){culprits}",
-                     figures, blamed, excess, contract)
+                     figures, entries, excess, contract)
     return Check(CheckName.PEAK, Status.FAIL_PEAK,
                  f"measured peak {measured} B {rel} model peak {model} B{f' + slack {slack} B' if slack else ''} "
-                 f"({source}){culprits}", figures, blamed, excess, contract)
+                 f"({source}){culprits}", figures, entries, excess, contract)
 
 
 def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | None:

@@ -26,12 +26,14 @@ is checked for its shape and for finite values only: no other run need reproduce
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from conformance.api.case import Tolerance
+from conformance.api.verdict import Check, CheckName, Status, passed
 
 
 @dataclass(frozen=True)
@@ -213,3 +215,14 @@ def compare(
         report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol, noise.spread.get(name, 0.0),
                                             name in noise.random, noise.eps or None))
     return report
+
+
+def parity_check(reports: Mapping[int, ParityReport]) -> Check:
+    """The parity check: the first checked call whose outputs are off fails it; every call's figures."""
+    figures = {f"call {call}": report.to_json() for call, report in reports.items()}
+    for call, report in reports.items():
+        if not report.ok:
+            worst = report.worst
+            assert worst is not None
+            return Check(CheckName.PARITY, Status.FAIL_PARITY, f"call {call}: {worst.describe()}", figures)
+    return passed(CheckName.PARITY, **figures)

@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 
 from conformance.api.result import Result
+from conformance.api.verdict import registered_checks
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "results.schema.json"  # package data
 MESSAGE_CHARS = 160  # a schema message quotes the offending value: keep the line readable
@@ -56,16 +57,34 @@ class RecordFile:
         return lines
 
 
-@cache
 def schema() -> dict[str, Any]:
-    """The shipped JSON Schema of one ``results.jsonl`` record."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    """The JSON Schema of one ``results.jsonl`` record: the shipped file, its check names the registry's
+    now (:func:`conformance.api.verdict.registered_checks`: a check added as a module is a name at once)."""
+    return _schema(_check_names())
+
+
+def _check_names() -> tuple[str, ...]:
+    return tuple(spec.name.value for spec in registered_checks())
 
 
 @cache
+def _schema(checks: tuple[str, ...]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    item = data["properties"]["checks"]
+    item["items"]["properties"]["name"]["enum"] = list(checks)
+    item["description"] = (f"The checks the verdict was combined from: the first failing one in the order "
+                           f"{', '.join(checks)} decides it.")
+    return data
+
+
 def _validator() -> jsonschema.protocols.Validator:
-    cls = jsonschema.validators.validator_for(schema())
-    return cls(schema())  # type: ignore[no-any-return]
+    return _validator_for(_check_names())
+
+
+@cache
+def _validator_for(checks: tuple[str, ...]) -> jsonschema.protocols.Validator:
+    cls = jsonschema.validators.validator_for(_schema(checks))
+    return cls(_schema(checks))  # type: ignore[no-any-return]
 
 
 def check_record(data: object) -> str | None:

@@ -34,16 +34,10 @@ from conformance.api.step import (
     trace_step,
     trace_user_kernels,
 )
-from conformance.api.verdict import Check, CheckName, Status, combine, passed
+from conformance.api.verdict import Check, CheckName, Status, combine, registered_checks
 from conformance.checks.blame import invocation_breakdown
-from conformance.checks.judge import (
-    ProbedStep,
-    adapter_check,
-    judge_backward_inputs,
-    judge_peak,
-    judge_program,
-    judge_residual,
-)
+from conformance.checks.context import Judging
+from conformance.checks.judge import ProbedStep
 from conformance.checks.parity import ParityReport
 from conformance.checks.state import after_call, compare_calls, state_of
 from conformance.models.interpreter import GraphExecutor
@@ -300,32 +294,41 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
     result.notes.extend(boundary.notes(compiled.notes()))
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
-    checks: list[Check] = [_parity_check(parity)]
     held_by = _held_by(steps)
-    checks.append(judge_residual(steps, held_by))
     exact_domain = all(all(t.exact for t in ts) for _, ts in traces)
-    program_check = judge_program(steps, exact_domain)
-    if program_check is not None:
-        checks.append(program_check)
-    program_held = exact_domain and any(s.program is not None for s in steps)
-    checks.append(judge_peak(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source,
-                             program_held, held_by))
-    memory = result.memory = _memory_figures(backend, steps, source, traces)
-    try:
-        found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
-        extra = compiled.contract_check()
-    except Exception as exc:
-        result.notes.append(traceback_tail(traceback.format_exc(), 4000, code_roots()))
-        found, extra = {}, Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
-    result.checks = checks  # a hook's bad return below is the verdict; the checks made so far stay on record
-    memory.findings = boundary.findings(found)
-    extra = boundary.contract(extra)
-    for check in (judge_backward_inputs(memory), adapter_check(extra)):
+    figures: list[MemoryFigures] = []
+    extras: list[Check | tuple[str, str] | None] = []
+
+    def memory() -> MemoryFigures:
+        """The record's figures, with what the adapter found (its hooks run once, when a check first asks)."""
+        if not figures:
+            figures.append(_memory_figures(backend, steps, source, traces))
+            result.memory = figures[0]
+            try:
+                found = compiled.memory_findings(steps[-1].observation or Observation(), [s.trace for s in steps])
+                extra = compiled.contract_check()
+            except Exception as exc:
+                result.notes.append(traceback_tail(traceback.format_exc(), 4000, code_roots()))
+                found, extra = {}, Check(CheckName.POOL, Status.FAIL_RUN, f"contract check failed: {_one_line(exc)}")
+            result.checks = checks  # a hook's bad return below is the verdict; the checks made so far stay on record
+            figures[0].findings = boundary.findings(found)
+            extras.append(boundary.contract(extra))
+        return figures[0]
+
+    def contract() -> Check | tuple[str, str] | None:
+        memory()
+        return extras[0]
+
+    judging = Judging(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source, parity,
+                      exact_domain, held_by, memory, contract)
+    checks: list[Check] = []
+    for spec in registered_checks():  # in precedence order: the checks that need the hooks come after peak
+        check = spec.judge(judging) if spec.judge is not None else None
         if check is not None:
             checks.append(check)
     result = _decide(result, checks)
-    _headline(memory, checks, steps)
-    _name_domain_bytes(result, memory)
+    _headline(memory(), checks, steps)
+    _name_domain_bytes(result, memory())
     return result
 
 
@@ -640,16 +643,6 @@ def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
     """The worst checked call's figures (a failing one first), and every checked call's under ``calls``."""
     worst = min(reports, key=lambda c: (reports[c].ok, -max((t.rel_err for t in reports[c].tensors), default=0)))
     return {**reports[worst].to_json(), "call": worst, "calls": {str(c): r.to_json() for c, r in reports.items()}}
-
-
-def _parity_check(reports: dict[int, ParityReport]) -> Check:
-    figures = {f"call {call}": report.to_json() for call, report in reports.items()}
-    for call, report in reports.items():
-        if not report.ok:
-            worst = report.worst
-            assert worst is not None
-            return Check(CheckName.PARITY, Status.FAIL_PARITY, f"call {call}: {worst.describe()}", figures)
-    return passed(CheckName.PARITY, **figures)
 
 
 def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,

@@ -3,8 +3,8 @@
 A backend that segfaults, aborts or hangs (the IREE compiler does the first on
 ``while_loop`` graphs) must not take the run down.  :class:`WorkerPool` keeps one
 worker subprocess (a fresh interpreter: no threads inherited from torch or the IREE runtime)
-and sends it ``(case id, backend name or module:Class spec)`` as a JSON line; the worker runs
-:func:`conformance.run.engine.run_case` and sends the :class:`Result` back as JSON.
+and sends it a :class:`Request` (case id, backend name or module:Class spec, options) as a JSON line; the worker runs
+:func:`conformance.run.engine.run_case` and sends the :class:`Result` back in a :class:`Reply`.
 
 * The worker dies by a signal (or exits): the case's verdict is ``crash`` with the
   signal's name and the tail of what the worker wrote to stderr.
@@ -77,20 +77,60 @@ def _exit_when_orphaned(parent_pid: int) -> None:
     os._exit(1)
 
 
+@dataclass(frozen=True)
+class Request:
+    """One pair for the worker, one JSON line on its stdin: the case (a registered one by its id, or
+    a generated ``program`` run under that id: a shrink's candidate), the backend as the run named
+    it, and the run's options."""
+
+    case_id: str
+    spec: str
+    options: RunOptions = field(default_factory=RunOptions)
+    #: ``{"program": Program.to_json(), "seed": int}``, or ``None`` for the registered case
+    program: dict[str, Any] | None = None
+
+    def to_line(self) -> str:
+        return json.dumps({"case": self.case_id, "backend": self.spec, "options": self.options.to_json(),
+                           "program": self.program}) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str | bytes) -> Request:
+        data = json.loads(line)
+        return cls(str(data["case"]), str(data["backend"]), RunOptions.from_json(data.get("options")),
+                   data.get("program"))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One line from the worker on its reply pipe: ``ready`` (with its pid), ``ok`` (a
+    :class:`Result`'s JSON) or ``error`` (a harness error outside the engine); ``recycle``: the pair
+    left state the worker could not restore, so it ends after this reply."""
+
+    kind: str
+    payload: Any = None
+    recycle: bool = False
+
+    def to_line(self) -> str:
+        return json.dumps({"kind": self.kind, "payload": self.payload, "recycle": self.recycle}, default=str) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str | bytes) -> Reply:
+        data = json.loads(line)
+        return cls(str(data["kind"]), data.get("payload"), bool(data.get("recycle")))
+
+
 def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -> None:
     """Worker loop: one JSON request per stdin line, one JSON reply line each.
 
-    A request is ``[case_id, backend_spec, options]`` (run the registered case) or
-    ``[case_id, backend_spec, options, {"program": ..., "seed": ...}]`` (run a generated program
-    under that id: a shrink's candidate)."""
+    A request is a :class:`Request`, a reply a :class:`Reply`."""
     import faulthandler
 
     die_with_parent(parent_pid)
     faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
-    def send(kind: str, payload: Any, *more: str) -> None:
-        reply.write(json.dumps([kind, payload, *more], default=str) + "\n")
+    def send(kind: str, payload: Any, recycle: bool = False) -> None:
+        reply.write(Reply(kind, payload, recycle).to_line())
         reply.flush()
 
     from conformance.api.adapter import discover
@@ -104,15 +144,14 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
         _warm_up(registry, warm)
     send("ready", os.getpid())  # a case's clock starts after interpreter start-up
     for line in sys.stdin:
-        case_id, spec, *rest = json.loads(line)
         try:
-            case = _program_case(case_id, rest[1]) if len(rest) > 1 else _case(case_id)
-            result = engine.run_case(case, registry.get(spec), RunOptions.from_json(rest[0] if rest else None),
-                                     spec, recyclable=True)
-            send("ok", result.to_json(), *(["recycle"] if engine.NEEDS_RECYCLE else []))
+            request = Request.from_line(line)
+            case = _program_case(request.case_id, request.program) if request.program else _case(request.case_id)
+            result = engine.run_case(case, registry.get(request.spec), request.options, request.spec, recyclable=True)
+            send("ok", result.to_json(), engine.NEEDS_RECYCLE)
         except Exception as exc:  # an error outside the engine's own handling (resolving the case, its options)
             error = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            send("error", error, *(["recycle"] if engine.NEEDS_RECYCLE else []))
+            send("error", error, engine.NEEDS_RECYCLE)
         if engine.NEEDS_RECYCLE:  # a pair left state that could not be restored: this worker ends here
             break
 
@@ -214,7 +253,7 @@ class WorkerPool:
         t0 = time.perf_counter()
         got = _wait(worker, self.start_timeout_s)
         self.startup_wait_s += time.perf_counter() - t0
-        if got is None or got[0] != "ready":
+        if got is None or got.kind != "ready":
             tail = worker.stderr_tail()
             self._discard()
             if worker.warming:  # a warm-up decides nothing: start one without it
@@ -249,7 +288,7 @@ class WorkerPool:
         warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
         return _Worker(process, os.fdopen(rfd, "rb"), log, warming=warming, before=before)
 
-    def _ask(self, request: Any, timeout_s: float) -> tuple[_Worker, int, list[Any] | None, float]:
+    def _ask(self, request: Request, timeout_s: float) -> tuple[_Worker, int, Reply | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
 
         The clock starts before the request is written: the worker may begin at once."""
@@ -257,11 +296,11 @@ class WorkerPool:
         offset = worker.stderr_size()
         assert worker.process.stdin is not None
         t0 = time.perf_counter()
-        worker.process.stdin.write((json.dumps(request) + "\n").encode())
+        worker.process.stdin.write(request.to_line().encode())
         worker.process.stdin.flush()
         got = _wait(worker, timeout_s)
         elapsed = time.perf_counter() - t0
-        if got is not None and len(got) > 2 and got[2] == "recycle":
+        if got is not None and got.recycle:
             # the pair left state the worker could not restore: the next pair gets a fresh worker
             self._discard()
         return worker, offset, got, elapsed
@@ -288,13 +327,11 @@ class WorkerPool:
 
         ``program`` (``{"program": Program.to_json(), "seed": int}``): run that generated program
         under ``case_id`` instead of the registered case of that id."""
-        request: list[Any] = [case_id, backend, (options or RunOptions()).to_json()]
-        if program is not None:
-            request.append(program)
+        request = Request(case_id, backend, options or RunOptions(), program)
         worker, offset, got, elapsed = self._ask(request, timeout_s)
         worker.cases_run += 1
         if got is not None:
-            kind, payload = got[0], got[1]
+            kind, payload = got.kind, got.payload
             if kind == "ok":
                 result = Result.from_json(payload)
                 result.timing["isolated_wall_s"] = elapsed
@@ -354,7 +391,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _wait(worker: _Worker, timeout_s: float) -> list[Any] | None:
+def _wait(worker: _Worker, timeout_s: float) -> Reply | None:
     """The worker's next reply, or ``None`` if it died or the time ran out."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -367,8 +404,8 @@ def _wait(worker: _Worker, timeout_s: float) -> list[Any] | None:
             if not line:  # EOF: the worker is gone
                 return None
             try:
-                return json.loads(line)  # type: ignore[no-any-return]
-            except json.JSONDecodeError:  # died mid-write
+                return Reply.from_line(line)
+            except (json.JSONDecodeError, KeyError, TypeError):  # died mid-write
                 return None
         elif not worker.alive():
             return None

@@ -36,6 +36,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from hypothesis.errors import NoSuchExample
 from conformance.api.adapter import Backend, discover
 from conformance.api.case import Case, CaseError, resolve
 from conformance.api.result import MemoryFigures, Result
-from conformance.api.verdict import Status, combine
+from conformance.api.verdict import Status, combine, registered_checks
 from conformance.run import rerun
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_TIMEOUT_S
@@ -59,8 +60,14 @@ DEFAULT_DB = Path("results") / ".hypothesis"
 DEFAULT_MAX_RUNS = 80
 #: ``conformance repro``'s exit status when the case does not fail on the backend (nothing written).
 EXIT_NOTHING_TO_REPRODUCE = 3
-#: Checks a standalone (torch-only) script checks itself; any other check needs the harness.
-STANDALONE_CHECKS = frozenset({"parity", "peak", "residual"})
+
+
+def standalone_checks() -> frozenset[str]:
+    """Checks a standalone (torch-only) script checks itself (the registry's ``standalone`` ones); any
+    other check needs the harness."""
+    return frozenset(spec.name.value for spec in registered_checks() if spec.standalone)
+
+
 #: A progress line every this many shrink runs (and one per improvement).
 PROGRESS_EVERY = 5
 #: Shrunk candidates that may crash or hang (when the original did not) before a shrink stops:
@@ -237,211 +244,16 @@ def isolated(spec: str, timeout_s: float) -> RunCase:
 
 # -- the standalone script -----------------------------------------------------------------
 
-_RUNNER = '''
-
-# ---- how the harness runs one step ------------------------------------------------------
-def compile_step(model, inputs):
-    """A function running one step on the backend; returns what the step leaves to drop."""
-{compile_body}
+#: the runners' modules (real Python, checked by ruff and mypy), copied as text from this line on
+_COPIED_FROM = "# ---- copied into the script from here ----\n"
+_COMPILE_BODY = re.compile(r"    # <compile body>.*?    # </compile body>\n", re.DOTALL)
 
 
-def run_step(call, model, inputs):
-    if not TRAIN:
-        with torch.no_grad():
-            return call(*inputs)
-    loss = call(*inputs)
-    loss.backward()  # gradients stay on .grad, as in a training loop
-    return loss.detach()
+def _runner(module: str) -> str:
+    """The text a script runs after its settings: ``module``'s, from the marker line on."""
+    text = resources.files("conformance.run").joinpath(f"{module}.py").read_text(encoding="utf-8")
+    return text.split(_COPIED_FROM, 1)[1]
 
-
-def measure(step, model):
-    """Peak and residual bytes of the torch CPU allocator during one step (outputs dropped inside)."""
-    import gc
-
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-
-    for p in model.parameters():
-        p.grad = None
-    gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = step()
-        del out
-    events = []
-
-    def walk(event):
-        kind, fields = event.typed
-        if kind == _EventType.Allocation:
-            if fields.device.type == "cpu":
-                events.append((event.start_time_ns, fields.ptr, fields.alloc_size))
-            return
-        for child in event.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    live = peak = 0
-    sizes = {{}}
-    for _, ptr, size in sorted(events):
-        if size > 0:
-            sizes[ptr] = size
-            live += size
-        elif ptr in sizes:  # frees of memory allocated before the window do not count
-            live -= sizes.pop(ptr)
-        peak = max(peak, live)
-    return peak, live
-
-
-def flat(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    return [t for o in out for t in flat(o)]
-
-
-def named_results(out, model):
-    named = {{f"output[{{i}}]": t.detach() for i, t in enumerate(flat(out))}}
-    if TRAIN:
-        named.update({{f"grad[{{n}}]": p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}})
-    return named
-
-
-def check_step():
-    """Every check this script can make: {{check name: [faults]}} (an empty list: the check passed)."""
-    torch.manual_seed(SEED)
-    model = make_model()
-    inputs = make_inputs()
-    model.train(TRAIN)
-    faults = {{"parity": [], "peak": [], "residual": []}}
-
-    # parity against the float64 reference, run eagerly
-    ref_model = copy.deepcopy(model).double()
-    ref_inputs = tuple(t.double() if t.is_floating_point() else t.clone() for t in inputs)
-    reference = named_results(run_step(ref_model, ref_model, ref_inputs), ref_model)
-    call = compile_step(model, inputs)
-    got = named_results(run_step(call, model, inputs), model)
-    for name, ref in reference.items():
-        ok = name in got and torch.allclose(got[name].double(), ref, rtol=RTOL, atol=ATOL, equal_nan=True)
-        err = (got[name].double() - ref).abs().max().item() if name in got else float("inf")
-        print(f"parity {{name}}: max_abs_err {{err:.3g}} (rtol {{RTOL}}, atol {{ATOL}}) {{'ok' if ok else 'MISMATCH'}}")
-        if not ok:
-            faults["parity"].append(f"{{name}} differs from the float64 reference (max abs err {{err:.3g}})")
-
-    # memory: warm step, then two measured steps, as the harness does
-    for p in model.parameters():
-        p.grad = None
-    del got
-    out = run_step(call, model, inputs)
-    del out
-    if MODEL_PEAK_BYTES is not None:
-        for step_no in range(2):
-            peak, residual = measure(lambda: run_step(call, model, inputs), model)
-            print(f"step {{step_no}}: peak {{peak}} B (model {{MODEL_PEAK_BYTES}} B), "
-                  f"residual {{residual}} B (model {{MODEL_RESIDUAL_BYTES}} B)")
-            if (peak != MODEL_PEAK_BYTES) if EXACT else (peak > MODEL_PEAK_BYTES + PEAK_SLACK_BYTES):
-                faults["peak"].append(f"peak {{peak}} B {{'!=' if EXACT else '>'}} model peak {{MODEL_PEAK_BYTES}} B"
-                                      + (f" + slack {{PEAK_SLACK_BYTES}} B" if PEAK_SLACK_BYTES else ""))
-            if residual != MODEL_RESIDUAL_BYTES:
-                faults["residual"].append(f"residual {{residual}} B != model residual {{MODEL_RESIDUAL_BYTES}} B")
-    return faults
-
-
-def main():
-    try:
-        faults = check_step()
-    except Exception as exc:
-        if FAILED_CHECK is not None:
-            raise  # the repro is for a check, not for an error: an error here is something else
-        import traceback
-
-        traceback.print_exc()
-        print(f"FAULT: {{FAILED_STATUS}}: {{type(exc).__name__}}: {{exc}}")
-        sys.exit(1)
-    if FAILED_CHECK is None and FAILED_STATUS in ("fail-compile", "fail-run"):
-        print(f"no fault: the step compiled and ran (the harness saw {{FAILED_STATUS}})")
-        return
-    checked = [FAILED_CHECK] if FAILED_CHECK is not None else list(faults)
-    failing = [f for name in checked for f in faults.get(name, [])]
-    others = [f for name, fs in faults.items() if name not in checked for f in fs]
-    if others:
-        print("also (not the check this repro is for): " + "; ".join(dict.fromkeys(others)))
-    if failing:
-        print(f"FAULT ({{FAILED_CHECK or 'any check'}}): " + "; ".join(dict.fromkeys(failing)))
-        sys.exit(1)
-    print(f"no fault: the {{FAILED_CHECK or 'parity, peak and residual'}} check passes")
-
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-_HARNESS_RUNNER = '''
-
-# ---- the check, run by the harness ------------------------------------------------------
-import os
-
-sys.path[:0] = [p for p in SEARCH_PATH if os.path.isdir(p)]  # the harness and the backend's module
-if CASE_SOURCES:  # cases registered by --cases sources, beside any the environment names
-    os.environ["CONFORMANCE_CASES"] = os.pathsep.join(
-        filter(None, [os.environ.get("CONFORMANCE_CASES", ""), CASE_SOURCES]))
-
-
-def load_case():
-    if PROGRAM is None:
-        from conformance.api.case import resolve
-
-        case = resolve(CASE_ID)
-        if case is None:
-            sys.exit(f"unknown case {{CASE_ID!r}}: is the package that registers it installed?")
-        return case
-    from conformance.cases import generated
-
-    return generated.case_from_program(generated.Program.from_json(PROGRAM), CASE_ID, SEED)
-
-
-def verdict(case, backend):
-    if FAILED_STATUS in ("crash", "timeout"):  # shown by the harness's isolation worker dying, not this script
-        from conformance.run.isolation import run_case_isolated, shutdown
-
-        try:
-            return run_case_isolated(case, BACKEND_SPEC, TIMEOUT_S)
-        finally:
-            shutdown(kill=True)
-    from conformance.run.engine import run_case
-
-    return run_case(case, backend)
-
-
-def main():
-    from conformance.api.adapter import discover
-
-    case = load_case()
-    backend = discover().get(BACKEND_SPEC)
-    result = verdict(case, backend)
-    status = str(result.raw_status or result.status)
-    print(f"{{case.id}} on {{backend.name}}: {{status}}" + (f": {{result.reason}}" if result.reason else ""))
-    if FAILED_CHECK is None:
-        still = status == FAILED_STATUS
-        what = f"verdict {{FAILED_STATUS}}"
-    else:
-        check = result.check(FAILED_CHECK)
-        print(f"check {{FAILED_CHECK}}: " + (f"{{check.status}} {{check.reason}}" if check else "not made"))
-        still = check is not None and check.failed
-        what = f"check {{FAILED_CHECK}}"
-        if still and FAILED_STATE is not None:  # the same piece of state, on the same call
-            call, piece = FAILED_STATE
-            failures = (check.figures.get(call) or {{}}).get("failures") or []
-            still = any(f.get("name") == piece for f in failures)
-            what = f"check {{FAILED_CHECK}} ({{call}}: {{piece}})"
-    if still:
-        print(f"FAULT: {{what}} still fails")
-        sys.exit(1)
-    print(f"no fault: the {{what}} no longer fails")
-
-
-if __name__ == "__main__":
-    main()
-'''
 
 _INDUCTOR = '''    # plain torch.compile, as `backend="inductor"` runs it
     compiled = torch.compile(model, backend="inductor", dynamic=False)
@@ -528,7 +340,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     status = str(result.raw_status or result.status)
     # a crash or timeout is shown by the harness's own step (a worker's exit), not by a script's exit code
     # a program whose batch changes every call fails at a call's shapes the standalone script never makes
-    standalone = (program is not None and (check is None or check in STANDALONE_CHECKS)
+    standalone = (program is not None and (check is None or check in standalone_checks())
                   and status not in ("crash", "timeout") and _standalone_state(result) and not program.batches)
     state = failing_state(result) if check is not None else None
     memory = result.memory or MemoryFigures()
@@ -577,6 +389,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
         roots = list(dict.fromkeys([harness_root, _module_root(type(backend).__module__)]))
         program_json = json.dumps(program.to_json(), separators=(",", ":")) if program is not None else None
         consts += [
+            "import os",
             f"BACKEND_SPEC = {spec!r}",
             f"SEARCH_PATH = {roots!r}",
             f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
@@ -584,7 +397,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
             f"TIMEOUT_S = {timeout_s!r}  # a crash or timeout is run in the harness's isolation worker",
             "",
         ]
-        return "\n".join([header, "\n".join(consts), _HARNESS_RUNNER.format()])
+        return "\n".join([header, "\n".join(consts), _runner("repro_harness")])
     assert program is not None
     consts += [
         f"RTOL, ATOL = {case.tolerance.rtol!r}, {case.tolerance.atol!r}",
@@ -602,7 +415,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
                      + inspect.getsource(gen_ops).split('"""', 2)[2].replace("import torch\n", "", 1))
     source = generated.program_source(program).replace("import torch\n", "", 1)
     parts.append("# ---- the program, as plain torch ----\n" + source)
-    parts.append(_RUNNER.format(compile_body=_compile_body(case, backend)))
+    parts.append(_COMPILE_BODY.sub(lambda _: _compile_body(case, backend) + "\n", _runner("repro_standalone")))
     return "\n".join(parts)
 
 

@@ -40,7 +40,7 @@ from conformance.api.adapter import Backend, BackendError, BackendRegistry, disc
 from conformance.api.case import BROKEN_PLUGINS, Case, CaseError, all_cases, load_source, select_cases
 from conformance.api.result import Result, append_result
 from conformance.api.verdict import Status
-from conformance.checks.baseline import Tolerance, apply_baseline
+from conformance.checks.baseline import Baseline
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.output.outdir import OutDirError, RunDir, claim, held
 from conformance.run import rerun
@@ -128,7 +128,7 @@ class RunState:
     isolate: bool
     timeout_s: float
     options: RunOptions  # what every pair's engine run is asked (steps)
-    baseline: tuple[dict[tuple[str, str], Result], Tolerance, str] | None
+    baseline: Baseline | None  # --baseline: the earlier run every pair is held to
     repro_dir: Path | None  # where failing generated cases' repros go (None: --no-auto-repro)
     selection: Selection | None = None  # resolved on first use, once per process
     interrupted: bool = False
@@ -147,8 +147,8 @@ def activate(config: pytest.Config, values: dict[str, Any]) -> None:
     out = Path(values["out"])
     baseline = None
     if values["baseline"] is not None:
-        baseline = (values["baseline"], values["baseline_tolerance"],
-                    f"baseline {config.getoption('conformance_baseline')}")
+        baseline = Baseline(values["baseline"], values["baseline_tolerance"],
+                            f"baseline {config.getoption('conformance_baseline')}")
     state = RunState(values, bool(values["isolate"]), float(values["timeout"]), RunOptions(steps=values["steps"]),
                      baseline, out if values["auto_repro"] else None)
     config.stash[RUN_KEY] = state
@@ -281,8 +281,7 @@ def _raw_verdict(pair: Pair, state: RunState) -> Result:
                       seed=pair.case.seed, kind=pair.case.kind, family=pair.case.family,
                       notes=[traceback.format_exc()])
     if state.baseline is not None:
-        earlier, tolerance, source = state.baseline
-        raw = apply_baseline(raw, earlier.get((raw.case, raw.backend)), tolerance, source)
+        raw = state.baseline.apply(raw)
     return raw
 
 
