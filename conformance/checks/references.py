@@ -79,7 +79,8 @@ def reference_key(case: Case, calls: Sequence[int], inputs: str) -> str:
     """What a case's references depend on, as a file name: a stored reference is shared under this key only."""
     parts = {
         "format": FORMAT,
-        "case": repr(case),  # id, kind, seed, trains, optimizer, tolerance, shape schedule
+        # what the references are made from; spelled out: a repr would hold a frozenset, ordered per process
+        "case": [case.id, case.kind, case.seed, case.trains, case.optimizer, repr(case.shapes)],
         "program": case.program.to_json() if case.program is not None else None,
         "calls": list(calls),
         "torch": torch.__version__,
