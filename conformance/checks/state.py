@@ -36,6 +36,7 @@ from conformance.api.step import (
 )
 from conformance.checks.noise import RandomValues, RoundingNoise
 from conformance.checks.parity import Noise, ParityReport, compare
+from conformance.checks.references import CallReference, SharedReferences, reference_key
 
 #: how many perturbed float64 runs measure a step's rounding noise (:class:`conformance.checks.noise.RoundingNoise`)
 NOISE_SAMPLES = 2
@@ -140,8 +141,8 @@ class StateReferences:
     eager32: ReferenceRun | None = field(default=None, init=False)
     noisy: list[ReferenceRun] = field(default_factory=list, init=False)
 
-    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
-        """``actual`` (a call's results and the state it left) against the references' same call."""
+    def reference(self, call: int) -> CallReference:
+        """The references' ``call`` (calls run in order; the first one builds the references)."""
         if self.ref64 is None or self.eager32 is None:
             self.ref64 = ReferenceRun(self.case, torch.float64, RandomValues())
             self.eager32 = ReferenceRun(self.case, torch.float32)
@@ -157,7 +158,17 @@ class StateReferences:
                 except Exception:  # a program rounding breaks (a discrete value moved): no floor from it
                     self.noisy.remove(run)
             noise = Noise(torch.finfo(self.ref64.native).eps, spreads(ref64, samples), self.ref64.random_names)
-            return compare(actual, ref64, eager32, self.case.tolerance, noise)
+        return CallReference(ref64, eager32, noise)
+
+    def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
+        """``actual`` (a call's results and the state it left) against the references' same call."""
+        return judge_call(self.reference(call), actual, self.case)
+
+
+def judge_call(reference: CallReference, actual: dict[str, torch.Tensor], case: Case) -> ParityReport:
+    """``actual`` (a call's results and the state it left) against that call's references."""
+    with one_thread():
+        return compare(actual, reference.ref64, reference.eager32, case.tolerance, reference.noise)
 
 
 @contextlib.contextmanager
@@ -173,7 +184,30 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]]) -> dict[int, ParityReport]:
-    """Every recorded call (in call order) against the references run through the same sequence."""
+def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]], shared: SharedReferences | None = None,
+                  inputs: str = "") -> dict[int, ParityReport]:
+    """Every recorded call (in call order) against the references run through the same sequence.
+
+    ``shared``: the run's shared references (:mod:`conformance.checks.references`): the case's references
+    are loaded from there when a pair given the same ``inputs`` (:class:`InputDigest`) made them, else made
+    here and stored for its other pairs."""
+    references = shared_references(case, sorted(calls), shared, inputs)
+    return {call: judge_call(references[call], calls[call], case) for call in sorted(calls)}
+
+
+def shared_references(case: Case, calls: list[int], shared: SharedReferences | None = None,
+                      inputs: str = "") -> dict[int, CallReference]:
+    """The references of ``calls`` (in order): the run's shared ones, else made (and shared when it can)."""
+    key = reference_key(case, calls, inputs) if shared is not None else ""
+    if shared is not None and (stored := shared.load(key)) is not None:
+        return stored
+    made = make_references(case, calls)
+    if shared is not None:
+        shared.store(key, made)
+    return made
+
+
+def make_references(case: Case, calls: list[int]) -> dict[int, CallReference]:
+    """The references of ``calls`` (in call order), made here."""
     references = StateReferences(case)
-    return {call: references.compare(call, calls[call]) for call in sorted(calls)}
+    return {call: references.reference(call) for call in calls}

@@ -16,6 +16,7 @@ import gc
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,7 +40,8 @@ from conformance.checks.blame import invocation_breakdown
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
 from conformance.checks.parity import ParityReport
-from conformance.checks.state import after_call, compare_calls, state_of
+from conformance.checks.references import InputDigest, SharedReferences, reference_key
+from conformance.checks.state import after_call, judge_call, make_references, state_of
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
@@ -127,6 +129,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     models = _Models(case)
     with clock.phase("build"), harness_stage("build: the case's builder"):
         workload = case.build()
+    # what the backend is given, call by call: the case's shared references are of these values only
+    digest = InputDigest() if options.references is not None else None
+    if digest is not None:
+        digest.add("call 0", state_of(workload))
     # the user-kernels model is of CPU kernels (oneDNN's, ATen's CPU composites): a step on another device
     # runs that device's (cuDNN's) RNN
     on_cpu = (backend.capabilities.devices or ("cpu",))[0] == "cpu"
@@ -163,6 +169,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
             calls.see(1, workload.inputs)
+            if digest is not None:
+                digest.add("call 1", workload.inputs)
             compiled.prepare_call()
             t1 = time.perf_counter()
             out = compiled.run()
@@ -190,6 +198,8 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             for call in range(2, last_call + 1):
                 workload.inputs = _inputs(case, call, backend)
                 calls.see(call, workload.inputs)
+                if digest is not None:
+                    digest.add(f"call {call}", workload.inputs)
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
@@ -207,8 +217,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    with clock.phase("reference"), harness_stage("reference: the float64 and float32 calls"):
-        parity = compare_calls(case, states)
+    parity = _parity(case, states, options, digest, clock)
     # the parameters and buffers each call found (the copies the previous one left): a step whose graph
     # depends on its values is modelled on the values each call ran with
     models.found = {call + 1: {k: v for k, v in left.items() if k.startswith(("param[", "buffer["))}
@@ -232,6 +241,25 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
         return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
                         traceback.format_exc())
+
+
+def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: RunOptions, digest: InputDigest | None,
+            clock: PhaseClock) -> dict[int, ParityReport]:
+    """Every call's results and state against the case's references: the run's shared ones
+    (:mod:`conformance.checks.references`) where another pair of the case made them for the same inputs,
+    else made here (and shared)."""
+    shared = SharedReferences(Path(options.references)) if options.references is not None else None
+    calls = sorted(states)
+    key = reference_key(case, calls, digest.hexdigest()) if shared is not None and digest is not None else ""
+    with clock.phase("parity"):
+        references = shared.load(key) if shared is not None else None
+    if references is None:
+        with clock.phase("reference"), harness_stage("reference: the float64 and float32 calls"):
+            references = make_references(case, calls)
+            if shared is not None:
+                shared.store(key, references)
+    with clock.phase("parity"), harness_stage("parity"):
+        return {call: judge_call(references[call], states[call], case) for call in calls}
 
 
 def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor],

@@ -36,13 +36,16 @@ class RunOptions:
     """What a run asks of every pair (the same in every worker process)."""
 
     steps: int = DEFAULT_STEPS
+    #: the run's directory of references shared by a case's pairs (:mod:`conformance.checks.references`);
+    #: ``None``: each pair makes its own
+    references: str | None = None
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps}
+        return {"steps": self.steps, **({"references": self.references} if self.references is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RunOptions:

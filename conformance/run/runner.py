@@ -26,11 +26,13 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,11 @@ class RunState:
 RUN_KEY = pytest.StashKey[RunState]()
 #: ``workerinput`` key of the controller's selection: ``{"cases": [ids], "backends": [specs]}``
 SELECTION_KEY = "conformance_selection"
+#: ``workerinput`` key of the run's directory of shared references (absent: each pair makes its own)
+REFERENCES_KEY = "conformance_references"
+#: where in the results directory a run keeps the references its pairs share, one folder per run (removed
+#: when the run ends; a killed run's folder is removed by the next run that claims the directory)
+REFERENCES_DIR = ".references"
 RESULT_KEY = pytest.StashKey[Result]()
 
 
@@ -149,7 +156,12 @@ def activate(config: pytest.Config, values: dict[str, Any]) -> None:
     if values["baseline"] is not None:
         baseline = Baseline(values["baseline"], values["baseline_tolerance"],
                             f"baseline {config.getoption('conformance_baseline')}")
-    state = RunState(values, bool(values["isolate"]), float(values["timeout"]), RunOptions(steps=values["steps"]),
+    if _is_worker(config):  # the controller's folder (none where the controller turned on late)
+        references = config.workerinput.get(REFERENCES_KEY)  # type: ignore[attr-defined]
+    else:
+        references = str(out / REFERENCES_DIR / uuid.uuid4().hex)
+    state = RunState(values, bool(values["isolate"]), float(values["timeout"]),
+                     RunOptions(steps=values["steps"], references=references),
                      baseline, out if values["auto_repro"] else None)
     config.stash[RUN_KEY] = state
     _keep_hypothesis_in(out / ".hypothesis")
@@ -182,6 +194,8 @@ def _selection(config: pytest.Config) -> Selection:
                                          _int_seed(config.getoption("hypothesis_seed", None)))
         except (BackendError, CaseError, ManifestError) as exc:
             raise pytest.UsageError(str(exc)) from None
+        if len(state.selection.backends) < 2:  # a case's references have no other pair to share them with
+            state.options = replace(state.options, references=None)
     return state.selection
 
 
@@ -349,6 +363,7 @@ class ResultWriter:
             self.run_dir: RunDir = claimed or claim(out, state.values["existing"])
         except OutDirError as exc:  # said in the CLI's terms: respelled for a plain pytest session
             raise pytest.UsageError(pytest_spelling(str(exc))) from None
+        shutil.rmtree(self.run_dir.path / REFERENCES_DIR, ignore_errors=True)  # a killed run's, never read
         self.path = self.run_dir.results
         self.results: list[Result] = []
         self.recorded: set[str] = set()  # node ids that have their verdict
@@ -387,6 +402,8 @@ class ResultWriter:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["conformance_done"] = sorted(self.run_dir.done())
         sel = _selection(self.config)
+        if self.state.options.references is not None:
+            node.workerinput[REFERENCES_KEY] = self.state.options.references
         node.workerinput[SELECTION_KEY] = {"cases": [c.id for c in sel.cases],
                                            "backends": [sel.specs.get(b.name, b.name) for b in sel.backends]}
 
@@ -502,6 +519,7 @@ class ResultWriter:
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """After every sessionfinish (junit is written by then): move the staged files into place."""
+        shutil.rmtree(self.run_dir.path / REFERENCES_DIR, ignore_errors=True)  # the shared references
         self.run_dir.publish(len(self.results))
         config.hook.pytest_conformance_finished(stats=self.stats())
         if self.owns_dir:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 PAIR_PHASES = {
     "build": "build the case's module and inputs",
     "compile": "the backend's compile and first call",
-    "reference": "float64 and eager float32 reference calls, parity",
+    "reference": "float64, eager float32 and perturbed float64 reference calls (once per case, shared by its backends)",
+    "parity": "loading a case's shared references, parity of every call against them",
     "model": "lifetime models: user-level, received graphs, generated program",
     "probe": "the timed call and the probed calls (probe windows included)",
     "judge": "checks, blame, the backend's own findings",
