@@ -66,3 +66,34 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path: Path) -> None:
     assert (tmp_path / "merged" / "junit.xml").exists()
     again = _cli("merge", "s1", "s1", "-o", "dup", cwd=tmp_path)
     assert again.returncode == 2 and "is in both" in again.stderr
+
+
+BROKEN_CASES = '''
+from conformance.api.case import Case, register, select_cases
+
+good = select_cases(["mlp-s-infer"])[0]
+register(Case("shardbuild-good", "inference", "shardbuild", 0, good.builder, in_default=False))
+
+
+def broken(seed):
+    raise RuntimeError("this case cannot build")
+
+
+register(Case("shardbuild-broken", "inference", "shardbuild", 0, broken, in_default=False))
+'''
+
+
+def test_a_shard_builds_only_its_own_cases_before_it_runs(tmp_path: Path) -> None:
+    """The up-front build check (a case that cannot build refuses the run in one line) covers the shard's
+    pairs, not the whole selection: a shard of the op sweep would otherwise build its 2,300 cases first."""
+    (tmp_path / "shard_cases.py").write_text(BROKEN_CASES)
+    select = ["--cases", "shard_cases.py", "--backend", "eager", "--case", "shardbuild-*", "--no-report",
+              "--no-history"]
+    done = [_cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}", cwd=tmp_path) for i in (1, 2)]
+    refused = [d for d in done if d.returncode == 2]
+    ran = [d for d in done if d.returncode == 0]
+    assert len(refused) == 1 and len(ran) == 1, [(d.returncode, d.stderr[-500:]) for d in done]
+    assert "case shardbuild-broken failed to build: RuntimeError: this case cannot build" in refused[0].stderr
+    i = done.index(ran[0]) + 1
+    records = [json.loads(line) for line in (tmp_path / f"s{i}" / "results.jsonl").read_text().splitlines()]
+    assert [(r["case"], r["status"]) for r in records] == [("shardbuild-good", "pass")]

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import pytest
 
 from conformance.api.adapter import BackendError
-from conformance.api.case import CaseError
+from conformance.api.case import Case, CaseError
 from conformance.checks.manifest import ManifestError
 from conformance.output.outdir import OutDirError, RunDir, check_target, claim
 from conformance.run.options import (
@@ -39,7 +39,7 @@ from conformance.run.options import (
     pytest_flag,
     validate,
 )
-from conformance.run.runner import Selection, select
+from conformance.run.runner import Selection, select, shard_pairs
 from conformance.run.stats import RunStats
 from conformance.util import phases
 from conformance.util.paths import caches_outside_tmp
@@ -138,7 +138,8 @@ def _load_case_sources(sources: list[str]) -> None:
         raise UsageFailure(str(exc)) from None
 
 
-def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0) -> Selection:
+def _validate(backends: list[str], cases: list[str], build: bool, generated: int = 0, seed: int = 0,
+              shard: str | None = None, shard_durations: str | None = None) -> Selection:
     try:
         BY_NAME["generated"].checked(generated, Values.of_mapping("cli", {"generated": generated}))
     except OptionError as exc:
@@ -148,7 +149,7 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
     except (BackendError, CaseError, ManifestError) as exc:
         raise UsageFailure(str(exc)) from None
     if build:
-        for case in selection.cases:
+        for case in _shard_cases(selection, shard, shard_durations):
             try:
                 case.build()
             except (Exception, SystemExit) as exc:  # a builder that exits is a case that failed to build
@@ -158,11 +159,24 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
     return selection
 
 
+def _shard_cases(selection: Selection, shard: str | None, durations: str | None) -> list[Case]:
+    """The cases a run builds before pytest starts (to refuse one that cannot build, in one line): with
+    ``--shard``, those of the shard's pairs only; a shard of the op sweep would otherwise build all of
+    its 2,300 cases first, for minutes, on every machine of a sharded nightly."""
+    if shard is None:
+        return selection.cases
+    from conformance.run.sharding import Shard
+
+    chosen = shard_pairs(selection.pairs(), Shard.parse(shard), Path(durations) if durations else None)
+    return [c for c in selection.cases if any(f"{c.id}@{b.name}" in chosen for b in selection.backends)]
+
+
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     started = phases.STARTED if phases.STARTED is not None else time.perf_counter()
     out = Path(args.out)
     _check_run_options(args)
-    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed)
+    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
+              shard=args.shard, shard_durations=args.shard_durations)
     run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
     timing: dict[str, float] = {}
     finished = _RunFinished()

@@ -31,10 +31,10 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -51,6 +51,9 @@ from conformance.run.options import RunOptions
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
 from conformance.util.text import clip, plural, printable
+
+if TYPE_CHECKING:
+    from conformance.run.sharding import Shard
 
 RESULT_ATTR = "conformance_result"
 PLUGIN = "conformance-run"
@@ -228,20 +231,23 @@ def _done_pairs(config: pytest.Config) -> set[str]:
     return writer.run_dir.done() if writer is not None else set()
 
 
+def shard_pairs(pairs: Sequence[Pair], shard: Shard, durations_dir: Path | None) -> set[str]:
+    """The ids of the pairs ``shard`` runs: the one place the split is made (the plugin deselects by it;
+    the CLI checks that only these pairs' cases build, not the whole selection's)."""
+    from conformance.run.sharding import PairCost, estimate, measured_durations, select_shard
+
+    durations = measured_durations(durations_dir)
+    return select_shard([PairCost(p.id, estimate(p.case.kind, p.case.trains, p.backend.cost_weight,
+                                                 durations.get(p.id))) for p in pairs], shard)
+
+
 def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     values = config.stash[RUN_KEY].values
     shard = values["shard"]  # parsed (and checked) once, by conformance.run.options
     if shard is None:
         return
-    from conformance.run.sharding import PairCost, estimate, measured_durations, select_shard
-
-    durations = measured_durations(values["shard_durations"])
     pairs = {item.nodeid: _pair_of(item) for item in items}
-    costs = [
-        PairCost(p.id, estimate(p.case.kind, p.case.trains, p.backend.cost_weight, durations.get(p.id)))
-        for p in pairs.values() if p is not None
-    ]
-    chosen = select_shard(costs, shard)
+    chosen = shard_pairs([p for p in pairs.values() if p is not None], shard, values["shard_durations"])
     keep = [i for i in items if (p := pairs[i.nodeid]) is None or p.id in chosen]
     dropped = [i for i in items if i not in keep]
     if dropped:

@@ -1,0 +1,105 @@
+"""The op sweep's size and wall time: ``conformance run --case 'op-*'`` on eager + inductor, ``-n 2``.
+(Not in CI: the whole sweep is about 45 minutes on 2 cores; a shard is minutes.)
+
+    python benchmarks/op_sweep.py [--backend eager --backend inductor] [-n 2] [--shard I/N]
+                                  [--case 'op-*'] [--out DIR] [--json OUT]
+
+Prints the family's size at this torch release (ops, samples, pairs per backend, what is left out),
+then runs the selection through the real CLI (isolated workers, the backends' manifests) and prints
+what it ran (ops, samples, pairs), the wall time, and the verdict counts per backend (the raw ones and
+how many of them the manifests expect).  With ``--shard I/N`` it also prints the whole sweep's wall
+time extrapolated as N times the shard's: shards are balanced by expected cost, so this is a rough
+figure, to choose a shard count for a CI job limit (``examples/ci/nightly.yml``).  Exit 1 when a pair
+failed unexpectedly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_ID = re.compile(r"^op-(?P<key>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+
+
+def family_size() -> str:
+    """One line: the whole family at this torch release (read from the sweep's screening cache)."""
+    from conformance.cases import ops
+
+    if not ops.available():
+        return "op sweep unavailable here: expecttest is not installed (pip install 'torch-conformance[ops]')"
+    screened = ops.whole_sweep()
+    cases = [c for s in screened for c in s.cases]
+    samples = {c.id.rsplit("-", 1)[0] for c in cases}
+    train = sum(c.kind == "train_step" for c in cases)
+    left = ops.left_out()
+    return (f"family at torch {ops.torch.__version__}: {sum(bool(s.cases) for s in screened)} ops with cases, "
+            f"{len(samples)} samples, {len(cases)} pairs per backend ({len(cases) - train} inference, "
+            f"{train} training); {len(left)} ops, samples or steps left out, each with its reason")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", action="append", default=None, help="repeatable (default: eager, inductor)")
+    parser.add_argument("-n", "--workers", default="2")
+    parser.add_argument("--shard", default=None, metavar="I/N")
+    parser.add_argument("--case", action="append", default=None, help="repeatable (default: op-*)")
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default: a temporary one)")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    backends = args.backend or ["eager", "inductor"]
+    patterns = args.case or ["op-*"]
+
+    print(family_size(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="op-sweep-") as tmp:
+        out = args.out or Path(tmp) / "results"
+        command = [sys.executable, "-m", "conformance.cli", "run", *[a for b in backends for a in ("--backend", b)],
+                   *[a for c in patterns for a in ("--case", c)], "--workers", str(args.workers),
+                   "--out", str(out), "--overwrite", "--no-report", "--no-history"]
+        if args.shard:
+            command += ["--shard", args.shard]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        print("$ conformance " + " ".join(command[3:]), flush=True)
+        t0 = time.perf_counter()
+        done = subprocess.run(command, env=env, cwd=tmp)
+        wall = time.perf_counter() - t0
+        found = out / "results.jsonl"
+        lines = found.read_text(encoding="utf-8").splitlines() if found.exists() else []
+    records = [json.loads(line) for line in lines]
+    ids = [m for r in records if (m := _ID.match(r["case"]))]
+    ops_ran = {m["key"] for m in ids}
+    samples = {(m["key"], m["k"]) for m in ids}
+    print(f"\nran {len(ops_ran)} ops, {len(samples)} samples, {len(records)} pairs "
+          f"({', '.join(backends)}, -n {args.workers}{', shard ' + args.shard if args.shard else ''})")
+    print(f"wall {wall:.1f}s, {wall / max(len(records), 1):.2f}s per pair")
+    figures: dict[str, object] = {"backends": backends, "workers": args.workers, "shard": args.shard,
+                                  "ops": len(ops_ran), "samples": len(samples), "pairs": len(records), "wall_s": wall}
+    for backend in backends:
+        mine = [r for r in records if r["backend"] == backend]
+        raw = Counter(r.get("raw_status") or r["status"] for r in mine)
+        final = Counter(r["status"] for r in mine)
+        print(f"  {backend}: {len(mine)} pairs; raw verdicts {dict(sorted(raw.items()))}; "
+              f"after its manifest {dict(sorted(final.items()))}")
+        figures[backend] = {"raw": dict(raw), "final": dict(final)}
+    if args.shard:
+        count = int(args.shard.split("/")[1])
+        print(f"whole sweep on this machine, extrapolated: about {wall * count / 60:.0f} minutes "
+              f"({count} x this shard's wall time; an upper bound: each shard pays the run's start-up again)")
+        figures["extrapolated_s"] = wall * count
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return done.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
