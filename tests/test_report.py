@@ -147,6 +147,11 @@ def test_failing_cell_opens_its_details(
     assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="fail-residual"]') == "1"
     assert page.get_attribute('#counts tr[data-backend="leaky-eager"] td.rate', "data-rate") == "0.0000"
 
+    # the top names the real leak as the one unexpected verdict
+    assert page.get_attribute("#answer", "data-as-expected") == "false"
+    listed = page.locator("#unexpected-list li")
+    assert [(li.get_attribute("data-case"), li.get_attribute("data-backend")) for li in listed.all()] == [
+        ("mlp-s-infer", "leaky-eager")]
     leaky = results[("mlp-s-infer", "leaky-eager")]
     mem = leaky.memory
     assert mem is not None
@@ -157,6 +162,10 @@ def test_failing_cell_opens_its_details(
     detail.wait_for()
     assert page.inner_text("#detail-status") == "fail-residual"
     assert page.inner_text("#detail-reason") == leaky.reason
+    # the panel opens on the check that decided: the residual, its excess the bytes the leak keeps
+    assert page.get_attribute("#decision", "data-check") == "residual"
+    excess = leaky.check("residual").excess_bytes
+    assert excess and page.get_attribute('#decision-figures [data-field="excess"]', "data-value") == str(excess)
 
     # the chart (uPlot): both series drawn at the panel's width, the verdict's numbers beside it
     measured = page.locator('#detail .timeline-figures [data-series="measured"]')
