@@ -27,7 +27,7 @@ from conformance.api.result import MemoryFigures, Result, append_result
 from conformance.backends.eager import EagerBackend
 from conformance.output import history
 from conformance.output.records import read_results
-from conformance.output.report import build_report, measured_points, model_points, spread
+from conformance.output.report import build_report, measured_points, model_points, timeline_data
 from conformance.run.engine import run_case
 
 CHROMIUM_ARGS = [
@@ -147,6 +147,11 @@ def test_failing_cell_opens_its_details(
     assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="fail-residual"]') == "1"
     assert page.get_attribute('#counts tr[data-backend="leaky-eager"] td.rate', "data-rate") == "0.0000"
 
+    # the top names the real leak as the one unexpected verdict
+    assert page.get_attribute("#answer", "data-as-expected") == "false"
+    listed = page.locator("#unexpected-list li")
+    assert [(li.get_attribute("data-case"), li.get_attribute("data-backend")) for li in listed.all()] == [
+        ("mlp-s-infer", "leaky-eager")]
     leaky = results[("mlp-s-infer", "leaky-eager")]
     mem = leaky.memory
     assert mem is not None
@@ -157,42 +162,40 @@ def test_failing_cell_opens_its_details(
     detail.wait_for()
     assert page.inner_text("#detail-status") == "fail-residual"
     assert page.inner_text("#detail-reason") == leaky.reason
+    # the panel opens on the check that decided: the residual, its excess the bytes the leak keeps
+    assert page.get_attribute("#decision", "data-check") == "residual"
+    excess = leaky.check("residual").excess_bytes
+    assert excess and page.get_attribute('#decision-figures [data-field="excess"]', "data-value") == str(excess)
 
-    # the chart: both series drawn, their marks carry the verdict's numbers
-    measured = page.locator('#detail svg path[data-series="measured"]')
-    model = page.locator('#detail svg path[data-series="model"]')
+    # the chart (uPlot): both series drawn at the panel's width, the verdict's numbers beside it
+    measured = page.locator('#detail .timeline-figures [data-series="measured"]')
+    model = page.locator('#detail .timeline-figures [data-series="model"]')
     assert int(measured.get_attribute("data-peak")) == mem.measured_peak_bytes
     assert int(measured.get_attribute("data-residual")) == mem.measured_residual_bytes
     assert int(model.get_attribute("data-peak")) == mem.model_peak_bytes
     assert int(model.get_attribute("data-residual")) == mem.model_residual_bytes
     assert int(measured.get_attribute("data-points")) == len(mem.timeline)
-    for series in (measured, model):
-        box = series.bounding_box()
-        assert box is not None and box["width"] > 300 and box["height"] > 20, box
-
-    # the geometry agrees with the numbers: the measured line's top is the peak marker,
-    # it ends at the residual marker, and the model's end sits lower (smaller residual)
-    geo = page.evaluate("""() => {
-        const q = s => document.querySelector('#detail ' + s);
-        const seg = p => p.getPathData ? null : p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
-        const m = q('path[data-series=measured]'), mo = q('path[data-series=model]');
-        const mc = seg(m), oc = seg(mo);
-        return {
-          measuredTop: m.getBBox().y, peakMarker: +q('circle.peak-marker[data-series=measured]').getAttribute('cy'),
-          measuredEnd: mc[mc.length - 1], modelEnd: oc[oc.length - 1],
-          residualMarker: +q('rect.residual-marker[data-series=measured]').getAttribute('y') + 4,
-        };
+    chart = page.evaluate("""() => {
+        const u = window.conformanceCharts.timeline;
+        const col = label => u.data[u.series.findIndex(s => s.label.startsWith(label))];
+        const m = col('measured'), mo = col('model');
+        const x = u.data[0];
+        return {labels: u.series.map(s => s.label), measuredMax: Math.max(...m), measuredEnd: m[m.length - 1],
+                modelMax: Math.max(...mo), modelEnd: mo[mo.length - 1], x0: x[0], x1: x[x.length - 1]};
     }""")
-    assert geo["measuredTop"] == pytest.approx(geo["peakMarker"], abs=0.01)
-    assert geo["measuredEnd"] == pytest.approx(geo["residualMarker"], abs=0.01)
-    assert geo["measuredEnd"] < geo["modelEnd"]  # svg y grows downwards: measured residual is higher
+    # the drawn columns agree with the verdict's figures: the measured line reaches the peak and ends at the
+    # residual, the model's ends lower (its residual is smaller: the leak)
+    assert chart["measuredMax"] == mem.measured_peak_bytes and chart["modelMax"] == mem.model_peak_bytes, chart
+    assert chart["measuredEnd"] == mem.measured_residual_bytes and chart["modelEnd"] == mem.model_residual_bytes
+    assert chart["measuredEnd"] > chart["modelEnd"]
+    assert (chart["x0"], chart["x1"]) == (0, 1)
 
     for field in ("model_peak_bytes", "measured_peak_bytes", "model_residual_bytes", "measured_residual_bytes"):
         assert int(page.get_attribute(f'#detail [data-field="{field}"]', "data-value")) == getattr(mem, field)
     assert float(page.get_attribute('#detail [data-field="max_abs_err"]', "data-value")) == pytest.approx(
         leaky.parity["max_abs_err"], rel=1e-12)
 
-    blamed = page.locator("#detail #blamed tr[data-producer]")
+    blamed = page.locator("#detail #blamed [data-producer]")
     assert blamed.count() == len(mem.blamed) >= 1
     assert blamed.first.get_attribute("data-producer") == mem.blamed[0]["producer"] == "addmm_2"
     assert int(blamed.first.get_attribute("data-bytes")) == mem.measured_residual_bytes
@@ -211,7 +214,7 @@ def test_a_skipped_cell_has_no_chart_but_its_reason(
     assert page.inner_text('#counts tr[data-backend="leaky-eager"] td[data-status="skip"]') == "1"
     page.click('td[data-case="customop-early-late-s"][data-backend="leaky-eager"]')
     page.locator('#detail[data-case="customop-early-late-s"][data-status="skip"]').wait_for()
-    assert page.locator("#detail svg.timeline").count() == 0
+    assert page.locator("#detail #timeline-chart").count() == 0
     assert page.locator("#detail #no-timeline").count() == 1
     assert page.inner_text("#detail-reason") == results[("customop-early-late-s", "leaky-eager")].reason
     assert "custom_ops" in page.inner_text("#detail-reason")
@@ -264,11 +267,15 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
     assert page.locator("#fixes li[data-case]").count() == 0
     reg = page.locator('#memory-regressions li[data-case="mlp-s-infer"]')
     assert float(reg.get_attribute("data-growth")) == pytest.approx(0.5, abs=0.01)
-    rates = json.loads(page.get_attribute('svg.rate-trend[data-backend="leaky-eager"]', "data-values"))
+    rates = page.evaluate("""() => { const u = window.conformanceCharts.passRate;
+        return u.data[u.series.findIndex(s => s.label === 'leaky-eager')]; }""")
     assert rates == [1.0, 0.0]
-    # opened from the URL fragment; its peak trend over both runs
+    # the leaky pair's pass -> fail-residual is a regression of the second run
+    assert page.evaluate("() => window.conformanceCharts.flips.data[2]") == [0, -1]
+    # opened from the URL fragment; its peak trend over both runs, the regression marked
     page.locator('#detail[data-backend="leaky-eager"]').wait_for()
-    peaks = json.loads(page.get_attribute("#detail svg.peak-trend", "data-values"))
+    peaks = page.evaluate("() => window.conformanceCharts.pairTrend.data[1]")
+    assert page.locator("#detail .trend-status.flip-regression").count() == 1
     mem = {(r.case, r.backend): r.memory for r in tonight}[("mlp-s-infer", "leaky-eager")]
     assert mem is not None and mem.measured_peak_bytes is not None
     assert peaks == [int(mem.measured_peak_bytes / 1.5), mem.measured_peak_bytes]
@@ -319,18 +326,20 @@ def test_step_progress_normalisation() -> None:
     assert measured_points([]) == []
 
 
-def test_labels_are_spread_apart() -> None:
-    placed = spread([(50, "a", "", ""), (52, "b", "", ""), (200, "c", "", "")], gap=13, lo=10, hi=120)
-    ys = [y for y, *_ in placed]
-    assert all(b - a >= 13 for a, b in itertools.pairwise(ys)) and ys[-1] <= 120
-
-
-def test_byte_ticks_are_round_and_cover_the_peak() -> None:
-    from conformance.output.report import fmt_bytes, nice_ticks
-
-    assert [fmt_bytes(t) for t in nice_ticks(21985)] == ["0 B", "5 KiB", "10 KiB", "15 KiB", "20 KiB", "25 KiB"]
-    assert [fmt_bytes(t) for t in nice_ticks(2048)] == ["0 B", "512 B", "1 KiB", "1.5 KiB", "2 KiB"]
-    assert nice_ticks(5_000_000)[-1] >= 5_000_000
+def test_timeline_columns_hold_each_value_until_the_next_point() -> None:
+    """uPlot draws one x axis: each series holds its value between its own points, and a value at the same x
+    as the next (the model's last event, then its residual at progress 1) is kept, nudged left."""
+    mem = MemoryFigures(model_timeline=[("a", 0), ("b", 10), ("c", 4)], model_residual_bytes=0,
+                        timeline=[(100.0, 5), (150.0, 9), (300.0, 1)], model_peak_bytes=10, measured_peak_bytes=9,
+                        measured_residual_bytes=1)
+    data = timeline_data(mem)
+    assert data is not None
+    model, measured = data["series"]
+    assert data["x"][0] == 0 and data["x"][-1] == 1
+    assert dict(zip(data["x"], model["y"]))[0.25] == 0 and dict(zip(data["x"], measured["y"]))[0.25] == 9
+    assert max(model["y"]) == 10 and model["y"][-1] == 0 and 4 in model["y"]  # the last event, then the residual
+    assert (model["peak"], model["residual"], measured["peak"], measured["residual"]) == (10, 0, 9, 1)
+    assert timeline_data(None) is None and timeline_data(MemoryFigures()) is None
 
 
 def test_main_report_cli(results_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -403,9 +412,13 @@ def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tm
                 viewport: {width: innerWidth, scroll: document.documentElement.scrollWidth},
                 matrixLast: box(q('#matrix thead th:last-child')), matrixCard: inner(q('#matrix-wrap')),
                 matrixScroll: scrolls(q('#matrix-wrap')),
-                countsLast: box(q('#counts tr:first-child th:last-child')), countsCard: inner(q('#summary')),
-                blameLast: box(q('#detail #blamed tr:first-child th:last-child')), detail: inner(q('#detail')),
+                countsLast: box(q('#counts tr:first-child th:last-child')), countsCard: inner(q('#answer')),
+                blameLast: box(q('#detail #blamed .blame')), detail: inner(q('#detail')),
                 detailScroll: scrolls(q('#detail')),
+                wide: (() => { const d = q('#detail'); const R = d.getBoundingClientRect().right; const o = [];
+                  d.querySelectorAll('*').forEach(e => { const r = e.getBoundingClientRect();
+                    if (r.right > R && r.width) o.push([e.tagName, e.id, e.className, Math.round(r.right)]); });
+                  return o.slice(0, 12); })(),
             };
         }""")
         detail = boxes["detail"]
@@ -423,7 +436,8 @@ def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tm
         assert boxes["matrixScroll"]["scroll"] <= boxes["matrixScroll"]["client"], boxes  # not scrolled out of view
         assert detail["right"] <= width, boxes
         assert detail["left"] <= boxes["blameLast"]["left"] and boxes["blameLast"]["right"] <= detail["right"], boxes
-        assert boxes["detailScroll"]["scroll"] <= boxes["detailScroll"]["client"], boxes  # no column scrolled away
+        # no column scrolled away (the message names what sticks out)
+        assert boxes["detailScroll"]["scroll"] <= boxes["detailScroll"]["client"], boxes["wide"]
     finally:
         context.close()
 

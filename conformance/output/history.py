@@ -371,3 +371,38 @@ def _typed(rows: Iterable[tuple[Any, ...]], *types: type | tuple[type | None, ..
 def _is(value: object, expected: type | tuple[type | None, ...]) -> bool:
     kinds = expected if isinstance(expected, tuple) else (expected,)
     return any(value is None if k is None else isinstance(value, k) and not isinstance(value, bool) for k in kinds)
+
+
+@dataclass(frozen=True)
+class PairPoint:
+    """One pair's verdict and measured memory in one run (a point of its trend)."""
+
+    run_id: int
+    status: str
+    peak: int | None
+    residual: int | None
+
+
+def pair_series(path: Path) -> dict[tuple[str, str], list[PairPoint]]:
+    """(case, backend) -> its verdict, measured peak and residual in each run that had it, oldest run first."""
+    if not path.exists():
+        return {}
+    series: dict[tuple[str, str], list[PairPoint]] = {}
+    with closing(connect(path)) as db:
+        rows = db.execute("SELECT case_id, backend, run_id, status, measured_peak_bytes, measured_residual_bytes "
+                          "FROM results")
+        for case, backend, run_id, status, peak, residual in _typed(rows, str, str, int, str, (int, None),
+                                                                     (int, None)):
+            if status in STATUSES:
+                series.setdefault((case, backend), []).append(PairPoint(run_id, status, peak, residual))
+    order = {r.id: i for i, r in enumerate(runs(path))}
+    return {key: sorted(points, key=lambda p: order.get(p.run_id, -1)) for key, points in series.items()}
+
+
+def flip(before: str, after: str) -> str:
+    """"regression" (as expected -> unexpected), "fix" (unexpected -> as expected) or "" between two verdicts."""
+    if is_failure(after) and not is_failure(before):
+        return "regression"
+    if is_failure(before) and not is_failure(after):
+        return "fix"
+    return ""

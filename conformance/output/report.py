@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import math
+import itertools
 import os
 import re
 import sqlite3
@@ -32,7 +31,7 @@ import jinja2
 from markupsafe import Markup
 
 from conformance.api.result import STATUSES, MemoryFigures, Result
-from conformance.api.verdict import Rates, Status, rates
+from conformance.api.verdict import Rates, Status, combine, rates
 from conformance.output import history as hist
 from conformance.output.coverage import Coverage, coverage
 from conformance.output.outdir import OutDirError, check_target, locked
@@ -163,94 +162,38 @@ class Series:
     residual: int | None
 
 
-@dataclass
-class Chart:
-    width: int = 700
-    height: int = 250
-    left: int = 70
-    right: int = 180
-    top: int = 16
-    bottom: int = 36
-
-    def x(self, p: float) -> float:
-        return round(self.left + p * (self.width - self.left - self.right), 2)
-
-    def y(self, b: float, top: float) -> float:
-        h = self.height - self.top - self.bottom
-        return round(self.top + h - (b / top) * h if top else self.top + h, 2)
+# --------------------------------------------------------------------------- uPlot data
+# The interactive charts (memory timeline, history) are drawn in the browser by uPlot, vendored under
+# templates/vendor/ and inlined.  Python hands them numbers only, as JSON in <script type="application/json">
+# (Jinja's ``tojson`` escapes <, >, & and '), so nothing from the data becomes markup or code.
 
 
-def nice_ticks(highest: float, target: int = 5) -> list[float]:
-    """Round byte ticks (1, 2, 2.5 or 5 x 10^k of B, KiB, MiB...) from 0 to at least ``highest``."""
-    if highest <= 0:
-        return [0.0, 1.0]
-    unit = 1.0
-    while highest / unit >= 1024:
-        unit *= 1024
-    raw = highest / unit / target
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = max(1.0, next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw) * unit)
-    count = math.ceil(highest / step - 1e-9)
-    return [i * step for i in range(count + 1)]
+def _hold_aligned(series: Sequence[Sequence[tuple[float, int]]]) -> tuple[list[float], list[list[int]]]:
+    """The series on one x axis (the union of their x), each holding its value until its next point.
+
+    Live bytes change in steps; a series with two points at one x (the model's last event and the
+    residual at progress 1) keeps both, the earlier nudged left by a hair, so its line reaches its peak."""
+    nudged: list[list[tuple[float, int]]] = []
+    for pts in series:
+        out: list[tuple[float, int]] = []
+        for i, (x, b) in enumerate(pts):
+            later = sum(1 for x2, _ in pts[i + 1:] if x2 == x)
+            out.append((round(x - later * 1e-6, 9), b))
+        nudged.append(out)
+    xs = sorted({x for pts in nudged for x, _ in pts})
+    ys: list[list[int]] = []
+    for pts in nudged:
+        held, j, col = pts[0][1], 0, []
+        for x in xs:
+            while j < len(pts) and pts[j][0] <= x:
+                held, j = pts[j][1], j + 1
+            col.append(held)
+        ys.append(col)
+    return xs, ys
 
 
-def spread(labels: list[tuple[float, str, str, str]], gap: float, lo: float, hi: float
-           ) -> list[tuple[float, str, str, str]]:
-    """Move labels apart vertically (at least ``gap``) so values close together stay readable."""
-    placed: list[tuple[float, str, str, str]] = []
-    for y, *rest in sorted(labels, key=lambda lab: lab[0]):
-        y = max(y, lo, placed[-1][0] + gap if placed else lo)
-        placed.append((y, *rest))  # type: ignore[arg-type]
-    overflow = placed[-1][0] - hi if placed else 0
-    if overflow > 0:  # pushed off the bottom: shift the stack up
-        placed = [(y - overflow, *rest) for y, *rest in placed]  # type: ignore[misc]
-    return placed
-
-
-def step_path(points: Sequence[tuple[float, int]], chart: Chart, top: float) -> str:
-    """An SVG path that holds each value until the next point (live bytes change in steps)."""
-    if not points:
-        return ""
-    parts = [f"M{chart.x(points[0][0])},{chart.y(points[0][1], top)}"]
-    held = points[0][1]
-    for i, (x, b) in enumerate(points[1:], 1):
-        if b == held and i < len(points) - 1:
-            continue  # same value: the horizontal run continues (keeps long timelines small)
-        parts.append(f"H{chart.x(x)}V{chart.y(b, top)}")
-        held = b
-    return "".join(parts)
-
-
-@dataclass(frozen=True)
-class SeriesMarks:
-    """One series of the timeline chart, as numbers and plain strings (the template escapes them)."""
-
-    key: str
-    label: str
-    colour: str
-    path: str  # SVG path data, built from numbers only
-    points: int
-    peak: int
-    residual: int
-    peak_y: float
-    peak_x: float | None  # where the series reaches its peak, if it does
-    residual_y: float
-
-
-@dataclass(frozen=True)
-class TimelineChart:
-    """Geometry of the memory timeline: ``charts.html.j2`` draws it, autoescaping every string."""
-
-    chart: Chart
-    x_end: float  # x of step progress 1
-    ticks: list[tuple[float, str]]  # (y, byte label)
-    progress: list[tuple[float, str]]  # (x, progress label)
-    series: list[SeriesMarks]
-    labels: list[tuple[float, str, str, str]]  # (y, class, colour, text), spread apart
-
-
-def timeline_chart(memory: MemoryFigures | None) -> TimelineChart | None:
-    """Model and measured live bytes over the step on one chart, peaks and residuals marked; None if unmeasured."""
+def timeline_data(memory: MemoryFigures | None) -> dict[str, Any] | None:
+    """The memory timeline for uPlot: step progress, one column of live bytes per series, peaks and residuals."""
     if memory is None:
         return None
     series = [
@@ -266,63 +209,229 @@ def timeline_chart(memory: MemoryFigures | None) -> TimelineChart | None:
     series = [s for s in series if s.points]
     if not series:
         return None
-    chart = Chart()
-    highest = max(max(max(b for _, b in s.points), s.peak or 0) for s in series)
-    ticks = nice_ticks(highest)
-    top = ticks[-1]
-    marks = [_series_marks(s, chart, top) for s in series]
-    labels: list[tuple[float, str, str, str]] = []
-    for m in marks:
-        labels.append((m.peak_y, "peak-label", m.colour, f"{m.key} peak {fmt_bytes(m.peak)}"))
-        labels.append((m.residual_y, "residual-label", m.colour, f"{m.key} residual {fmt_bytes(m.residual)}"))
-    return TimelineChart(
-        chart, chart.x(1),
-        [(chart.y(t, top), fmt_bytes(t)) for t in ticks],
-        [(chart.x(p), f"{p:g}") for p in (0, 0.25, 0.5, 0.75, 1)],
-        marks,
-        spread(labels, gap=13, lo=chart.top + 4, hi=chart.height - chart.bottom + 4),
-    )
+    xs, ys = _hold_aligned([s.points for s in series])
+    return {
+        "x": xs,
+        "series": [{"key": s.key, "label": s.label, "colour": s.colour, "y": y, "points": len(s.points),
+                    "peak": s.peak if s.peak is not None else max(b for _, b in s.points),
+                    "residual": s.residual if s.residual is not None else s.points[-1][1]}
+                   for s, y in zip(series, ys)],
+    }
 
 
-def _series_marks(s: Series, chart: Chart, top: float) -> SeriesMarks:
-    peak = s.peak if s.peak is not None else max(b for _, b in s.points)
-    residual = s.residual if s.residual is not None else s.points[-1][1]
-    px = next((x for x, b in s.points if b == peak), None)
-    return SeriesMarks(
-        s.key, s.label, s.colour, step_path(s.points, chart, top), len(s.points), peak, residual,
-        chart.y(peak, top), chart.x(px) if px is not None else None, chart.y(residual, top),
-    )
+def run_label(run: hist.Run, previous: hist.Run | None) -> str:
+    """A run's x-axis label: its number and date, and its torch version where it differs from the run before."""
+    label = f"#{run.id} {run.started_at[:10]}"
+    if run.label and (previous is None or previous.label != run.label):
+        label += f" {run.label}"
+    return label
 
 
-@dataclass(frozen=True)
-class Spark:
-    """A tiny trend line over runs (oldest on the left, the last point dotted), for ``charts.html.j2``."""
+def history_data(history: Path) -> dict[str, Any]:
+    """The history plots' numbers: runs, pass rate per backend, regressions and fixes per run, pairs whose
+    peak or residual moved (the largest moves, relative to their first run)."""
+    all_runs = hist.runs(history)
+    index = {r.id: i for i, r in enumerate(all_runs)}
+    labels = [run_label(r, all_runs[i - 1] if i else None) for i, r in enumerate(all_runs)]
+    trends = hist.backend_trends(history)
+    rate_cols: dict[str, list[float | None]] = {backend: [None] * len(all_runs) for backend in trends}
+    for backend, rate_points in trends.items():
+        for run_id, rate in rate_points:
+            if run_id in index:
+                rate_cols[backend][index[run_id]] = round(rate, 4)
+    regressions = [0] * len(all_runs)
+    fixes = [0] * len(all_runs)
+    flips: list[dict[str, Any]] = []
+    moved: list[tuple[float, str, str, list[int | None], list[int | None]]] = []
+    for (case, backend), points in hist.pair_series(history).items():
+        for before, after in itertools.pairwise(points):
+            kind = hist.flip(before.status, after.status)
+            if kind and after.run_id in index:
+                (regressions if kind == "regression" else fixes)[index[after.run_id]] += 1
+                flips.append({"run": index[after.run_id], "case": case, "backend": backend, "kind": kind,
+                              "before": before.status, "after": after.status})
+        peaks = [p.peak for p in points if p.peak is not None]
+        residuals = [p.residual for p in points if p.residual is not None]
+        change = max(_rel_change(peaks), _rel_change(residuals))
+        if change > 0:
+            peak_col: list[int | None] = [None] * len(all_runs)
+            res_col: list[int | None] = [None] * len(all_runs)
+            for p in points:
+                if p.run_id in index:
+                    peak_col[index[p.run_id]], res_col[index[p.run_id]] = p.peak, p.residual
+            moved.append((change, case, backend, peak_col, res_col))
+    moved.sort(key=lambda m: (-m[0], m[1], m[2]))
+    return {
+        "runs": labels,
+        "run_ids": [r.id for r in all_runs],
+        "rates": rate_cols,
+        "regressions": regressions,
+        "fixes": fixes,
+        "flips": sorted(flips, key=lambda f: (f["run"], f["kind"], f["backend"], f["case"])),
+        "moved": [{"pair": f"{c}@{b}", "change": round(ch, 4), "peak": pk, "residual": rs}
+                  for ch, c, b, pk, rs in moved[:MOVED_PAIRS]],
+        "moved_total": len(moved),
+    }
 
-    width: int
-    height: int
-    points: str  # polyline points, numbers only
-    last: tuple[float, float]
-    values: str  # JSON of the values, for data-values
+
+#: how many of the pairs whose memory moved the history's peak plot draws (the largest moves)
+MOVED_PAIRS = 8
 
 
-def spark(values: Sequence[float], width: int = 120, height: int = 28, lo: float | None = None,
-          hi: float | None = None) -> Spark | None:
-    if not values:
+def _rel_change(values: Sequence[int]) -> float:
+    """The largest departure from the first value, as a fraction of it (0 for no change)."""
+    if len(values) < 2:
+        return 0.0
+    first = values[0]
+    return max(abs(v - first) for v in values) / max(abs(first), 1)
+
+
+def pair_trend(points: Sequence[hist.PairPoint], all_runs: Sequence[hist.Run]) -> dict[str, Any] | None:
+    """One pair's measured peak and residual over the runs that had it, its verdict flips marked."""
+    if len(points) < 2:
         return None
-    lo = min(values) if lo is None else lo
-    hi = max(values) if hi is None else hi
-    span = hi - lo
-    n = len(values)
-    pts = [
-        (round(3 + (i / (n - 1) if n > 1 else 0.5) * (width - 6), 2),
-         round(height - 3 - ((v - lo) / span if span else 0.5) * (height - 6), 2))
-        for i, v in enumerate(values)
-    ]
-    return Spark(width, height, " ".join(f"{x},{y}" for x, y in pts), pts[-1],
-                 json.dumps([round(float(v), 4) for v in values]))
+    index = {r.id: i for i, r in enumerate(all_runs)}
+    labels = [run_label(r, all_runs[i - 1] if i else None) for i, r in enumerate(all_runs)]
+    kept = [p for p in points if p.run_id in index]
+    return {
+        "runs": [labels[index[p.run_id]] for p in kept],
+        "peak": [p.peak for p in kept],
+        "residual": [p.residual for p in kept],
+        "status": [p.status for p in kept],
+        "flips": [hist.flip(a.status, b.status) for a, b in zip([kept[0], *kept], kept)],
+    }
 
 
 # --------------------------------------------------------------------------- page model
+
+
+#: a statement of a traceback: the error lines after the last frame (a frame line and its indented code lines)
+_FRAME = re.compile(r'^\s+File "')
+#: lines of a traceback's tail that are advice, not the error
+_NOT_THE_ERROR = ("Set TORCHDYNAMO_VERBOSE", "For even more developer context", "Traceback (most recent call last)",
+                  "The above exception was the direct cause", "During handling of the above exception")
+
+
+def error_excerpt(notes: Sequence[str], limit: int = 8) -> str:
+    """The error a failed compile or call raised, from the record's notes: the lines after the traceback's
+    last frame (exception, message, compiler diagnostics), else the note's last lines."""
+    for note in reversed(notes):
+        lines = note.splitlines()
+        frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+        if not frames:
+            continue
+        tail = [line for line in lines[frames[-1] + 1:]
+                if line.strip() and not line.startswith((" ", "\t")) and not line.startswith(_NOT_THE_ERROR)]
+        if tail:
+            return "\n".join(tail[-limit:])
+    text = [line for note in notes for line in note.splitlines() if line.strip()]
+    return "\n".join(text[-limit:])
+
+
+def parity_why(parity: dict[str, Any]) -> str:
+    """Why a parity that passed is within contract although eager float32 was much closer to float64:
+    the allowance is the tolerance or the rounding-noise floor at the tensor's scale, not the RMSE ratio."""
+    ratio = parity.get("rmse_ratio")
+    if not parity.get("ok") or not isinstance(ratio, (int, float)) or ratio <= RMSE_RATIO_WORTH_A_WORD:
+        return ""
+    closest = parity.get("closest") if isinstance(parity.get("closest"), dict) else None
+    head = (f"The RMSE ratio ({ratio:.3g}x eager float32's) is large because eager float32 is itself almost exact "
+            "here, not because this backend is far off: a tensor is within contract when its largest error is within "
+            "rtol x its scale or the rounding-noise floor of the case's dtype at that scale (the RMSE ratio is only "
+            "an alternative way to pass).")
+    if not closest:
+        return head
+    try:
+        name, err, allowed = str(closest["name"]), float(closest["max_abs_err"]), float(closest["allowed"])
+        floor = float(closest.get("noise_floor") or 0.0)
+    except (KeyError, TypeError, ValueError):
+        return head
+    share = f"{100 * err / allowed:.3g}%" if allowed > 0 else "n/a"
+    return (f"{head} The tensor nearest its allowance, {name}, has max abs error {err:.3g}: {share} of the "
+            f"{allowed:.3g} allowed (noise floor {floor:.3g}).")
+
+
+#: a passing parity's RMSE ratio above this gets a sentence on why it is still within contract
+RMSE_RATIO_WORTH_A_WORD = 10.0
+
+#: statuses whose evidence is an error the backend raised (shown at the top of the panel, not in Notes)
+ERROR_STATUSES = (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.CRASH, Status.TIMEOUT)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What decided a pair's verdict, for the top of its panel: the deciding check and its figures, what is
+    blamed, or the error the backend raised."""
+
+    check: str  # the deciding check's name ("" when no check ran: a compile or run error, a skip)
+    status: str  # that check's own status (the backend's verdict before the manifest)
+    reason: str
+    figures: list[tuple[str, str, str, str]]  # (data-field, label, text, raw value)
+    blamed: list[dict[str, Any]]
+    error: str  # what the backend raised, for a compile / run failure, crash or timeout
+    passed: bool  # every check within its contract
+
+
+def decision(r: Result) -> Decision:
+    raw = _raw(r)
+    deciding = combine(r.checks)
+    m = r.memory
+    figures: list[tuple[str, str, str, str]] = []
+    if deciding is not None:
+        contract = deciding.contract or (m.contract if m is not None and m.check == deciding.name.value else None)
+        if contract is not None:
+            figures.append(("contract", "contract", contract.text, ""))
+            figures.append(("measured", "measured", f"{_b(contract.measured_bytes)}: {contract.quantity}",
+                            str(contract.measured_bytes)))
+            figures.append(("allowed", "allowed", _range(contract.low_bytes, contract.high_bytes), ""))
+        excess = deciding.excess_bytes if deciding.excess_bytes is not None else r.excess_bytes
+        if excess is not None:
+            figures.append(("excess", "excess over the contract", _b(excess), str(excess)))
+        if m is not None and deciding.name.value in ("peak", "program", "backward-inputs", "pool", "baseline"):
+            figures.append(("peaks", "peak: measured vs model",
+                            f"{_b(m.measured_peak_bytes)} vs {_b(m.model_peak_bytes)}", ""))
+        if m is not None and deciding.name.value == "residual":
+            figures.append(("residuals", "residual: measured vs model",
+                            f"{_b(m.measured_residual_bytes)} vs {_b(m.model_residual_bytes)}", ""))
+        if deciding.name.value == "parity" and r.parity:
+            worst = next(iter(r.parity.get("failures") or []), None)
+            if isinstance(worst, dict):
+                figures.append(("parity_worst", f"worst tensor {worst.get('name', '')}",
+                                f"max abs error {_g(worst.get('max_abs_err'))}, allowed {_g(worst.get('allowed'))}",
+                                ""))
+        blamed = list(deciding.blamed or (m.blamed if m is not None and m.check == deciding.name.value else []))
+        return Decision(deciding.name.value, deciding.status.value, deciding.reason, figures, blamed, "", False)
+    error = error_excerpt(r.notes) if raw in ERROR_STATUSES else ""
+    if raw.is_failure:
+        return Decision("", raw.value, r.reason, figures, [], error, False)
+    if m is not None and m.contract is not None:  # a pass: the headline check's contract, met
+        figures.append(("contract", f"{m.check or 'peak'} contract", m.contract.text, ""))
+    return Decision("", raw.value, "", figures, [], "", raw is not Status.SKIP)
+
+
+def _raw(r: Result) -> Status:
+    try:
+        return Status.parse(r.raw_status or r.status)
+    except ValueError:
+        return Status.parse(r.status)
+
+
+def _b(n: int | None) -> str:
+    return "n/a" if n is None else f"{n} B ({fmt_bytes(n)})" if abs(n) >= 1024 else f"{n} B"
+
+
+def _g(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _range(low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return _b(low) if low == high else f"{_b(low)} .. {_b(high)}"
+    if high is not None:
+        return f"at most {_b(high)}"
+    if low is not None:
+        return f"at least {_b(low)}"
+    return "any"
 
 
 @dataclass
@@ -330,6 +439,16 @@ class Cell:
     index: int
     result: Result
     peak_trend: list[tuple[int, int]] = field(default_factory=list)
+    trend: dict[str, Any] | None = None  # peak and residual over runs (pair_trend), for its panel's plot
+    new: bool = False  # unexpected, and in a cause group no earlier run and no manifest knew
+
+    @property
+    def decision(self) -> Decision:
+        return decision(self.result)
+
+    @property
+    def timeline(self) -> dict[str, Any] | None:
+        return timeline_data(self.result.memory)
 
     @property
     def short(self) -> str:
@@ -369,6 +488,21 @@ class Page:
     by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
     coverage: Coverage | None = None  # the module sweep's table, when the run holds it
     triage: Triage | None = None  # failures grouped by cause, new ones first (conformance.output.triage)
+    history_plots: dict[str, Any] | None = None  # history_data: the history section's uPlot numbers
+
+    @property
+    def unexpected(self) -> list[Cell]:
+        """The pairs not as expected (a failure no manifest expected, or an xpass): what the top line names."""
+        return [c for c in self.cells if hist.is_failure(c.result.status)]
+
+    @property
+    def expected_failures(self) -> list[Cell]:
+        """Manifest-expected failures (xfail): non-passes the run is as expected with."""
+        return [c for c in self.cells if c.result.status == Status.XFAIL]
+
+    @property
+    def as_expected(self) -> bool:
+        return not self.unexpected and not self.note
 
 
 def build_page(results: list[Result], sources: list[str], history: Path | None,
@@ -377,14 +511,20 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
     cases: dict[str, str] = {}
     for r in sorted(results, key=lambda r: (r.family, r.case)):
         cases.setdefault(r.case, r.family)
-    run = hist.record_run(history, results, started_at=run_time) if history else None
+    run = hist.record_run(history, results, label=torch_label(results), started_at=run_time) if history else None
     case_trends = hist.case_trends(history) if history else {}
+    series = hist.pair_series(history) if history else {}
+    all_runs = hist.runs(history) if history else []
+    found = triage(results, history if run else None)
+    new_pairs = {(r.case, r.backend) for g in found.groups if g.new_this_run for r in g.results}
     cells: list[Cell] = []
     by_key: dict[tuple[str, str], Cell] = {}
     for r in sorted(results, key=lambda r: (list(cases).index(r.case), backends.index(r.backend))):
-        cell = Cell(len(cells), r, case_trends.get((r.case, r.backend), []))
+        key = (r.case, r.backend)
+        cell = Cell(len(cells), r, case_trends.get(key, []), pair_trend(series.get(key, []), all_runs),
+                    new=key in new_pairs and hist.is_failure(r.status))
         cells.append(cell)
-        by_key[(r.case, r.backend)] = cell
+        by_key[key] = cell
     rows = [(c, fam, {b: by_key[(c, b)] for b in backends if (c, b) in by_key}) for c, fam in cases.items()]
     counts = {b: Counter(str(r.status) for r in results if r.backend == b) for b in backends}
     present = {r.status for r in results}
@@ -410,8 +550,15 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
         coverage=coverage(results),
-        triage=triage(results, history if run else None),
+        triage=found,
+        history_plots=history_data(history) if history else None,
     )
+
+
+def torch_label(results: Sequence[Result]) -> str:
+    """The torch version(s) a run's results were made with: the history's run label, shown on its plots."""
+    found = sorted({r.versions.get("torch", "") for r in results} - {""})
+    return f"torch {', '.join(found)}" if found else ""
 
 
 def _env() -> jinja2.Environment:
@@ -425,7 +572,8 @@ def _env() -> jinja2.Environment:
     env.filters["bytes"] = fmt_bytes
     env.filters["clip"] = clip
     env.filters["explain"] = lambda name: explain(str(name)) if name else ""
-    env.globals.update(timeline_chart=timeline_chart, spark=spark, is_failure=hist.is_failure)
+    env.globals.update(is_failure=hist.is_failure, parity_why=parity_why, zip=zip)
+    env.filters["short"] = lambda status: SHORT.get(str(status), str(status))
     return env
 
 
@@ -433,8 +581,11 @@ def render(page: Page) -> str:
     env = _env()
     css = env.loader.get_source(env, "report.css")[0]  # type: ignore[union-attr]
     js = env.loader.get_source(env, "report.js")[0]  # type: ignore[union-attr]
+    uplot_js = env.loader.get_source(env, "vendor/uPlot.iife.min.js")[0]  # type: ignore[union-attr]
+    uplot_css = env.loader.get_source(env, "vendor/uPlot.min.css")[0]  # type: ignore[union-attr]
     # the package's own static files: the only markup not built by autoescaping templates
-    return env.get_template("report.html.j2").render(page=page, css=Markup(css), js=Markup(js))
+    return env.get_template("report.html.j2").render(page=page, css=Markup(css), js=Markup(js),
+                                                     uplot_js=Markup(uplot_js), uplot_css=Markup(uplot_css))
 
 
 def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None = None, note: str = "",

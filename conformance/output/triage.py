@@ -2,8 +2,10 @@
 
 A wide nightly run finds one backend behaviour on dozens of programs.  Grouped by case, each is
 news; grouped by cause (``results.jsonl``'s ``cause_parts``, :mod:`conformance.checks.cause`) the
-page says "the 12th instance of a known cause" once and puts what is new on top: a cause the run
-history has never seen before this run, then a cause with a part no manifest entry knows.
+page says "the 12th instance of a known cause" once and puts what is new on top: a cause that
+neither the run history (before this run) nor a manifest knew, then a cause with a part no
+manifest entry knows.  A group of manifest-expected failures (xfail) is never "new": the
+manifest knew it.
 
 A group is one backend and one *mechanism*: a failure's primary part (``cause_parts[0]``, the
 part with the largest share of the excess), whatever fused kernels, ops or sizes showed it.  A
@@ -41,7 +43,14 @@ class Group:
     #: parts of the cause that no manifest entry knew, on any of the group's pairs
     new_parts: tuple[str, ...] = ()
     first_seen: hist.Run | None = None  # the earliest run of the history that had it
-    new_this_run: bool = False  # the history has no earlier run that had it
+    #: news: no earlier run of the history had it, and no manifest expected it (a group of manifest
+    #: xfails with no unknown part is known, however new to the history)
+    new_this_run: bool = False
+
+    @property
+    def known_to_manifest(self) -> bool:
+        """Every pair a manifest expected (xfail) and no part unknown to the manifests."""
+        return not self.unexpected and not self.new_parts
 
     @property
     def count(self) -> int:
@@ -100,6 +109,16 @@ class Triage:
     @property
     def new_this_run(self) -> list[Group]:
         return [g for g in self.groups if g.new_this_run]
+
+    @property
+    def unexpected(self) -> list[Group]:
+        """Groups with a pair no manifest expected (or a part none knows): what the run is not as expected by."""
+        return [g for g in self.groups if not g.known_to_manifest]
+
+    @property
+    def expected(self) -> list[Group]:
+        """Groups of manifest-expected failures only (xfails whose cause a manifest names)."""
+        return [g for g in self.groups if g.known_to_manifest]
 
 
 #: fills in the cause of a record written before records carried one (``conformance.checks.cause``
@@ -162,7 +181,7 @@ def triage(results: Sequence[Result], history: Path | None = None, fill: CauseFi
                       key=lambda s: order.get(s.id, -1))
         earlier = [s for s in seen if here is None or order.get(s.id, -1) < here]
         g.first_seen = seen[0] if seen else None
-        g.new_this_run = not earlier
+        g.new_this_run = not earlier and not g.known_to_manifest
     return Triage(sorted(groups, key=lambda g: g.rank), len(results), history, run)
 
 
@@ -170,7 +189,7 @@ def render_text(t: Triage, limit: int | None = None) -> list[str]:
     """The triage as terminal lines (the caller escapes them for the terminal)."""
     lines = [f"{t.pairs} pairs, {t.failures} failures in {len(t.groups)} cause group(s); "
              f"{len(t.new_this_run)} new this run"
-             + ("" if t.history is not None else " (no run history: every cause counts as new)")]
+             + ("" if t.history is not None else " (no run history: every cause no manifest expects counts as new)")]
     for g in t.groups[:limit]:
         tags = [tag for tag, on in (("NEW THIS RUN", g.new_this_run), ("UNKNOWN TO MANIFEST", bool(g.new_parts)))
                 if on]
