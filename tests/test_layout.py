@@ -52,7 +52,7 @@ def test_a_wheel_installs_them_inside_the_package(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"conformance/backends/eager.py", "conformance/backends/iree.py",
-                "conformance/backends/manifests/iree.toml",
+                "conformance/backends/manifests/iree.toml", "conformance/output/templates/vendor/uPlot.iife.min.js",
                 "conformance/cases/mlp.py", "conformance/cases/while_loops.py"}
     assert expected <= names, expected - names
     assert not [n for n in names if n.startswith(("backends/", "cases/"))]  # no top-level packages of those names
