@@ -8,8 +8,9 @@ Prints the family's size at this torch release (ops, samples, pairs per backend,
 then runs the selection through the real CLI (isolated workers, the backends' manifests) and prints
 what it ran (ops, samples, pairs), the wall time, and the verdict counts per backend (the raw ones and
 how many of them the manifests expect).  With ``--shard I/N`` it also prints the whole sweep's wall
-time extrapolated as N times the shard's: shards are balanced by expected cost, so this is a rough
-figure, to choose a shard count for a CI job limit (``examples/ci/nightly.yml``).  Exit 1 when a pair
+time extrapolated as N times the shard's time after its start-up (the CLI's "before pytest"), plus
+one start-up: shards are balanced by expected cost, so this is a rough figure, to choose a shard count
+for a CI job limit (``examples/ci/nightly.yml``).  Exit 1 when a pair
 failed unexpectedly.
 """
 
@@ -71,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         print("$ conformance " + " ".join(command[3:]), flush=True)
         t0 = time.perf_counter()
-        done = subprocess.run(command, env=env, cwd=tmp)
+        startup = 0.0  # the CLI's "before pytest" seconds: paid once per run, not per pair
+        with subprocess.Popen(command, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) as proc:
+            for line in proc.stdout or ():
+                print(line, end="", flush=True)
+                if m := re.search(r"before pytest ([\d.]+)s", line):
+                    startup = float(m[1])
         wall = time.perf_counter() - t0
         found = out / "results.jsonl"
         lines = found.read_text(encoding="utf-8").splitlines() if found.exists() else []
@@ -93,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         figures[backend] = {"raw": dict(raw), "final": dict(final)}
     if args.shard:
         count = int(args.shard.split("/")[1])
-        print(f"whole sweep on this machine, extrapolated: about {wall * count / 60:.0f} minutes "
-              f"({count} x this shard's wall time; an upper bound: each shard pays the run's start-up again)")
-        figures["extrapolated_s"] = wall * count
+        whole = startup + (wall - startup) * count
+        print(f"whole sweep on this machine, extrapolated: about {whole / 60:.0f} minutes "
+              f"({count} x this shard's {wall - startup:.0f} s after its start-up, plus one start-up of "
+              f"{startup:.0f} s; each of {count} machines would take about {wall / 60:.1f} minutes). An upper bound: "
+              "a small shard's time also holds its workers' start-up")
+        figures["extrapolated_s"] = whole
+    figures["startup_s"] = startup
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
-    return done.returncode
+    return proc.returncode
 
 
 if __name__ == "__main__":

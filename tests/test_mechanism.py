@@ -25,6 +25,7 @@ from conformance.checks.mechanism import (
     NAMES,
     Evidence,
     Program,
+    aten_op_no_lowering,
     channels_last,
     extern_kernel_workspace,
     fused_kernel_outputs,
@@ -332,3 +333,36 @@ def test_an_early_gradient_is_a_returned_backward_buffer_blamed_at_the_peak() ->
     assert recognise(ev) is not None and recognise(ev).mechanism == "early-gradient"  # type: ignore[union-attr]
     not_returned = _ev("peak", {**blamed, "producer": f"buf30 (made at {program[2]})"}, program)
     assert recognise(not_returned) is None
+
+
+def _ev_error(error: str) -> Evidence:
+    return Evidence("fail-compile", "", error=error)
+
+
+def test_compiler_and_importer_errors_of_the_op_sweep_name_their_mechanism() -> None:
+    """An aten op without a lowering is told from a custom op (both can read 'torch.operator'), and a
+    '!torch.none' in an op's printed signature is not a None result."""
+
+    def parts(note: str) -> tuple[str, ...]:
+        cause = cause_of(Result("op-x-0-infer", "iree-boxed", Status.FAIL_COMPILE, "compile failed", notes=[note]))
+        assert cause is not None
+        return cause.parts
+
+    opaque_aten = ("RuntimeError: JIT compilation failed. [source.mlir:21:12: error: failed to legalize operation "
+                   "'torch.operator' that was explicitly marked illegal: %14:3 = \"torch.operator\"(%arg0, %5) "
+                   "<{name = \"torch.aten._linalg_svd\"}> : (!torch.vtensor<[5,5],f32>, !torch.none) -> (...)]")
+    assert parts(opaque_aten) == ("fail-compile: aten-op-no-lowering",)
+    assert aten_op_no_lowering(_ev_error(opaque_aten)) == "no lowering for aten._linalg_svd"
+    defined = ("[source.mlir:5:14: error: failed to legalize operation 'torch.aten.linalg_qr': %14:2 = "
+               "\"torch.aten.linalg_qr\"(%13, %1)]")
+    assert aten_op_no_lowering(_ev_error(defined)) == "no lowering for aten.linalg_qr"
+    custom = ("[source.mlir:3:10: error: failed to legalize operation 'torch.operator' that was explicitly marked "
+              "illegal: %0 = \"torch.operator\"(%arg0) <{name = \"conformance_gen.twin\"}>]")
+    assert parts(custom) == ("fail-compile: opaque-custom-op",)
+    assert parts("NotImplementedError: Higher-order operation 'with_effects' not implemented in the FxImporter "
+                 "(tried '_import_hop_with_effects')") == ("fail-compile: effects-op-import",)
+    assert parts("AssertionError: Heterogeneous lists are not supported: expected vtensor, got <class 'NoneType'>") \
+        == ("fail-compile: none-in-list-import",)
+    assert parts("CompileError: IREE compile of the forward graph failed: KeyError: torch.complex128") \
+        == ("fail-compile: dtype-import",)
+    assert parts("KeyError: 'weight'")[0] != "fail-compile: dtype-import"

@@ -340,6 +340,24 @@ def _error(pattern: str, why: str) -> Recogniser:
     return recognise
 
 
+#: an aten op the compiler could not legalize: one torch-mlir defines (``'torch.aten.X'``) or one it
+#: does not, which the importer emits as an opaque ``torch.operator`` named ``torch.aten.X``
+_ATEN_ILLEGAL = re.compile(r"failed to legalize operation '(?:torch\.aten\.([\w.]+)'|torch\.operator'"
+                           r"[^\n]*?name = \"torch\.aten\.([\w.]+)\")")
+
+
+def aten_op_no_lowering(ev: Evidence) -> str | None:
+    """An aten op (not a custom one) that reaches the compiler and has no lowering there: the graph
+    imported, the op did not legalize."""
+    m = _ATEN_ILLEGAL.search(ev.error) if ev.error else None
+    return f"no lowering for aten.{m[1] or m[2]}" if m else None
+
+
+def _unknown_dtype(ev: Evidence) -> str | None:
+    m = re.search(r"KeyError: (torch\.(?:complex|float|int|uint|bfloat|bool)\w*)", ev.error) if ev.error else None
+    return f"the importer's dtype table has no {m[1]}" if m else None
+
+
 @dataclass(frozen=True)
 class Mechanism:
     name: str
@@ -368,6 +386,17 @@ MECHANISMS: tuple[Mechanism, ...] = (
               backward_inputs_held),
     Mechanism("result-buffer-packing", "a call's results share one runtime buffer that keeps dropped ones "
               "allocated", result_buffer_packing),
+    Mechanism("aten-op-no-lowering", "an aten op the graph holds has no lowering in the compiler (it does not "
+              "legalize, or reaches it as an opaque torch.operator)", aten_op_no_lowering),
+    Mechanism("effects-op-import", "an op with side effects (linalg's error checks) reaches the importer "
+              "wrapped in the with_effects higher-order op, which it does not implement",
+              _error(r"Higher-order operation 'with_effects' not implemented",
+                     "the importer does not implement with_effects")),
+    Mechanism("none-in-list-import", "an optional-tensor list holding None (a backward's unused input grads) "
+              "reaches the importer, which takes lists of one type only",
+              _error(r"Heterogeneous lists are not supported: expected vtensor, got <class 'NoneType'>",
+                     "the importer rejects a tensor list holding None")),
+    Mechanism("dtype-import", "a dtype the importer's table lacks (complex128)", _unknown_dtype),
     Mechanism("mutating-custom-op-import", "a mutating custom op reaches the importer as "
               "auto_functionalized_v2, which it does not implement",
               _error(r"auto_functionalized_v2", "the importer rejects auto_functionalized_v2")),
