@@ -210,6 +210,15 @@ def test_an_all_expected_run_says_so(open_page: Any, tmp_path: Path) -> None:
     assert page.errors == []
 
 
+def test_an_interrupted_run_is_not_called_as_expected(open_page: Any, tmp_path: Path) -> None:
+    index = build_report([write_run(tmp_path / "run", expected_run())], tmp_path / "site", history=None,
+                         note="interrupted after 6 of 40 pairs")
+    page = open_page(index)
+    assert page.get_attribute("#answer", "data-as-expected") == "false"
+    assert page.inner_text("#verdict-line").startswith("⚠ Incomplete: the 6 verdicts so far match their expectation")
+    assert page.errors == []
+
+
 def test_new_means_unknown_to_the_history_too(open_page: Any, tmp_path: Path) -> None:
     """The same unexpected failure on the next night is still unexpected, but no longer new."""
     db = tmp_path / "h.sqlite"
