@@ -380,7 +380,7 @@ def test_history_plots_after_three_runs(open_page: Any, tmp_path: Path, shots: P
     assert charts["regressions"] == [0, -1, 0] and charts["fixes"] == [0, 0, 1]
     assert charts["memorySeries"] == 2  # mlp-s-infer@inductor's peak and residual: the only pair that moved
     assert min(charts["ticks"]) >= 11
-    labels = page.evaluate("() => JSON.parse(document.getElementById('history-data').textContent).runs")
+    labels = page.evaluate("() => JSON.parse(document.getElementById('history-data').dataset.values).runs")
     assert "torch 2.13.0" in labels[0] and "torch" not in labels[1] and "torch 2.14.0" in labels[2]
     flips = {li.get_attribute("data-kind") for li in page.locator("#flip-list li").all()}
     assert flips == {"regression", "fix"}

@@ -1,5 +1,6 @@
 // Matrix filters, the detail panel and the charts (uPlot, inlined before this script).  Everything is in the
-// page: no network, works from file://.  Chart data is JSON in <script type="application/json"> elements.
+// page: no network, works from file://.  Chart data is JSON: a panel's in its plot's data-values attribute, the
+// history's in #history-data's; the page's one script is uPlot and this.  uPlot writes labels as text, never markup.
 (function () {
   "use strict";
   var detail = document.getElementById("detail");
@@ -25,7 +26,7 @@
       if (m * unit >= 1) BYTE_INCRS.push(m * unit);
     });
   });
-  function data(el) { return JSON.parse(el.nextElementSibling.textContent); }
+  function data(el) { return JSON.parse(el.dataset.values); }
   function widthOf(el) { return Math.max(280, Math.floor(el.getBoundingClientRect().width)); }
   function axis(label, extra) {
     var a = {label: label, font: FONT, labelFont: LABEL_FONT, stroke: "#333", grid: {stroke: "#eceef1"},
@@ -126,7 +127,7 @@
   // ---------------------------------------------------------------- the history section
   function historyPlots() {
     var holder = document.getElementById("history-data");
-    var h = holder ? JSON.parse(holder.textContent) : null;
+    var h = holder ? JSON.parse(holder.dataset.values) : null;
     if (!h || h.runs.length < 2) return;
     var xs = indices(h.runs.length), range = {time: false, range: [-0.3, h.runs.length - 0.7]};
     var el = document.getElementById("plot-pass-rate");
