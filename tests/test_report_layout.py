@@ -202,7 +202,7 @@ def test_an_all_expected_run_says_so(open_page: Any, tmp_path: Path) -> None:
     assert page.get_attribute("#answer", "data-as-expected") == "true"
     line = page.inner_text("#verdict-line")
     assert line.startswith("✔ As expected: all 6 verdicts match their expectation"), line
-    assert "2 expected failures (manifest xfail)" in line
+    assert "2 expected failure(s) (manifest xfail)" in line
     assert page.locator("#unexpected-list").count() == 0
     assert page.locator(".tag-new").count() == 0  # a manifest-expected xfail is never "new"
     assert page.locator("#no-unexpected-causes").count() == 1
