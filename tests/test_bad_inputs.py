@@ -1026,8 +1026,10 @@ def test_hostile_names_render_as_text_in_chromium(hostile_report: Path, browser:
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(hostile_report.as_uri())
-    assert page.locator("svg.rate-trend").count() == 1  # the history sparkline (where the XSS was) is drawn
-    assert page.get_attribute("svg.rate-trend", "data-backend") == HOSTILE_NAME
+    # the history's pass-rate plot (where an XSS was, as a sparkline) is drawn, the name a series label, as text
+    assert page.locator("#plot-pass-rate canvas").count() == 1
+    assert page.evaluate("() => window.conformanceCharts.passRate.series[1].label") == HOSTILE_NAME
+    assert HOSTILE_NAME in page.inner_text("#plot-pass-rate .u-legend")
     assert page.inner_text("#counts tr[data-backend] th") == HOSTILE_NAME
     cells = page.locator("#matrix td.cell")
     assert cells.count() == 2

@@ -71,15 +71,15 @@ def program_fail(case: str, backend: str, status: str = "fail-peak", expected: s
         residual_per_step=[residual] * 3, user_model_peak_bytes=1560,
         timeline=[(0.0, 0), (10.0, 600), (20.0, peak), (30.0, 300), (40.0, residual)],
         model_timeline=[("a", 0), ("b", 800), ("c", 1560), ("d", 400)], blamed=BLAMED)
-    return Result(case, backend, status, reason="expected cause (while-loop-host-code)" if expected else
-                  "generated program: excess 2186 B over 0 B allowed", family="loop", raw_status="fail-peak",  # type: ignore[arg-type]
+    return Result(case, backend, Status.parse(status), reason="expected cause (while-loop-host-code)" if expected
+                  else "generated program: excess 2186 B over 0 B allowed", family="loop", raw_status="fail-peak",
                   expected=expected, parity=PARITY_OK_BIG_RATIO, memory=memory, checks=checks, excess_bytes=2186,
                   repro=f"conformance run --case {case} --backend {backend}", versions={"torch": "2.13.0"},
                   cause=f"program: {mechanism}", cause_parts=[f"program: {mechanism}"])
 
 
 def compile_fail(case: str, status: str = "xfail") -> Result:
-    return Result(case, "iree", status, reason="expected: IREE cannot legalize an opaque torch.operator",  # type: ignore[arg-type]
+    return Result(case, "iree", Status.parse(status), reason="expected: IREE cannot legalize an opaque torch.operator",
                   family="gen-dag", raw_status="fail-compile", expected="fail-compile", notes=_notes_with_traceback(),
                   repro=f"conformance run --case {case} --backend iree", versions={"torch": "2.13.0"},
                   cause="fail-compile: opaque-custom-op", cause_parts=["fail-compile: opaque-custom-op"])
@@ -89,7 +89,7 @@ def passing(case: str, backend: str, peak: int = 1000, residual: int = 0) -> Res
     memory = MemoryFigures(domain="torch-cpu", check="peak", model_source="received graphs", model_peak_bytes=peak,
                            measured_peak_bytes=peak, model_residual_bytes=residual, measured_residual_bytes=residual,
                            timeline=[(0.0, 0), (5.0, peak), (9.0, residual)], model_timeline=[("a", peak)])
-    return Result(case, backend, "pass", family="mlp", raw_status="pass", parity={"ok": True, "rmse_ratio": 1.0},  # type: ignore[arg-type]
+    return Result(case, backend, Status.PASS, family="mlp", raw_status="pass", parity={"ok": True, "rmse_ratio": 1.0},
                   memory=memory, repro=f"conformance run --case {case} --backend {backend}",
                   versions={"torch": "2.13.0"})
 
@@ -190,6 +190,7 @@ def test_a_planted_unexpected_failure_is_named_at_the_top(open_page: Any, tmp_pa
     assert b["#matrix"]["top"] < 700, b
     assert b["#matrix"]["bottom"] <= b["#history"]["top"] < b["#triage"]["top"]
     page.screenshot(path=str(shots / "top.png"))
+    page.locator("#matrix-wrap").screenshot(path=str(shots / "matrix.png"))
     # a click on the listed pair opens its panel
     listed.first.locator("a").click()
     page.locator('#detail[data-case="reg-loop-carried-t2"][data-backend="inductor"]').wait_for()
@@ -202,11 +203,20 @@ def test_an_all_expected_run_says_so(open_page: Any, tmp_path: Path) -> None:
     assert page.get_attribute("#answer", "data-as-expected") == "true"
     line = page.inner_text("#verdict-line")
     assert line.startswith("✔ As expected: all 6 verdicts match their expectation"), line
-    assert "2 expected failures (manifest xfail)" in line
+    assert "2 expected failure(s) (manifest xfail)" in line
     assert page.locator("#unexpected-list").count() == 0
     assert page.locator(".tag-new").count() == 0  # a manifest-expected xfail is never "new"
     assert page.locator("#no-unexpected-causes").count() == 1
     assert page.locator("#expected-cause-groups tr.cause-group").count() == 2
+    assert page.errors == []
+
+
+def test_an_interrupted_run_is_not_called_as_expected(open_page: Any, tmp_path: Path) -> None:
+    index = build_report([write_run(tmp_path / "run", expected_run())], tmp_path / "site", history=None,
+                         note="interrupted after 6 of 40 pairs")
+    page = open_page(index)
+    assert page.get_attribute("#answer", "data-as-expected") == "false"
+    assert page.inner_text("#verdict-line").startswith("⚠ Incomplete: the 6 verdicts so far match their expectation")
     assert page.errors == []
 
 
@@ -308,6 +318,28 @@ def test_error_excerpt_is_the_tail_after_the_last_frame() -> None:
     assert error_excerpt(["no traceback", "last words"]) == "no traceback\nlast words"
 
 
+def test_the_decision_of_other_verdicts() -> None:
+    """A parity failure decides by its worst tensor; a crash with no notes has no error to show but its
+    status; a fail-run shows the traceback's last line; a pass is every check within its contract."""
+    from conformance.output.report import decision
+
+    worst = {"name": "grad[w]", "max_abs_err": 0.5, "allowed": 0.001}
+    parity = Result("c", "b", Status.FAIL_PARITY, "grad[w] off", raw_status="fail-parity",
+                    parity={"ok": False, "failures": [worst]},
+                    checks=[Check(CheckName.PARITY, Status.FAIL_PARITY, "grad[w]: relative error 0.4")])
+    d = decision(parity)
+    assert (d.check, d.status, d.passed) == ("parity", "fail-parity", False)
+    assert ("parity_worst", "worst tensor grad[w]", "max abs error 0.5, allowed 0.001", "") in d.figures
+    crash = decision(Result("c", "b", Status.CRASH, "worker killed by signal SIGSEGV", raw_status="crash"))
+    assert (crash.check, crash.status, crash.error, crash.passed) == ("", "crash", "", False)
+    run = decision(Result("c", "b", Status.FAIL_RUN, "x", raw_status="fail-run", notes=[
+        'Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
+        "AttributeError: 'int' object has no attribute 'data'"]))
+    assert run.error == "AttributeError: 'int' object has no attribute 'data'"
+    ok = decision(passing("c", "b"))
+    assert ok.passed and ok.check == "" and not ok.error
+
+
 def test_parity_within_contract_with_a_large_rmse_ratio_says_why(open_page: Any, failing_site: Path) -> None:
     page = open_page(failing_site, width=1920, fragment="#reg-loop-carried-t2@inductor")
     why = page.locator("#detail #parity-why")
@@ -371,7 +403,7 @@ def test_history_plots_after_three_runs(open_page: Any, tmp_path: Path, shots: P
     assert charts["regressions"] == [0, -1, 0] and charts["fixes"] == [0, 0, 1]
     assert charts["memorySeries"] == 2  # mlp-s-infer@inductor's peak and residual: the only pair that moved
     assert min(charts["ticks"]) >= 11
-    labels = page.evaluate("() => JSON.parse(document.getElementById('history-data').textContent).runs")
+    labels = page.evaluate("() => JSON.parse(document.getElementById('history-data').dataset.values).runs")
     assert "torch 2.13.0" in labels[0] and "torch" not in labels[1] and "torch 2.14.0" in labels[2]
     flips = {li.get_attribute("data-kind") for li in page.locator("#flip-list li").all()}
     assert flips == {"regression", "fix"}

@@ -220,8 +220,11 @@ def timeline_data(memory: MemoryFigures | None) -> dict[str, Any] | None:
 
 
 def run_label(run: hist.Run, previous: hist.Run | None) -> str:
-    """A run's x-axis label: its number and date, and its torch version where it differs from the run before."""
+    """A run's x-axis label: its number and date (and time, after a run of the same day), and its torch version
+    where it differs from the run before."""
     label = f"#{run.id} {run.started_at[:10]}"
+    if previous is not None and previous.started_at[:10] == run.started_at[:10]:
+        label += f" {run.started_at[11:16]}"  # runs of one day apart by their time
     if run.label and (previous is None or previous.label != run.label):
         label += f" {run.label}"
     return label

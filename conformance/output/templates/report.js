@@ -1,5 +1,6 @@
 // Matrix filters, the detail panel and the charts (uPlot, inlined before this script).  Everything is in the
-// page: no network, works from file://.  Chart data is JSON in <script type="application/json"> elements.
+// page: no network, works from file://.  Chart data is JSON: a panel's in its plot's data-values attribute, the
+// history's in #history-data's; the page's one script is uPlot and this.  uPlot writes labels as text, never markup.
 (function () {
   "use strict";
   var detail = document.getElementById("detail");
@@ -25,7 +26,7 @@
       if (m * unit >= 1) BYTE_INCRS.push(m * unit);
     });
   });
-  function data(el) { return JSON.parse(el.nextElementSibling.textContent); }
+  function data(el) { return JSON.parse(el.dataset.values); }
   function widthOf(el) { return Math.max(280, Math.floor(el.getBoundingClientRect().width)); }
   function axis(label, extra) {
     var a = {label: label, font: FONT, labelFont: LABEL_FONT, stroke: "#333", grid: {stroke: "#eceef1"},
@@ -33,11 +34,17 @@
     for (var k in extra) a[k] = extra[k];
     return a;
   }
-  function runAxis(labels) {
-    return axis("run", {
+  // One tick per run, labelled with its date (and torch version where it changed); where the labels would not
+  // fit side by side at the plot's width, the run's number only (the legend and the list beside name it in full).
+  function runAxis(labels, width) {
+    var longest = Math.max.apply(null, labels.map(function (l) { return l.length; }));
+    var fits = labels.length * longest * 7 <= 0.85 * width;
+    return axis(fits ? "run" : "run #", {
       splits: function () { return labels.map(function (_, i) { return i; }); },
-      values: function (u, splits) { return splits.map(function (i) { return labels[i] === undefined ? "" : labels[i]; }); },
-      rotate: labels.length > 4 ? -25 : 0, size: labels.length > 4 ? 90 : 50, gap: 6,
+      values: function (u, splits) {
+        return splits.map(function (i) { var l = labels[i]; return l === undefined ? "" : fits ? l : l.split(" ")[0]; });
+      },
+      size: 50, gap: 6,
     });
   }
   function bytesAxis(label) {
@@ -111,7 +118,7 @@
                {label: "measured residual", stroke: "#2f6fdf", width: 2, dash: [6, 3], points: {size: 7},
                 value: function (u, v) { return fmtBytes(v); }}],
       scales: {x: {time: false, range: [-0.3, d.runs.length - 0.7]}, y: {range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.15 : 1]; }}},
-      axes: [runAxis(d.runs), bytesAxis("bytes")],
+      axes: [runAxis(d.runs, widthOf(el)), bytesAxis("bytes")],
       hooks: {draw: [markFlips(d.flips)]},
     };
     return new uPlot(opts, [indices(d.runs.length), d.peak, d.residual], el);
@@ -120,7 +127,7 @@
   // ---------------------------------------------------------------- the history section
   function historyPlots() {
     var holder = document.getElementById("history-data");
-    var h = holder ? JSON.parse(holder.textContent) : null;
+    var h = holder ? JSON.parse(holder.dataset.values) : null;
     if (!h || h.runs.length < 2) return;
     var xs = indices(h.runs.length), range = {time: false, range: [-0.3, h.runs.length - 0.7]};
     var el = document.getElementById("plot-pass-rate");
@@ -133,7 +140,7 @@
                 value: function (u, v) { return v === null ? "" : (100 * v).toFixed(1) + "%"; }};
       })),
       scales: {x: range, y: {range: [0, 1.05]}},
-      axes: [runAxis(h.runs), axis("pass rate", {size: 60, values: function (u, s) { return s.map(function (v) { return Math.round(100 * v) + "%"; }); }})],
+      axes: [runAxis(h.runs, widthOf(el)), axis("pass rate", {size: 60, values: function (u, s) { return s.map(function (v) { return Math.round(100 * v) + "%"; }); }})],
       hooks: {draw: [markFlips(flipsPerRun)]},
     }, [xs].concat(backends.map(function (b) { return h.rates[b]; })), el);
     el.dataset.series = backends.length;
@@ -149,7 +156,7 @@
                 paths: uPlot.paths.bars({size: [0.5, 40]}), points: {show: false},
                 value: function (u, v) { return v === null ? "" : -v; }}],
       scales: {x: range, y: {range: function (u, lo, hi) { var m = Math.max(1, Math.abs(lo), Math.abs(hi)); return [-m * 1.1, m * 1.1]; }}},
-      axes: [runAxis(h.runs), axis("pairs", {size: 50, values: function (u, s) { return s.map(function (v) { return Number.isInteger(v) ? Math.abs(v) : ""; }); }})],
+      axes: [runAxis(h.runs, widthOf(el)), axis("pairs", {size: 50, values: function (u, s) { return s.map(function (v) { return Number.isInteger(v) ? Math.abs(v) : ""; }); }})],
     }, [xs, h.fixes, h.regressions.map(function (n) { return -n; })], el);
     el.dataset.series = 2;
     window.conformanceCharts.flips = flips;
@@ -168,7 +175,7 @@
       window.conformanceCharts.memory = new uPlot({
         width: widthOf(el), height: 300, series: series,
         scales: {x: range, y: {range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; }}},
-        axes: [runAxis(h.runs), bytesAxis("measured bytes")],
+        axes: [runAxis(h.runs, widthOf(el)), bytesAxis("measured bytes")],
       }, cols, el);
       el.dataset.series = series.length - 1;
     }
