@@ -40,8 +40,9 @@ def run_matrix(out: Path, caches: Path, workers: int) -> dict[str, Any]:
     phases = {name: sum(r["timing"].get(key(name), 0.0) for r in results) for name in PAIR_PHASES}
     checked = [r for r in results if key("parity") in r["timing"]]
     made = sum(1 for r in checked if key("reference") in r["timing"])
+    statuses = sorted({r["status"] for r in results})
     return {"wall_s": wall, "rc": proc.returncode, "pairs": len(results),
-            "statuses": {s: sum(1 for r in results if r["status"] == s) for s in sorted({r["status"] for r in results})},
+            "statuses": {s: sum(1 for r in results if r["status"] == s) for s in statuses},
             "phases_s": phases, "pair_s": sum(phases.values()), "references_made": made,
             "references_loaded": len(checked) - made, "load_before": load, "load_after": os.getloadavg()[0],
             "profile": proc.stderr[proc.stderr.find("where the time went"):] if "where the time went" in proc.stderr
