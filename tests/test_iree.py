@@ -14,7 +14,7 @@ from conformance.api.result import Result
 from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_STEPS
 from conformance.run.scaling import _loop_family, loop_scaling
-from tests.planted_iree_backends import KEPT_TRIPS
+from tests.planted_iree_backends import KEPT, KEPT_TRIPS
 
 pytestmark = pytest.mark.slow
 
@@ -59,13 +59,15 @@ def test_backward_inputs_held_with_the_shipped_convention_released_with_boxed() 
     assert boxed.memory.findings["backward_inputs_staging"]["still_allocated_bytes"] > 0
     assert boxed.memory.measured_peak_bytes < shipped.memory.measured_peak_bytes
     assert boxed.parity["max_abs_err"] < 1e-5
-    # the excess no single allocation explains is named by what IREE's program allocated at its peak
+    # the excess no single allocation explains is named by the buffers IREE's program handled: boxed, the
+    # forward's one result buffer, which the loss keeps alive through the backward with the saved activations
+    # in it, and the backward's transients over the model's
+    assert ("iree-hal call 1/2's result buffer (7488 B allocated; alive in it when call 2/2 started: fw:mean 4 B; "
+            "the model has freed fw:relu 1024 B") in boxed.reason, boxed.reason
+    assert "(7424 B)" in boxed.reason and "iree-hal call 2/2's transients" in boxed.reason, boxed.reason
     for r in (shipped, boxed):
-        note = r.memory.blame_note or ""
-        assert r.memory.blame_unexplained_bytes, r.memory
-        assert "none matched" not in r.reason and "iree-hal call 2/2: " in r.reason, r.reason
-        assert "in iree-hal, the compiled program's call" in note, note
-        assert "B of results it left allocated" in note and "B of transients and input copies" in note, note
+        assert "none matched" not in r.reason and "iree-hal call" in r.reason, r.reason
+        assert "named in iree-hal by its program's buffers" in (r.memory.blame_note or ""), r.memory.blame_note
     # the watch reads back typed, and the record (findings after the engine's figures) round-trips as written
     found = boxed.memory.backward_inputs
     assert found is not None and found.verdict == "released-late" and found.still_allocated_bytes
@@ -78,6 +80,22 @@ def test_a_leak_of_iree_results_is_caught() -> None:
     r = _run("mlp-s-infer", "tests.planted_iree_backends:LeakyResultsBackend")
     assert r.status == "fail-residual", r.reason
     assert r.memory.domains["iree-hal"].residual_per_step == [256] * DEFAULT_STEPS  # the 8x8 fp32 result
+    # named by the HAL buffer the program returned it in, and its size
+    assert "still alive: iree-hal call 1/1's result buffer (256 B allocated; alive in it: fw:addmm_2 256 B)" in r.reason
+    assert "not named" not in r.reason, r.reason
+
+
+def test_one_result_kept_names_the_iree_result_buffer_it_keeps() -> None:
+    """The planted forward keeps only its last result, a 1x4 bf16 saved activation (8 B, the relu's `detach`
+    returned in the relu's buffer): IREE made the forward's four results one 256 B buffer, all of which stays."""
+    try:
+        r = _run("gen-dag-4969-train", "tests.planted_iree_backends:KeepsOneForwardResultBackend")
+    finally:
+        KEPT.clear()
+    assert r.status == "fail-residual", r.reason
+    assert r.memory.domains["iree-hal"].residual_per_step == [32 + 256] * DEFAULT_STEPS  # the gradient + the buffer
+    assert "iree-hal call 1/2's result buffer (256 B allocated; alive in it: fw:relu 8 B)" in r.reason, r.reason
+    assert "not named" not in r.reason, r.reason
 
 
 def test_iree_boxed_runs_a_while_loop_with_flat_memory_per_trip() -> None:
