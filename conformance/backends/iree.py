@@ -78,7 +78,13 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
-from .iree_loops import lift_loop_inputs, missing_hops, views_for_view_copies
+from .iree_loops import (
+    lift_loop_inputs,
+    max_for_full_amax,
+    missing_hops,
+    non_tensor_carries,
+    views_for_view_copies,
+)
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -235,15 +241,26 @@ def _first_error(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
+#: iree-compile diagnostics whose cause is known, and what the verdict says of it (the missing piece)
+KNOWN_DIAGNOSTICS = (
+    ("failed to legalize unresolved target materialization from ('i1') to ('!stream.resource<*>', 'index')",
+     "the missing piece: iree-compile cannot lower the device-to-host read of a while_loop's entry condition "
+     "(docs/findings/iree-repro-while-loop-amax-cond.py; seen: a condition reducing with amax over all dims, which "
+     "the loop route computes as max, and a loop nested in another loop's body)"),
+)
+
+
 def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
     with captured_stderr() as err:
         try:
             return compile_fn()
         except Exception as exc:
             failure = exc
-    diag = _first_error(err[0] if err else "")
-    raise CompileError(f"IREE compile of the {what} failed: {type(failure).__name__}: {failure}"
-                       + (f" [{diag}]" if diag else "")) from failure
+    text = err[0] if err else ""
+    diag = _first_error(text)
+    known = [why for mark, why in KNOWN_DIAGNOSTICS if mark in text or mark in str(failure)]
+    raise CompileError(f"IREE compile of the {what} failed: " + (f"{known[0]}; " if known else "")
+                       + f"{type(failure).__name__}: {failure}" + (f" [{diag}]" if diag else "")) from failure
 
 
 def _module_bytes(output: Any) -> bytes:
@@ -322,15 +339,31 @@ def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bo
     from iree.turbine.transforms.general.custom_op_expansion import ExpandCustomOpsPass
 
     none_positions = _strip_none_outputs(gm)
+    refused = non_tensor_carries(gm)
+    if refused:
+        raise CompileError(refused)
     if passes:
         gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
     views_for_view_copies(gm)
+    max_for_full_amax(gm)
     importer = FxImporter()
     importer.import_graph_module(gm)
+    _verified(importer.module_op)
     ExpandCustomOpsPass(importer.module_op).run()
     entry_point = "main" if len(example_inputs) == 0 else "main$async"  # as turbine does (its issue #984)
     return BoxedSource(str(importer.module_op), entry_point, none_positions)
+
+
+def _verified(module: Any) -> None:
+    """Refuse an imported module that fails MLIR verification, with the verifier's first error: compiled in
+    process, such a module can take the process down (the shipped while_loop import segfaults there)."""
+    try:
+        module.verify()
+    except Exception as exc:  # the bindings' MLIRError, with the diagnostics in its text
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise CompileError("the imported module fails MLIR verification (refused before the in-process "
+                           f"compile, which can crash on it): {' '.join(lines[:3])[:400]}") from exc
 
 
 def boxed_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
