@@ -291,8 +291,18 @@ def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -
                                                  "still alive after the step", _model_death(s, model)))
             else:
                 pack.append((j, r))
+        kept_all = int(call["live_after"]) - int(call["live_before"])
+        if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
+            freed = [f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in enumerate(results)
+                     if j not in alive and "same_buffer_as" not in r and ":stage:" not in f":{r.get('label') or ''}"]
+            candidates.append(_runtime_entry(kept_all - expected,
+                                             f"iree-hal call {k + 1}/{n}'s result buffer ({kept_all} B allocated, "
+                                             f"{expected} B of it the retained results'; the model has freed "
+                                             f"{', '.join(freed) or 'the rest'} in it)",
+                                             "still alive after the step (with the retained results)",
+                                             "with its last use"))
         if pack:
-            kept = max(int(call["live_after"]) - int(call["live_before"]), sum(r["bytes"] for _, r in pack))
+            kept = max(kept_all, sum(r["bytes"] for _, r in pack))
             held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)
             first = by_label.get(pack[0][1].get("label") or "")
             candidates.append(_runtime_entry(max(0, kept - expected),
