@@ -78,7 +78,13 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
-from .iree_loops import lift_loop_inputs, missing_hops, views_for_view_copies
+from .iree_loops import (
+    lift_loop_inputs,
+    max_for_full_amax,
+    missing_hops,
+    non_tensor_carries,
+    views_for_view_copies,
+)
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -136,26 +142,80 @@ def runtime() -> _Runtime:
 class TurbineHalProbe(HalAllocatorProbe):
     """The HAL probe, with turbine's VM invocations run inside it (``around_invoke``) for its window only.
 
-    Turbine's ``launch.invoke_vm_function`` is replaced when the window opens and put back when
-    it closes: outside a probed call turbine is as shipped."""
+    Turbine's ``launch.invoke_vm_function`` (and ``_export_torch_tensor``, which makes each result a
+    torch tensor over its HAL buffer) are replaced when the window opens and put back when it closes:
+    outside a probed call turbine is as shipped.  Each invocation's record also says what it was handed
+    (``inputs``: the HAL copies' shapes, dtypes and bytes), what it returned (``results``, each with
+    ``same_buffer_as`` where IREE returned one buffer twice) and which earlier results were still alive
+    when it started (``alive_before``); at the window's end each result says whether it outlived the
+    step (``alive_after``), so blame can name one result buffer (:func:`conformance.checks.blame.runtime_buffers`)."""
 
     def __enter__(self) -> TurbineHalProbe:
+        from iree.runtime import VmVariantList
         from iree.turbine.runtime import launch
 
         super().__enter__()
+        self._exported: list[tuple[int, int, StorageWeakRef]] = []
+        self._ptrs: dict[int, list[int]] = {}
         shipped = self._shipped = launch.invoke_vm_function
+        shipped_export = self._shipped_export = launch._export_torch_tensor
 
         def probed_invoke(*args: Any, **kwargs: Any) -> Any:
-            return self.around_invoke(lambda: shipped(*args, **kwargs))
+            alive = [[k, j] for k, j, weak in self._exported if not weak.expired()]
+            lists = [a for a in args if isinstance(a, VmVariantList)]
+            inputs = _views(lists[0]) if lists else []
+            out = self.around_invoke(lambda: shipped(*args, **kwargs))
+            self.invocations[-1].update(inputs=inputs, results=[], alive_before=alive)
+            return out
+
+        def probed_export(bv: Any, device: Any) -> Any:
+            tensor = shipped_export(bv, device)
+            if self.invocations and isinstance(tensor, torch.Tensor):
+                k = len(self.invocations) - 1
+                results = self.invocations[k].setdefault("results", [])
+                ptrs = self._ptrs.setdefault(k, [])
+                entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": _dtype(tensor.dtype),
+                                         "bytes": tensor.numel() * tensor.element_size()}
+                if tensor.data_ptr() in ptrs:
+                    entry["same_buffer_as"] = ptrs.index(tensor.data_ptr())
+                ptrs.append(tensor.data_ptr())
+                self._exported.append((k, len(results), StorageWeakRef(tensor.untyped_storage())))
+                results.append(entry)
+            return tensor
 
         launch.invoke_vm_function = probed_invoke
+        launch._export_torch_tensor = probed_export  # type: ignore[assignment]  # same call, recorded
         return self
 
     def __exit__(self, *exc: object) -> None:
         from iree.turbine.runtime import launch
 
         launch.invoke_vm_function = self._shipped
+        launch._export_torch_tensor = self._shipped_export
+        for k, j, weak in self._exported:
+            self.invocations[k]["results"][j]["alive_after"] = not weak.expired()
+        self._exported, self._ptrs = [], {}
         super().__exit__(*exc)
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _views(arg_list: Any) -> list[dict[str, Any]]:
+    """The HAL buffer views an invocation is handed (its input copies): shape, dtype, bytes."""
+    from iree.runtime import HalBufferView, VmRef
+    from iree.turbine.runtime.launch import _INFERRED_ELEMENT_TYPE_TO_DTYPE
+
+    views = []
+    for i in range(len(arg_list)):
+        ref = arg_list.get_variant(i)
+        bv = ref.deref(HalBufferView, True) if isinstance(ref, VmRef) else None
+        if bv is not None:
+            dtype = _INFERRED_ELEMENT_TYPE_TO_DTYPE.get(int(bv.element_type))
+            views.append({"shape": list(bv.shape), "dtype": _dtype(dtype) if dtype else str(bv.element_type),
+                          "bytes": int(bv.byte_length)})
+    return views
 
 
 @contextlib.contextmanager
@@ -181,15 +241,26 @@ def _first_error(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
+#: iree-compile diagnostics whose cause is known, and what the verdict says of it (the missing piece)
+KNOWN_DIAGNOSTICS = (
+    ("failed to legalize unresolved target materialization from ('i1') to ('!stream.resource<*>', 'index')",
+     "the missing piece: iree-compile cannot lower the device-to-host read of a while_loop's entry condition "
+     "(docs/findings/iree-repro-while-loop-amax-cond.py; seen: a condition reducing with amax over all dims, which "
+     "the loop route computes as max, and a loop nested in another loop's body)"),
+)
+
+
 def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
     with captured_stderr() as err:
         try:
             return compile_fn()
         except Exception as exc:
             failure = exc
-    diag = _first_error(err[0] if err else "")
-    raise CompileError(f"IREE compile of the {what} failed: {type(failure).__name__}: {failure}"
-                       + (f" [{diag}]" if diag else "")) from failure
+    text = err[0] if err else ""
+    diag = _first_error(text)
+    known = [why for mark, why in KNOWN_DIAGNOSTICS if mark in text or mark in str(failure)]
+    raise CompileError(f"IREE compile of the {what} failed: " + (f"{known[0]}; " if known else "")
+                       + f"{type(failure).__name__}: {failure}" + (f" [{diag}]" if diag else "")) from failure
 
 
 def _module_bytes(output: Any) -> bytes:
@@ -202,6 +273,27 @@ def cache_note(hits: int, misses: int) -> str:
     if where is None:
         return f"IREE module cache off (${cache.CACHE_ENV})"
     return f"IREE module cache {where}: {hits} hit(s), {misses} compiled"
+
+
+def label_invocations(invocations: list[dict[str, Any]], graphs: list[tuple[str, torch.fx.GraphModule]]) -> None:
+    """Name each recorded invocation's input copies and results by the graph it ran (``graphs``: the
+    model's prefix and the graph, one per invocation, in order) as the lifetime model names their
+    storages (``fw:stage:primals_1``, ``bw:add_7``), so blame can set a measured buffer beside the
+    model's.  Left as recorded where the invocations are not those graphs' calls one for one."""
+    if len(invocations) != len(graphs):
+        return
+    for call, (prefix, gm) in zip(invocations, graphs):
+        inputs = [f"{prefix}stage:{n.name}" for n in gm.graph.nodes
+                  if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)]
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        flat: list[torch.fx.Node] = []
+        torch.fx.node.map_arg(output.args[0], flat.append)
+        returned = [f"{prefix}stage:{n.name}" if n.op == "placeholder" else f"{prefix}{n.name}"
+                    for n in flat if isinstance(n.meta.get("val"), torch.Tensor)]
+        for entries, names in ((call.get("inputs") or [], inputs), (call.get("results") or [], returned)):
+            if len(entries) == len(names):
+                for entry, name in zip(entries, names):
+                    entry["label"] = name
 
 
 # -- the torch.compile route -----------------------------------------------------------
@@ -247,15 +339,31 @@ def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bo
     from iree.turbine.transforms.general.custom_op_expansion import ExpandCustomOpsPass
 
     none_positions = _strip_none_outputs(gm)
+    refused = non_tensor_carries(gm)
+    if refused:
+        raise CompileError(refused)
     if passes:
         gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
     views_for_view_copies(gm)
+    max_for_full_amax(gm)
     importer = FxImporter()
     importer.import_graph_module(gm)
+    _verified(importer.module_op)
     ExpandCustomOpsPass(importer.module_op).run()
     entry_point = "main" if len(example_inputs) == 0 else "main$async"  # as turbine does (its issue #984)
     return BoxedSource(str(importer.module_op), entry_point, none_positions)
+
+
+def _verified(module: Any) -> None:
+    """Refuse an imported module that fails MLIR verification, with the verifier's first error: compiled in
+    process, such a module can take the process down (the shipped while_loop import segfaults there)."""
+    try:
+        module.verify()
+    except Exception as exc:  # the bindings' MLIRError, with the diagnostics in its text
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise CompileError("the imported module fails MLIR verification (refused before the in-process "
+                           f"compile, which can crash on it): {' '.join(lines[:3])[:400]}") from exc
 
 
 def boxed_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -428,6 +536,9 @@ class IreeDynamoStep(DynamoStep):
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
         found: dict[str, Any] = {"iree_invocations": self.hal_probe.invocations}
+        ran = self.recorder.log.calls[-1] if self.recorder.log.calls else []
+        graphs = [self.recorder.graphs[d.graph] for d in ran]
+        label_invocations(self.hal_probe.invocations, [("bw:" if g.is_backward else "fw:", g.gm) for g in graphs])
         if not self.case.trains:
             return found
         launches = [getattr(w.compiled, "compiled", w.compiled) for w in self.recorder.watches]  # under the log
@@ -561,6 +672,7 @@ class IreeAotStep(CompiledStep):
         return [self.hal_probe]
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
+        label_invocations(self.hal_probe.invocations, [("", self.gm)])
         return {"iree_invocations": self.hal_probe.invocations}
 
     def notes(self) -> list[str]:

@@ -138,3 +138,64 @@ def views_for_view_copies(gm: torch.fx.GraphModule) -> int:
             module.recompile()
             replaced += changed
     return replaced
+
+
+def _loops(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+    """Every ``while_loop`` node in ``gm`` and its subgraphs, with the graph module that holds it."""
+    return [(module, node) for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+            for node in module.graph.nodes if _is_plain_while_loop(node)]
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)
+
+
+def non_tensor_carries(gm: torch.fx.GraphModule) -> str:
+    """Why a loop of ``gm`` cannot go to the importer, where it carries a Python number (``while_loop(cond, body,
+    (0, x))``, or a size); ``""`` if none does.  The importer types the condition's call as a tensor
+    (``func.call @cond -> !torch.vtensor<[],i1>``) while a condition on an int returns ``!torch.bool``: the
+    module fails verification ("'func.call' op result type mismatch") and the in-process compile segfaults."""
+    for _, node in _loops(gm):
+        carried: Any = node.args[2]
+        numbers = [(k, c) for k, c in enumerate(carried) if not _is_tensor(c)]
+        if numbers:
+            shown = ", ".join(f"carry {k}: {c.meta.get('val') if isinstance(c, torch.fx.Node) else c!r}"
+                              for k, c in numbers)
+            return (f"the while_loop carries a Python number ({shown}); turbine's FX importer types the loop "
+                    "condition's call as a tensor while a condition on a number returns !torch.bool, so the module "
+                    "fails verification ('func.call' op result type mismatch) and the in-process compile would "
+                    "segfault: refused before import. Carry a 0-d tensor instead "
+                    "(torch.zeros((), dtype=torch.int64))")
+    return ""
+
+
+def max_for_full_amax(gm: torch.fx.GraphModule) -> int:
+    """In every loop condition of ``gm`` (copies: call after :func:`lift_loop_inputs`), ``aten.amax`` over all
+    dims (keepdim false) becomes ``aten.max`` (the same value, NaN included); returns how many.
+
+    iree-compile 3.13 fails on a loop whose entry condition reduces with ``amax`` ("failed to legalize
+    unresolved target materialization from ('i1') to ('!stream.resource<*>', 'index')"), the condition the
+    generated loops draw, ``(i < steps) & (h.abs().amax() < 1e4)``; with ``max`` (or ``sum``, ``mean``) it
+    compiles (docs/findings/iree-repro-while-loop-amax-cond.py)."""
+    replaced = 0
+    for module, node in _loops(gm):
+        cond = _subgraph(module, node.args[0])
+        changed = 0
+        for n in cond.graph.nodes:
+            if n.op != "call_function" or n.target is not torch.ops.aten.amax.default:
+                continue
+            x = n.args[0]
+            dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", [])
+            keepdim = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+            val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+            if keepdim or not isinstance(val, torch.Tensor):
+                continue
+            ndim = max(val.dim(), 1)
+            if dims and {int(d) % ndim for d in dims} != set(range(ndim)):
+                continue
+            n.target, n.args, n.kwargs = torch.ops.aten.max.default, (x,), {}
+            changed += 1
+        if changed:
+            cond.recompile()
+            replaced += changed
+    return replaced

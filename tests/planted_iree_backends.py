@@ -37,6 +37,27 @@ class LeakyResultsBackend(IreeBoxedBackend):
     compile_graph: ClassVar[CompileFn] = staticmethod(keeping_compile)
 
 
+class _KeepLastForwardResultLaunch(BoxedLaunch):
+    def __call__(self, args: list[Any]) -> Any:
+        results = super().__call__(args)
+        KEPT.append([r for r in results if isinstance(r, torch.Tensor)][-1])  # one result, never released
+        return results
+
+
+def last_forward_result_keeping_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    launch = boxed_compile(gm, example_inputs)
+    backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in gm.graph.nodes)
+    return launch if backward else _KeepLastForwardResultLaunch(launch.launch, launch.none_positions)
+
+
+class KeepsOneForwardResultBackend(IreeBoxedBackend):
+    """Keeps the last result of every forward call (one small saved activation): IREE returned it in the
+    call's one result buffer, so the whole buffer stays allocated."""
+
+    name = "planted-iree-keeps-one-result"
+    compile_graph: ClassVar[CompileFn] = staticmethod(last_forward_result_keeping_compile)
+
+
 # -- a carried buffer kept per trip, inside the compiled loop ---------------------------------
 
 #: The carries the planted loop kept, one HAL buffer view per trip (tests clear it).

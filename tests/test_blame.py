@@ -95,3 +95,49 @@ def test_a_runtime_domain_names_its_program_calls_results_and_transients() -> No
     assert note.startswith("in iree-hal, the compiled program's call 2 of 2 reached its peak, 9792 B above the 17476 B")
     assert "7488 B of results it left allocated, 2304 B of transients and input copies" in note
     assert invocation_breakdown([], "iree-hal") == ""
+
+
+def _storage(sid: int, nbytes: int, producer: str, role: str, birth: int, death: int | None) -> Any:
+    from conformance.models.lifetime import Storage
+
+    return Storage(sid, nbytes, producer, "op", (), "float32", role, birth, death)
+
+
+def _two_calls() -> LifetimeModel:
+    """A forward (loss and one saved activation, one 128 B pack) and a backward (one 64 B gradient)."""
+    events = ["fw:stage:x", "fw:results", "fw:relu", "fw:mean", "bw:stage:relu", "bw:results", "bw:mul"]
+    storages = [_storage(0, 64, "fw:stage:x", "staging", 0, 1), _storage(1, 64, "fw:mean", "output", 1, None),
+                _storage(2, 64, "fw:relu", "intermediate", 1, 4), _storage(3, 64, "bw:mul", "retained", 5, None)]
+    return LifetimeModel(events, [64, 192, 192, 192, 192, 256, 256], storages)
+
+
+def _calls(relu_alive: bool) -> list[dict[str, Any]]:
+    fw = {"live_before": 64, "peak_rise": 128, "live_after": 192, "inputs": [{"bytes": 64, "label": "fw:stage:x"}],
+          "results": [{"shape": [], "dtype": "float32", "bytes": 4, "label": "fw:mean", "alive_after": False},
+                      {"shape": [4, 4], "dtype": "float32", "bytes": 64, "label": "fw:relu",
+                       "alive_after": relu_alive},
+                      {"shape": [4, 4], "dtype": "float32", "bytes": 64, "label": "fw:detach", "same_buffer_as": 1,
+                       "alive_after": relu_alive}],
+          "alive_before": []}
+    bw = {"live_before": 192, "peak_rise": 320, "live_after": 256, "inputs": [{"bytes": 64, "label": "bw:stage:relu"}],
+          "results": [{"shape": [4, 4], "dtype": "float32", "bytes": 64, "label": "bw:mul", "alive_after": True}],
+          "alive_before": [[0, 0], [0, 2]] if relu_alive else [[0, 0]]}
+    return [fw, bw]
+
+
+def test_a_runtime_domain_names_the_result_buffer_left_alive_and_the_transients_over_the_model() -> None:
+    """IREE frees a call's result buffer with its last result: a saved activation kept (through its detach, one
+    buffer returned twice) keeps the whole 128 B; the backward's 256 B of transients are 256 B over the model's."""
+    from conformance.checks.blame import runtime_buffers
+
+    model = _two_calls()
+    (residual,) = runtime_buffers(_calls(True), model, "residual", 128)
+    assert residual["bytes"] == 128
+    assert residual["producer"] == "iree-hal call 1/2's result buffer (128 B allocated; alive in it: fw:relu 64 B)"
+    assert runtime_buffers(_calls(False), model, "residual", 64) == []  # the gradient is the model's
+    peak = runtime_buffers(_calls(True), model, "peak", 320)
+    assert [p["bytes"] for p in peak] == [256, 64]
+    assert peak[0]["producer"].startswith("iree-hal call 2/2's transients: 256 B allocated inside the call, 0 B")
+    assert peak[1]["producer"].startswith("iree-hal call 1/2's result buffer (128 B allocated; alive in it when "
+                                          "call 2/2 started: fw:mean 4 B, fw:relu 64 B")
+    assert runtime_buffers([{"live_before": 0, "peak_rise": 8, "live_after": 0}], model, "peak", 8) == []

@@ -68,3 +68,50 @@ def test_every_loop_loses_its_additional_inputs_and_computes_the_same() -> None:
     for node in _loops(gm):
         assert node.args[3] == () and len(node.meta["val"]) == len(node.args[2])
     torch.testing.assert_close(got, expected)
+
+
+def _traced(module: torch.nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    with torch.no_grad():
+        torch.compile(module, backend=aot_autograd(fw_compiler=keep), fullgraph=True)(*inputs)
+    return graphs[0]
+
+
+class _AmaxCond(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def cond(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            return (i < 3) & (h.abs().amax() < 1e4)
+
+        def body(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, torch.tanh(h * 2)
+
+        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))[1]
+
+
+def test_a_full_amax_in_a_loop_condition_becomes_max_and_computes_the_same() -> None:
+    from conformance.backends.iree_loops import max_for_full_amax
+
+    x = torch.randn(4, 8)
+    gm = _traced(_AmaxCond(), x)
+    lift_loop_inputs(gm)  # the copies the route rewrites
+    assert max_for_full_amax(gm) == 1
+    targets = [n.target for m in gm.modules() for n in m.graph.nodes]  # type: ignore[union-attr]
+    assert torch.ops.aten.amax.default not in targets and torch.ops.aten.max.default in targets
+    with torch.no_grad():
+        assert torch.equal(gm(x)[0], _AmaxCond()(x))
+
+
+def test_a_python_number_carried_by_a_loop_is_named() -> None:
+    from conformance.backends.iree_loops import non_tensor_carries
+
+    class IntCarry(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, h * 2), (0, x))[1]
+
+    assert "carries a Python number (carry 0: 0)" in non_tensor_carries(_traced(IntCarry(), torch.randn(3)))
+    assert non_tensor_carries(_traced(_AmaxCond(), torch.randn(3))) == ""

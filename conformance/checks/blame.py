@@ -17,8 +17,9 @@ a 1 KB gradient, and a peak below the model blames nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from conformance.models.lifetime import LifetimeModel, Storage
 from conformance.probes.cpu import Allocation, MemoryTrace
@@ -164,17 +165,25 @@ def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
     return explaining(blamed, trace.peak_bytes - model.peak_bytes, limit)
 
 
-def explaining(candidates: list[Blamed], excess: int, limit: int = 10) -> list[Blamed]:
-    """The candidates that explain ``excess`` bytes: largest first, none bigger than the excess."""
+_Entry = TypeVar("_Entry", "Blamed", dict[str, Any])
+
+
+def _bytes_of(entry: Blamed | dict[str, Any]) -> int:
+    return int(entry["bytes"]) if isinstance(entry, dict) else entry.bytes
+
+
+def explaining(candidates: Sequence[_Entry], excess: int, limit: int = 10) -> list[_Entry]:
+    """The candidates that explain ``excess`` bytes: largest first, none bigger than the excess (blame's own
+    entries, or a runtime's buffers in their record form)."""
     if excess <= 0:
         return []
-    chosen: list[Blamed] = []
+    chosen: list[_Entry] = []
     total = 0
-    for entry in sorted(candidates, key=lambda e: -e.bytes):
-        if entry.bytes > excess or total >= excess:
+    for entry in sorted(candidates, key=lambda e: -_bytes_of(e)):
+        if _bytes_of(entry) > excess or total >= excess:
             continue
         chosen.append(entry)
-        total += entry.bytes
+        total += _bytes_of(entry)
     return chosen[:limit]
 
 
@@ -266,3 +275,176 @@ def invocation_breakdown(invocations: list[dict[str, int]], domain: str, short: 
             f"{top['peak_rise']} B above the {top['live_before']} B live before it: {kept} B of results it left "
             f"allocated, {freed} B of transients and input copies it freed by its end (the runtime's statistics "
             f"do not split one call's allocations further)")
+
+
+def _call_events(model: LifetimeModel, prefix: str) -> range:
+    """The model's events of one graph call (``fw:``, ``bw:``; ``""``: all of them)."""
+    if not prefix:
+        return range(len(model.events))
+    idx = [i for i, e in enumerate(model.events) if e.startswith(prefix)]
+    return range(idx[0], idx[-1] + 1) if idx else range(0)
+
+
+def _prefix(label: str | None) -> str:
+    return label.split(":", 1)[0] + ":" if label and ":" in label else ""
+
+
+def _result_name(k: int, n: int, j: int, r: dict[str, Any]) -> str:
+    what = r.get("label") or f"result {j}"
+    return f"iree-hal call {k + 1}/{n} result {what} ({list(r.get('shape') or [])} {r.get('dtype', '?')})"
+
+
+def _model_death(s: Storage | None, model: LifetimeModel) -> str:
+    if s is None:
+        return "not in model"
+    if s.death is None:
+        return "outlives the step" if s.role != "output" else "when the caller drops the step's outputs"
+    return f"after {model.events[s.death]} (event {s.death})"
+
+
+def _runtime_entry(nbytes: int, producer: str, measured: str, model_death: str) -> dict[str, Any]:
+    return {"bytes": nbytes, "producer": producer, "measured_death": measured, "model_death": model_death,
+            "identified_by": "runtime call's buffers"}
+
+
+def _explaining_or_smallest(candidates: list[dict[str, Any]], excess: int) -> list[dict[str, Any]]:
+    """:func:`explaining`, else the smallest candidate that alone accounts for the excess."""
+    chosen = explaining(candidates, excess)
+    if not chosen:
+        over = [c for c in candidates if c["bytes"] >= excess]
+        chosen = [min(over, key=lambda c: c["bytes"])] if over else []
+    return chosen
+
+
+def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> list[dict[str, Any]]:
+    """Per call, the buffers still alive after the step that the model does not retain: a returned input's
+    copy, and the call's result buffer (one pack: it stays allocated while any result in it is alive),
+    less what of it the model retains (gradients)."""
+    n = len(invocations)
+    by_label = {s.producer: s for s in model.storages}
+    retained = [s for s in model.storages if s.role == "retained" and s.death is None]
+    candidates = []
+    for k, call in enumerate(invocations):
+        pack: list[tuple[int, dict[str, Any]]] = []
+        expected = 0  # bytes of the call's buffer the model retains
+        results = call["results"]
+        alive = sorted({int(r.get("same_buffer_as", j)) for j, r in enumerate(results) if r.get("alive_after")})
+        for j in alive:  # one buffer returned twice (a detach) is its first result's
+            r = results[j]
+            label = r.get("label") or ""
+            s = by_label.get(label)
+            twin = s if s in retained else next((t for t in retained if s is None and t.nbytes >= r["bytes"]), None)
+            if twin is not None:
+                retained.remove(twin)  # a gradient the model keeps
+                expected += twin.nbytes
+            elif ":stage:" in f":{label}":  # a returned input: its copy, not the call's buffer
+                candidates.append(_runtime_entry(r["bytes"], f"{_result_name(k, n, j, r)}, its input copy",
+                                                 "still alive after the step", _model_death(s, model)))
+            else:
+                pack.append((j, r))
+        kept_all = int(call["live_after"]) - int(call["live_before"])
+        if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
+            freed = [f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in enumerate(results)
+                     if j not in alive and "same_buffer_as" not in r and ":stage:" not in f":{r.get('label') or ''}"]
+            candidates.append(_runtime_entry(kept_all - expected,
+                                             f"iree-hal call {k + 1}/{n}'s result buffer ({kept_all} B allocated, "
+                                             f"{expected} B of it the retained results'; the model has freed "
+                                             f"{', '.join(freed) or 'the rest'} in it)",
+                                             "still alive after the step (with the retained results)",
+                                             "with its last use"))
+        if pack:
+            kept = max(kept_all, sum(r["bytes"] for _, r in pack))
+            held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)
+            first = by_label.get(pack[0][1].get("label") or "")
+            candidates.append(_runtime_entry(max(0, kept - expected),
+                                             f"iree-hal call {k + 1}/{n}'s result buffer ({kept} B allocated; "
+                                             f"alive in it: {held})",
+                                             "still alive after the step", _model_death(first, model)))
+    return candidates
+
+
+def _peak_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> list[dict[str, Any]]:
+    """At the call that reached the domain's peak: earlier results still alive that the model had freed
+    before the call, and each part of the call (transients, results, input copies) over the model's."""
+    n = len(invocations)
+    by_label = {s.producer: s for s in model.storages}
+    k, top = max(enumerate(invocations), key=lambda kv: kv[1]["live_before"] + kv[1]["peak_rise"])
+    labels = [x.get("label") for x in top["results"] + top.get("inputs", [])]
+    prefix = _prefix(next((x for x in labels if x), None))
+    events = _call_events(model, prefix)
+    results_event = next((i for i in events if model.events[i] == f"{prefix}results"), None)
+    # where the call's work starts in the model: its inputs copied (donated ones dropped), its results allocated
+    start = results_event if results_event is not None else (events.start if len(events) else len(model.events))
+    candidates = []
+    alive: dict[int, list[int]] = {}
+    for i, j in top.get("alive_before") or []:  # one buffer returned twice (a detach) is its first result's
+        alive.setdefault(i, []).append(int(invocations[i]["results"][j].get("same_buffer_as", j)))
+
+    def held_by_model(r: dict[str, Any]) -> Storage | None:
+        s = by_label.get(r.get("label") or "")
+        return s if s is not None and (s.death is None or s.death >= start) else None
+
+    for i, js in alive.items():  # an earlier call's buffer stays allocated while any result in it is alive
+        results = invocations[i]["results"]
+        packed = [(j, r) for j, r in enumerate(results)
+                  if "same_buffer_as" not in r and ":stage:" not in f":{r.get('label') or ''}"]
+        for j in js:
+            r = results[j]
+            if ":stage:" in f":{r.get('label') or ''}" and held_by_model(r) is None:
+                candidates.append(_runtime_entry(r["bytes"], f"{_result_name(i, n, j, r)}, its input copy",
+                                                 f"alive when call {k + 1}/{n} started",
+                                                 _model_death(by_label.get(r.get("label") or ""), model)))
+        if not any(j in js for j, _ in packed):
+            continue
+        call = invocations[i]
+        kept_i = max(int(call["live_after"]) - int(call["live_before"]), sum(r["bytes"] for _, r in packed))
+        model_held = [s for s in (held_by_model(r) for _, r in packed) if s is not None]
+        over = kept_i - sum(s.nbytes for s in model_held)
+        if over > 0:
+            live = ", ".join(f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B" for j in js
+                             if "same_buffer_as" not in results[j])
+            freed = ", ".join(f"{r.get('label') or 'result'} {r['bytes']} B" for _, r in packed
+                              if held_by_model(r) is None)
+            candidates.append(_runtime_entry(
+                over, f"iree-hal call {i + 1}/{n}'s result buffer ({kept_i} B allocated; alive in it when call "
+                      f"{k + 1}/{n} started: {live}; the model has freed {freed or 'none of it'})",
+                f"alive when call {k + 1}/{n} started", "freed with its last result"))
+    kept = max(0, top["live_after"] - top["live_before"])
+    transient = max(0, top["peak_rise"] - kept)
+    up_front = [s for s in model.storages if results_event is not None and s.birth == results_event]
+    inner = [s for s in model.storages if s.role not in ("staging", "caller") and s not in up_front
+             and s.birth in events and (results_event is None or s.birth > results_event)]
+    model_inner = max((sum(s.nbytes for s in inner if s.birth <= e and (s.death is None or s.death >= e))
+                       for e in events), default=0)
+    copies = sum(int(x["bytes"]) for x in top.get("inputs", []))
+    model_copies = sum(s.nbytes for s in model.storages if s.role == "staging" and s.birth in events)
+    model_results = sum(s.nbytes for s in up_front)
+    values = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B"
+                       for j, r in enumerate(top["results"]) if "same_buffer_as" not in r)
+    where = f"iree-hal call {k + 1}/{n}"
+    parts = [(transient, model_inner, f"{where}'s transients: {transient} B allocated inside the call, "
+                                      f"{model_inner} B of intermediates in the model's schedule of it"),
+             (kept, model_results, f"{where}'s results: {kept} B allocated for {values or 'none'}, "
+                                   f"{model_results} B in the model"),
+             (copies, model_copies, f"{where}'s input copies: {copies} B, {model_copies} B in the model")]
+    for measured, modelled, text in parts:
+        if measured > modelled:
+            candidates.append(_runtime_entry(measured - modelled, text, "inside the call",
+                                             "the model's schedule of the call"))
+    return candidates
+
+
+def runtime_buffers(invocations: list[dict[str, Any]], model: LifetimeModel, check: str,
+                    excess: int) -> list[dict[str, Any]]:
+    """Blame in a runtime's own domain (IREE's HAL) by the buffers its compiled program handled, where the
+    probe recorded them per call (``inputs``, ``results`` with ``alive_before``/``alive_after``, labelled
+    as the model names their storages): for the residual, the result buffers and input copies that
+    outlived the step which the model does not retain; for the peak, at the call that reached it, the
+    earlier results still alive that the model had freed, and each part of the call (its transients, its
+    results, its input copies) by how far it is over the model's.  Only entries that explain ``excess``
+    are kept (:func:`explaining`), else the smallest that alone accounts for it."""
+    if excess <= 0 or not invocations or not all("results" in c for c in invocations):
+        return []
+    if check == "residual":
+        return _explaining_or_smallest(_residual_buffers(invocations, model), excess)
+    return _explaining_or_smallest(_peak_buffers(invocations, model), excess)

@@ -47,7 +47,7 @@ class HalAllocatorProbe:
     def __init__(self, allocator: Any) -> None:
         self.allocator = allocator
         self.trace = MemoryTrace(self.domain, exact=False)  # statistics, not allocations
-        self.invocations: list[dict[str, int]] = []
+        self.invocations: list[dict[str, Any]] = []
         self._baseline = 0
 
     def live(self) -> int:

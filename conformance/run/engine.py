@@ -36,7 +36,7 @@ from conformance.api.step import (
     trace_user_kernels,
 )
 from conformance.api.verdict import Check, CheckName, Status, combine, registered_checks
-from conformance.checks.blame import invocation_breakdown
+from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
 from conformance.checks.parity import ParityReport
@@ -356,24 +356,60 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
             checks.append(check)
     result = _decide(result, checks)
     _headline(memory(), checks, steps)
-    _name_domain_bytes(result, memory())
+    _name_domain_bytes(result, memory(), steps)
     return result
 
 
-def _name_domain_bytes(result: Result, memory: MemoryFigures) -> None:
+def _name_domain_bytes(result: Result, memory: MemoryFigures, steps: list[ProbedStep]) -> None:
     """An excess blame could not name in full, where a runtime allocates in a domain of its own (IREE's
-    HAL): the note says what that domain's compiled program allocated at its peak, results apart from
+    HAL): named by the buffers that domain's compiled program handled, where the probe recorded them
+    (:func:`conformance.checks.blame.runtime_buffers`: a result still alive, the call's transients, its
+    results or input copies over the model's), else by what it allocated at its peak, results apart from
     transients and input copies, so the bytes are named by what made them rather than "none named"."""
-    unnamed = memory.blame_unexplained_bytes is not None and memory.blame_unexplained_bytes > 0
+    unnamed = memory.blame_unexplained_bytes
     invocations = memory.findings.get("iree_invocations")
-    if not unnamed or not isinstance(invocations, list):
+    if unnamed is None or unnamed <= 0 or not isinstance(invocations, list):
         return
-    breakdown = invocation_breakdown(invocations, "iree-hal")
+    last = steps[-1]  # the call the runtime's figures are of; another judged call must have measured the same
+    judged = next((s for s in steps if memory.contract is not None and s.call == memory.contract.call), None)
+    same = judged is not None and (judged is last or (
+        judged.trace.peak_bytes == last.trace.peak_bytes and judged.model.peak_bytes == last.model.peak_bytes
+        and judged.trace.residual_bytes == last.trace.residual_bytes
+        and judged.model.residual_bytes == last.model.residual_bytes))
+    entries: list[dict[str, Any]] = []
+    if same and memory.check in ("residual", "peak"):
+        entries = runtime_buffers(invocations, last.model, memory.check, unnamed)
+    if entries:
+        rest = unnamed - sum(int(e["bytes"]) for e in entries)
+        before = f" ({unnamed} B of the excess not named)"
+        after = f" ({rest} B of the excess not named)" if rest > 0 else ""
+        named = ", ".join(f"{e['producer']} ({e['bytes']} B)" for e in entries[:3])  # as judge.names words them
+        deciding = next((c for c in result.checks if c.name.value == memory.check), None)
+        for holder in (result, deciding):
+            if holder is None or result.status == Status.PASS or before not in holder.reason:
+                continue
+            if not memory.blamed:
+                holder.reason = holder.reason.replace("no single allocation" + before, named + after, 1)
+            else:
+                holder.reason = holder.reason.replace(before, f", {named}{after}", 1)
+        memory.blamed.extend(entries)  # the deciding check's own list
+        memory.blame_unexplained_bytes = rest if rest > 0 else None
+        note = (f"{unnamed} B the allocations could not name, named in {CHECK_DOMAIN} by its program's buffers: "
+                + "; ".join(f"{e['producer']} ({e['bytes']} B)" for e in entries)
+                + (f"; {rest} B left unnamed" if rest > 0 else ""))
+        memory.blame_note = note
+        if rest <= 0:
+            return
+    breakdown = invocation_breakdown(invocations, CHECK_DOMAIN)
     if breakdown:
         memory.blame_note = f"{memory.blame_note}; {breakdown}" if memory.blame_note else breakdown
         if memory.check is not None and result.status != Status.PASS and "not named)" in result.reason:
-            short = invocation_breakdown(invocations, "iree-hal", short=True)
+            short = invocation_breakdown(invocations, CHECK_DOMAIN, short=True)
             result.reason = result.reason.replace("not named)", f"not named; {short})", 1)
+
+
+#: the runtime domain whose per-call figures name bytes (IREE's HAL allocator)
+CHECK_DOMAIN = "iree-hal"
 
 
 def _held_by(steps: list[ProbedStep]) -> dict[int, list[str]]:

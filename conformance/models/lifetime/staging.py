@@ -8,11 +8,13 @@ every result the graph computes when the call starts, before its first dispatch.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.models.lifetime.liveness import ModelBuilder, flat_nodes
 from conformance.models.lifetime.model import Storage, op_name
@@ -30,12 +32,17 @@ class CallingConvention:
     #: copies, held for the whole call; a donated original dies right after its copy is made, one
     #: that is not stays alive until the call returns
     staged: bool = False
-    #: N > 0: each result the graph computes is allocated when the call starts, rounded up to a
-    #: multiple of N bytes (IREE: 64).  Each is still its own storage, freed when it dies.
+    #: N > 0: each buffer the graph's results need is allocated when the call starts (IREE).  Several
+    #: are packed at offsets aligned to N bytes (IREE: 64), so each takes its size rounded up to N; a
+    #: call with a single result buffer allocates it at its exact size (no pack).  Each is still its
+    #: own storage, freed when it dies.
     results_at_start: int = 0
 
-    def result_nbytes(self, nbytes: int) -> int:
-        """The bytes of a result allocated at the call's start: ``nbytes`` rounded up to the alignment."""
+    def result_nbytes(self, nbytes: int, alone: bool = False) -> int:
+        """The bytes of a result buffer allocated at the call's start: ``nbytes`` rounded up to the
+        alignment, or exactly ``nbytes`` where it is the call's only one (``alone``)."""
+        if alone:
+            return nbytes
         return -(-nbytes // self.results_at_start) * self.results_at_start
 
 
@@ -43,13 +50,47 @@ class CallingConvention:
 IDEAL = CallingConvention()
 
 
+def _whole(t: torch.Tensor) -> bool:
+    """``t`` covers its storage densely from its start (a detach, an alias, a contiguous reshape of it)."""
+    try:
+        return bool(t.is_contiguous() and t.storage_offset() == 0
+                    and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+    except Exception:  # a size only known symbolically: not provably the same buffer
+        return False
+
+
+def _first_maker(gm: torch.fx.GraphModule) -> dict[StorageWeakRef, torch.fx.Node]:
+    """Per fake storage, the first node whose value (a single tensor) lives in it: the input or op that made it."""
+    made: dict[StorageWeakRef, torch.fx.Node] = {}
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            made.setdefault(StorageWeakRef(val.untyped_storage()), n)
+    return made
+
+
 def result_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The nodes whose tensors the graph returns and computes itself, in order, each once."""
+    """The nodes whose result buffers a call allocates at its start, in order, each once.
+
+    A returned value that covers a storage whole (a ``detach``, an alias, a contiguous ``view`` of
+    another value) is the buffer of the node that made that storage: IREE returns the same buffer
+    for both (``util.return %3, %3``), and none for a returned input (``util.return %3, %arg0``).
+    Other returned views (a transpose) are materialised in a buffer of their own."""
     out = next(n for n in gm.graph.nodes if n.op == "output")
+    made = _first_maker(gm)
     seen: dict[torch.fx.Node, None] = {}
     for n in flat_nodes(out.args):
-        if n.op not in ("placeholder", "get_attr") and isinstance(n.meta.get("val"), torch.Tensor):
-            seen.setdefault(n)
+        val = n.meta.get("val")
+        if n.op in ("placeholder", "get_attr") or not isinstance(val, torch.Tensor):
+            continue
+        maker = made.get(StorageWeakRef(val.untyped_storage()), n)
+        maker_val = maker.meta.get("val")
+        computes = maker.target is not operator.getitem  # a multi-output op's leaf: not made by that node
+        if maker is not n and computes and _whole(val) and isinstance(maker_val, torch.Tensor) and _whole(maker_val):
+            if maker.op not in ("placeholder", "get_attr"):
+                seen.setdefault(maker)
+            continue
+        seen.setdefault(n)
     return list(seen)
 
 
@@ -78,9 +119,10 @@ class Call:
         """The call's work begins (before its first node that is not an input): allocate the results up front."""
         if not self._pending:
             return
+        alone = len(self._pending) == 1
         for n in self._pending:
             val = n.meta["val"]
-            nbytes = self.convention.result_nbytes(dense_nbytes(val, self.builder.symbols))
+            nbytes = self.convention.result_nbytes(dense_nbytes(val, self.builder.symbols), alone)
             s = self.builder.new_storage(nbytes, f"{self.prefix}{n.name}", op_name(n), val, "intermediate")
             self.builder.acquire(s)  # the call's own reference, dropped when it returns
             self._held.append(s)
