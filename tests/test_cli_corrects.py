@@ -33,6 +33,20 @@ def test_a_mistyped_option_is_named_as_a_conformance_option(tmp_path: Path) -> N
     assert not (tmp_path / "out").exists()
 
 
+def test_a_mistyped_option_is_named_before_a_full_results_folder(tmp_path: Path) -> None:
+    """The newcomer's order: the quick start filled the default folder, then a typo. The typo is what
+    they hear of (the folder's refusal would send them to --out while the option stays wrong)."""
+    out = tmp_path / "conformance-results"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"case": "mlp-s-infer"}\n')
+    proc = _cli("run", "--backnd", "eager", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unknown option for 'conformance run': --backnd (did you mean '--backend'?)" in proc.stderr, proc.stderr
+    assert (out / "results.jsonl").read_text() == '{"case": "mlp-s-infer"}\n'
+    valid = _cli("run", "--backend", "eager", "--case", "mlp-s-infer", "-x", cwd=tmp_path)  # pytest's own -x: fine
+    assert valid.returncode == 2 and "already holds results" in valid.stderr, valid.stderr
+
+
 def test_a_mistyped_backend_and_case_glob_get_the_closest_names(tmp_path: Path) -> None:
     backend = _cli("run", "--backend", "eagr", "--out", "out", cwd=tmp_path)
     assert backend.returncode == 2 and "unknown backend 'eagr' (did you mean 'eager'?)" in backend.stderr

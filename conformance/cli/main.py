@@ -177,7 +177,11 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     _check_run_options(args)
     _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
               shard=args.shard, shard_durations=args.shard_durations)
-    run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+    try:
+        run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+    except UsageFailure:
+        _check_pytest_options(extra)  # a typo in an option is the first thing to hear of, not the folder
+        raise
     timing: dict[str, float] = {}
     finished = _RunFinished()
     try:
@@ -203,6 +207,22 @@ def _claim(out: Path, mode: str) -> RunDir:
         return claim(out, mode)
     except OutDirError as exc:
         raise UsageFailure(str(exc)) from None
+
+
+def _check_pytest_options(extra: list[str]) -> None:
+    """The options ``conformance run`` passes on to pytest, parsed as pytest would (without running it): one
+    neither knows is a usage error naming it, with the closest ``conformance run`` option."""
+    if not any(word.startswith("-") for word in extra):
+        return
+    from _pytest.config import _prepareconfig
+
+    try:
+        config = _prepareconfig([*extra, "-p", "no:cacheprovider"])
+    except pytest.UsageError as exc:
+        raise UsageFailure(_usage_line(exc)) from None
+    except Exception:  # anything else is pytest's to say when the run starts
+        return
+    config._ensure_unconfigure()
 
 
 def _check_run_options(args: argparse.Namespace) -> None:
