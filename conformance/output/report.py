@@ -22,7 +22,7 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -441,7 +441,6 @@ def _range(low: int | None, high: int | None) -> str:
 class Cell:
     index: int
     result: Result
-    peak_trend: list[tuple[int, int]] = field(default_factory=list)
     trend: dict[str, Any] | None = None  # peak and residual over runs (pair_trend), for its panel's plot
     new: bool = False  # unexpected, and in a cause group no earlier run and no manifest knew
 
@@ -482,7 +481,6 @@ class Page:
     rates: dict[str, Rates]  # pass rate and xfail rate per backend (conformance.api.verdict.rates)
     statuses: list[str]
     versions: dict[str, dict[str, str]]
-    backend_trends: dict[str, list[tuple[int, float]]]
     changes: hist.Changes | None
     runs: list[hist.Run]
     run: hist.Run | None
@@ -515,7 +513,6 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
     for r in sorted(results, key=lambda r: (r.family, r.case)):
         cases.setdefault(r.case, r.family)
     run = hist.record_run(history, results, label=torch_label(results), started_at=run_time) if history else None
-    case_trends = hist.case_trends(history) if history else {}
     series = hist.pair_series(history) if history else {}
     all_runs = hist.runs(history) if history else []
     found = triage(results, history if run else None)
@@ -524,7 +521,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
     by_key: dict[tuple[str, str], Cell] = {}
     for r in sorted(results, key=lambda r: (list(cases).index(r.case), backends.index(r.backend))):
         key = (r.case, r.backend)
-        cell = Cell(len(cells), r, case_trends.get(key, []), pair_trend(series.get(key, []), all_runs),
+        cell = Cell(len(cells), r, pair_trend(series.get(key, []), all_runs),
                     new=key in new_pairs and hist.is_failure(r.status))
         cells.append(cell)
         by_key[key] = cell
@@ -546,9 +543,8 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         rates={b: rates(c) for b, c in counts.items()},
         statuses=[s for s in STATUSES if s in present],
         versions=versions,
-        backend_trends=hist.backend_trends(history) if history else {},
         changes=hist.changes(history, run.id) if history and run else None,
-        runs=hist.runs(history) if history else [],
+        runs=all_runs,
         run=run,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
