@@ -420,6 +420,16 @@ def test_history_plots_after_three_runs(open_page: Any, tmp_path: Path, shots: P
     assert page.errors == []
 
 
+def test_a_report_rebuilt_for_an_older_run_plots_up_to_that_run(open_page: Any, tmp_path: Path) -> None:
+    _, db = three_nights(tmp_path)
+    index = build_report([tmp_path / "night1"], tmp_path / "again", history=db)  # the regression night, again
+    page = open_page(index)
+    runs = page.evaluate("() => JSON.parse(document.getElementById('history-data').dataset.values).runs")
+    assert len(runs) == 2 and runs[-1].startswith("#2 ")
+    assert page.evaluate("() => window.conformanceCharts.flips.data[2]") == [0, -1]  # the fix came later
+    assert page.errors == []
+
+
 def test_one_run_so_far(open_page: Any, tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     index = build_report([write_run(tmp_path / "n1", expected_run())], tmp_path / "site", history=db)

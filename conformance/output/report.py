@@ -22,7 +22,7 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -230,10 +230,11 @@ def run_label(run: hist.Run, previous: hist.Run | None) -> str:
     return label
 
 
-def history_data(history: Path) -> dict[str, Any]:
+def history_data(history: Path, until: hist.Run | None = None) -> dict[str, Any]:
     """The history plots' numbers: runs, pass rate per backend, regressions and fixes per run, pairs whose
-    peak or residual moved (the largest moves, relative to their first run)."""
-    all_runs = hist.runs(history)
+    peak or residual moved (the largest moves, relative to their first run); up to the run ``until`` (a report
+    rebuilt for an older run does not plot the nights after it)."""
+    all_runs = runs_until(history, until)
     index = {r.id: i for i, r in enumerate(all_runs)}
     labels = [run_label(r, all_runs[i - 1] if i else None) for i, r in enumerate(all_runs)]
     trends = hist.backend_trends(history)
@@ -246,10 +247,11 @@ def history_data(history: Path) -> dict[str, Any]:
     fixes = [0] * len(all_runs)
     flips: list[dict[str, Any]] = []
     moved: list[tuple[float, str, str, list[int | None], list[int | None]]] = []
-    for (case, backend), points in hist.pair_series(history).items():
+    for (case, backend), every in hist.pair_series(history).items():
+        points = [p for p in every if p.run_id in index]
         for before, after in itertools.pairwise(points):
             kind = hist.flip(before.status, after.status)
-            if kind and after.run_id in index:
+            if kind:
                 (regressions if kind == "regression" else fixes)[index[after.run_id]] += 1
                 flips.append({"run": index[after.run_id], "case": case, "backend": backend, "kind": kind,
                               "before": before.status, "after": after.status})
@@ -260,8 +262,7 @@ def history_data(history: Path) -> dict[str, Any]:
             peak_col: list[int | None] = [None] * len(all_runs)
             res_col: list[int | None] = [None] * len(all_runs)
             for p in points:
-                if p.run_id in index:
-                    peak_col[index[p.run_id]], res_col[index[p.run_id]] = p.peak, p.residual
+                peak_col[index[p.run_id]], res_col[index[p.run_id]] = p.peak, p.residual
             moved.append((change, case, backend, peak_col, res_col))
     moved.sort(key=lambda m: (-m[0], m[1], m[2]))
     return {
@@ -275,6 +276,13 @@ def history_data(history: Path) -> dict[str, Any]:
                   for ch, c, b, pk, rs in moved[:MOVED_PAIRS]],
         "moved_total": len(moved),
     }
+
+
+def runs_until(history: Path, until: hist.Run | None) -> list[hist.Run]:
+    """The history's runs in the order they ran, up to and including ``until`` (all of them for None)."""
+    all_runs = hist.runs(history)
+    ids = [r.id for r in all_runs]
+    return all_runs[:ids.index(until.id) + 1] if until is not None and until.id in ids else all_runs
 
 
 #: how many of the pairs whose memory moved the history's peak plot draws (the largest moves)
@@ -441,7 +449,6 @@ def _range(low: int | None, high: int | None) -> str:
 class Cell:
     index: int
     result: Result
-    peak_trend: list[tuple[int, int]] = field(default_factory=list)
     trend: dict[str, Any] | None = None  # peak and residual over runs (pair_trend), for its panel's plot
     new: bool = False  # unexpected, and in a cause group no earlier run and no manifest knew
 
@@ -482,7 +489,6 @@ class Page:
     rates: dict[str, Rates]  # pass rate and xfail rate per backend (conformance.api.verdict.rates)
     statuses: list[str]
     versions: dict[str, dict[str, str]]
-    backend_trends: dict[str, list[tuple[int, float]]]
     changes: hist.Changes | None
     runs: list[hist.Run]
     run: hist.Run | None
@@ -515,16 +521,15 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
     for r in sorted(results, key=lambda r: (r.family, r.case)):
         cases.setdefault(r.case, r.family)
     run = hist.record_run(history, results, label=torch_label(results), started_at=run_time) if history else None
-    case_trends = hist.case_trends(history) if history else {}
     series = hist.pair_series(history) if history else {}
-    all_runs = hist.runs(history) if history else []
+    all_runs = runs_until(history, run) if history else []
     found = triage(results, history if run else None)
     new_pairs = {(r.case, r.backend) for g in found.groups if g.new_this_run for r in g.results}
     cells: list[Cell] = []
     by_key: dict[tuple[str, str], Cell] = {}
     for r in sorted(results, key=lambda r: (list(cases).index(r.case), backends.index(r.backend))):
         key = (r.case, r.backend)
-        cell = Cell(len(cells), r, case_trends.get(key, []), pair_trend(series.get(key, []), all_runs),
+        cell = Cell(len(cells), r, pair_trend(series.get(key, []), all_runs),
                     new=key in new_pairs and hist.is_failure(r.status))
         cells.append(cell)
         by_key[key] = cell
@@ -546,15 +551,14 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         rates={b: rates(c) for b, c in counts.items()},
         statuses=[s for s in STATUSES if s in present],
         versions=versions,
-        backend_trends=hist.backend_trends(history) if history else {},
         changes=hist.changes(history, run.id) if history and run else None,
-        runs=hist.runs(history) if history else [],
+        runs=all_runs,
         run=run,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
         coverage=coverage(results),
         triage=found,
-        history_plots=history_data(history) if history else None,
+        history_plots=history_data(history, run) if history else None,
     )
 
 
