@@ -90,7 +90,7 @@ def _digest(*tensors: torch.Tensor) -> str:
     return d.hexdigest()
 
 
-def test_the_key_names_seed_steps_inputs_torch_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_names_seed_steps_inputs_torch_threads_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     case = _case("mlp-s-train")
     inputs = _digest(torch.ones(2))
     base = reference_key(case, [0, 1, 2], inputs)
@@ -104,12 +104,16 @@ def test_the_key_names_seed_steps_inputs_torch_and_threads(monkeypatch: pytest.M
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
     assert reference_key(case, [0, 1, 2], inputs) != base
     monkeypatch.undo()
-    threads = torch.get_num_threads()
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     try:
         torch.set_num_threads(threads + 1)
         assert reference_key(case, [0, 1, 2], inputs) != base
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision("medium" if precision != "medium" else "highest")
+        assert reference_key(case, [0, 1, 2], inputs) != base
     finally:
         torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
 
 
 def test_the_key_is_the_same_in_every_process() -> None:

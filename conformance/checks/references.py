@@ -9,7 +9,8 @@ pairs, in whatever worker they run, load them and are held to the same checks.
 
 A stored reference is found only under a :func:`reference_key` naming everything it depends on:
 the case (its id, seed, kind, optimizer, shape schedule; a generated case's program), the calls
-compared, the torch version, torch's thread count (eager float32's sums run on the backend's threads) and a
+compared, the torch version, torch's thread count (eager float32's sums run on the backend's threads) and the
+settings eager's arithmetic reads (default dtype, float32 matmul precision, oneDNN, deterministic algorithms), and a
 digest of the inputs, parameters and buffers the pair's backend was given (:class:`InputDigest`), so a case
 whose builder draws other values in another process never shares one.  Each load reads fresh tensors from
 the file, so nothing a pair does to them reaches another pair.  A reference that fails to be made is
@@ -85,6 +86,9 @@ def reference_key(case: Case, calls: Sequence[int], inputs: str) -> str:
         "calls": list(calls),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        # process settings eager's arithmetic reads, should a backend's pair change them before its references
+        "settings": [str(torch.get_default_dtype()), torch.get_float32_matmul_precision(),
+                     torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled()],
         "inputs": inputs,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:40]
