@@ -38,6 +38,7 @@ import importlib.util
 import json
 import os
 import re
+import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -123,6 +124,41 @@ def _by_key() -> dict[str, Any]:
     for op in op_db():
         index.setdefault(key_of(op), op)  # a collision would be a second screening's left-out line
     return index
+
+
+def _unseeded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """OpInfo's ``wrapper_set_seed`` without its seeding: the op itself, drawing from the generator as the
+    caller left it."""
+    return fn(*args, **kwargs)
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions defined in it read."""
+    nested = (c for c in code.co_consts if isinstance(c, types.CodeType))
+    return set(code.co_names).union(*(_names(c) for c in nested))
+
+
+@functools.cache
+def own_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` calling its op itself where it calls OpInfo's ``wrapper_set_seed`` (a random op's OpInfo).
+
+    That wrapper copies the generator's state (``torch.get_rng_state()``: 5,056 B on the CPU), seeds 42
+    and restores the state around the op: inside the step, the copy would be memory no op holds, and
+    every call would draw the same numbers whatever the case's seed.  The case's step draws from the
+    generator as the harness seeds it (random values are then recognised as such by the parity check);
+    the screening keeps the wrapped op, whose reseeding makes two runs agree unless memory is read
+    uninitialised."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    from torch.testing._utils import wrapper_set_seed
+
+    wrapped = {n for n in _names(fn.__code__) if fn.__globals__.get(n) is wrapper_set_seed}
+    if not wrapped:
+        return fn
+    scope = {**fn.__globals__, **dict.fromkeys(wrapped, _unseeded)}
+    own = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    own.__kwdefaults__ = fn.__kwdefaults__
+    return own
 
 
 @contextlib.contextmanager
@@ -244,16 +280,18 @@ def _identity(out: Any) -> Any:
     return out
 
 
-def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | None = None) -> Workload:
+def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | None = None,
+              own: bool = True) -> Workload:
     """The step on ``sample``; ``reached``: which of its differentiable inputs the loss reaches (only those
-    are scaled: a scale the loss does not reach has no gradient, which a step's ``autograd.grad`` refuses)."""
+    are scaled: a scale the loss does not reach has no gradient, which a step's ``autograd.grad`` refuses);
+    ``own``: the op called itself (:func:`own_call`), not through OpInfo's reseeding wrapper."""
     call = _take_apart(sample)
     if trains:
         reached = _reached(op, sample) if reached is None else reached
         call = dataclasses.replace(call, differentiable=tuple(d and r for d, r in zip(
             call.differentiable, reached, strict=True)))
     process = sample.output_process_fn_grad or _identity
-    return Workload(OpStep(op.op, call, process, trains), call.tensors)
+    return Workload(OpStep(own_call(op.op) if own else op.op, call, process, trains), call.tensors)
 
 
 def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
@@ -261,7 +299,7 @@ def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
     draws forked away)."""
     call = _take_apart(sample)
     with torch.random.fork_rng(), _quiet():
-        step = OpStep(op.op, call, sample.output_process_fn_grad or _identity, True)
+        step = OpStep(own_call(op.op), call, sample.output_process_fn_grad or _identity, True)
         loss = step(*call.tensors)
         if not step.scaled or not loss.requires_grad:
             return tuple(False for _ in call.tensors)
@@ -297,10 +335,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _run(op: Any, sample: Any, trains: bool, seed: int) -> Any:
-    """The step as plain eager PyTorch runs it at the sample's seed (screening, not a case's run)."""
+    """The step as plain eager PyTorch runs it at the sample's seed (screening, not a case's run), through
+    OpInfo's reseeding wrapper where the op has one: two runs of a random op then agree."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        workload = _workload(op, sample, trains)
+        workload = _workload(op, sample, trains, own=False)
         if not trains:
             with torch.no_grad():
                 return workload.model(*workload.inputs)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("expecttest", reason="the op sweep needs expecttest (pip install 'torch-conformance[ops]')")
 
@@ -18,6 +19,7 @@ from conformance.api.case import LEFT_OUT, id_problem, select_cases
 from conformance.api.result import Result
 from conformance.api.verdict import Status
 from conformance.backends.eager import EagerBackend
+from conformance.backends.inductor import InductorBackend
 from conformance.cases import ops
 from conformance.output.coverage import op_coverage, op_markdown
 from conformance.run.engine import run_case
@@ -175,3 +177,31 @@ def test_a_differentiable_input_the_loss_does_not_reach_gets_no_scale() -> None:
     assert len(list(workload.model.parameters())) == 2  # the two inputs, not the target
     result = run_case(case, EagerBackend())
     assert result.status == Status.PASS, (result.status, result.reason)
+
+
+def _draws(case_id: str, seed: int) -> torch.Tensor:
+    (case,) = select_cases([case_id])
+    workload = case.build()
+    torch.manual_seed(seed)
+    return workload.model(*(t.clone() for t in workload.inputs)).clone()  # geometric_ updates its input
+
+
+def test_a_random_op_case_draws_from_the_generator_the_caller_seeds() -> None:
+    """OpInfo's ``wrapper_set_seed`` reseeds 42 inside the op and copies the generator's state around it;
+    the case's step calls the op itself: its draws follow the seed set outside the step."""
+    first, other, again = (_draws("op-geometric-1-infer", seed) for seed in (1, 2, 1))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    op = ops._by_key()["geometric"]
+    assert ops.own_call(op.op) is not op.op and ops.own_call(ops._by_key()["abs"].op) is ops._by_key()["abs"].op
+
+
+@pytest.mark.parametrize("case_id", ["op-bernoulli-0-infer", "op-normal-0-train"])
+def test_a_random_op_is_judged_on_its_own_memory_on_inductor(case_id: str) -> None:
+    """With the generator's state copied inside the step (5,056 B outside any op), inductor failed the peak
+    check and received no graph; the op itself is compiled and held to the received graph's model."""
+    (case,) = select_cases([case_id])
+    result = run_case(case, InductorBackend())
+    assert result.status == Status.PASS, (result.status, result.reason)
+    assert result.memory is not None and result.memory.model_source == "received-graphs"
+    assert result.memory.measured_peak_bytes < 5056
