@@ -150,6 +150,44 @@ def test_a_whole_tensor_kept_past_its_last_read_still_blocks_the_reuse() -> None
     assert ref.binding.label == "buf9"
 
 
+CONJ = """
+    arg0_1, = args
+    args.clear()
+    buf0 = empty_strided_cpu((16, 16), (16, 1), torch.complex64)
+    buf0.copy_(arg0_1, False)
+    del arg0_1
+    buf2 = torch.ops.aten._conj.default(buf0)
+    buf3 = buf2
+    buf4 = torch.ops.aten.clone.default(buf3)
+{dels}
+    buf5 = torch.ops.aten.neg.default(buf4)
+    del buf4
+    return (buf5, )
+"""
+
+
+def test_a_name_released_with_the_view_its_storage_is_last_read_through_blocks_nothing() -> None:
+    """Inductor's ``fft.hfft``: a conjugate view of ``buf0`` is read last by a clone and every name of the
+    storage is deleted right after it; ``buf0`` and ``buf2`` were last read before, but the view read at the
+    last use holds the storage as long as they do, and a storage read through a view is not reused in place."""
+    with FakeTensorMode():
+        (x,) = [torch.empty((16, 16), dtype=torch.complex64)]
+    for dels in ("    del buf0\n    del buf2\n    del buf3", "    del buf3\n    del buf0\n    del buf2"):
+        model = model_program(program(CONJ.format(dels=dels)), [x], Observation([]))
+        assert late_references(model.findings) == []
+        assert late_releases(model.events, model.storages, model.work_events) == []
+
+
+def test_a_name_kept_past_the_view_its_storage_is_last_read_through_still_blocks() -> None:
+    """The same program with ``buf0`` deleted only after the next op: held past every view, flagged."""
+    with FakeTensorMode():
+        (x,) = [torch.empty((16, 16), dtype=torch.complex64)]
+    body = CONJ.format(dels="    del buf2\n    del buf3").replace("    del buf4\n", "    del buf4\n    del buf0\n")
+    model = model_program(program(body), [x], Observation([]))
+    refs = late_references(model.findings)
+    assert [r.binding.label for r in refs] == ["buf0"]
+
+
 def test_a_scratch_buffer_the_program_never_uses_is_named() -> None:
     body = CLEAN.replace("    cpp_fused_1(buf2)\n", "    buf9 = empty_strided_cpu((64,), (1,), torch.float32)\n"
                                                    "    del buf9\n    cpp_fused_1(buf2)\n")

@@ -212,8 +212,11 @@ class Binding:
     released_in_loop: bool = False
     last_load: int = -1  # the last statement that read the name
     released: int | None = None  # the statement that deleted or rebound it (or returned from its frame)
+    settled: int | None = None  # the first statement doing work after its release (None: none did)
     #: (work event, program storages it referenced then) for work after a read of it
     suspects: list[tuple[int, tuple[Storage, ...]]] = field(default_factory=list, repr=False)
+    #: per work event: the bindings that statement read a storage through a view of it, by storage id
+    view_readers: dict[int, dict[int, list[Binding]]] = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
@@ -252,6 +255,7 @@ class _Interpreter:
         self.trips: list[int] = []  # the trip of each loop being run, innermost last (for labels)
         self.calls: dict[str, int] = {}  # subgraph -> times called (for labels)
         self.bindings: list[Binding] = []
+        self.released: list[Binding] = []  # released since the last statement that did work
         self.stmt = _Statement()
         self.fake = FakeTensorMode(allow_non_fake_inputs=False)
 
@@ -408,9 +412,13 @@ class _Interpreter:
         if st.work:
             self.builder.work_events.add(index)
             self._note_holders(index)
+            for binding in self.released:
+                binding.settled = index
+            self.released.clear()
         for binding in st.unbound:
             binding.released = index
             binding.released_in_loop = bool(self.trips)
+            self.released.append(binding)
         self.builder.event(f"{self.prefix}{self._where(stmt)} {_short(self.program.line(stmt.lineno))}")
         self._sync()
 
@@ -461,6 +469,7 @@ class _Interpreter:
                 continue
             if binding.last_load < index and not _part_views(value):
                 binding.suspects.append((index, owned))
+                binding.view_readers[index] = self._view_readers(owned)
                 binding.in_loop = binding.in_loop or bool(self.trips)
             for s in owned:
                 last = s.last_use if s.last_use is not None else s.birth
@@ -474,6 +483,21 @@ class _Interpreter:
                 kinds = {holder_kind(v) for _, v in holders}
                 s.held_in = next((k for k in ("list", "tuple", "name") if k in kinds), s.held_in)
                 s.held_in_loop = s.held_in_loop or bool(self.trips)
+
+    def _view_readers(self, owned: Sequence[Storage]) -> dict[int, list[Binding]]:
+        """The bindings the current statement reads that reference each of ``owned`` through a view of it
+        (``buf2 = torch.ops.aten._conj.default(buf0)``, read by the op that uses the storage last)."""
+        readers: dict[int, list[Binding]] = {}
+        sids = {s.sid for s in owned}
+        for binding in self.stmt.loaded:
+            frame = next((f for f in reversed(self.frames) if f.bindings.get(binding.name) is binding), None)
+            if frame is None:
+                continue
+            for t in _tensors(frame.env.get(binding.name)):
+                s = self.keys.get(StorageWeakRef(t.untyped_storage()))
+                if s is not None and s.sid in sids and t._is_view():
+                    readers.setdefault(s.sid, []).append(binding)
+        return readers
 
     # -- expressions -----------------------------------------------------------------
     def _eval(self, node: ast.expr) -> Any:
@@ -902,11 +926,25 @@ def late_references(bindings: Iterable[Binding]) -> list[LateReference]:
         for event, held in b.suspects:
             if event <= b.last_load:
                 continue
-            blocked = tuple(s for s in held if s.last_use == event)
+            readers = b.view_readers.get(event, {})
+            blocked = tuple(s for s in held if s.last_use == event and not _outlived(b, readers.get(s.sid, [])))
             if blocked:
                 found.append(LateReference(b, event, blocked))
                 break
     return found
+
+
+def _outlived(b: Binding, view_readers: Sequence[Binding]) -> bool:
+    """Whether a name the last use reads, bound to a view of the storage, holds it as long as ``b`` does:
+    a storage read through a view cannot be reused in place by that statement (a buffer is reused whole,
+    through its own tensor), and the view's name keeps it until that name's release, so ``b`` released
+    before any work follows the view's release blocks nothing (a conjugate view ``buf2 = aten._conj(buf0)``
+    read by a clone, then ``del buf0; del buf2`` in either order)."""
+    def until(x: Binding) -> float:
+        return float("inf") if x.settled is None else x.settled
+
+    return b.released is not None and any(
+        r is not b and r.released is not None and until(b) <= until(r) for r in view_readers)
 
 
 def late_releases(events: Sequence[str], storages: Iterable[Storage], work_events: set[int]) -> list[LateRelease]:
