@@ -935,6 +935,12 @@ def _loaded(pid: int, library: str) -> bool:
         return False
 
 
+def _as_in_the_foreground() -> None:
+    """SIGINT's default action, as a command typed at a terminal has it: a test suite started in the
+    background (``cmd &`` from a script) hands its children SIGINT ignored, which the command keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("argv", [["list", "backends"], ["run", "--backend", "eager", "--case", "mlp-s-infer",
                                                          "--out", "out"]], ids=["list", "run"])
 def test_ctrl_c_while_the_command_imports_is_one_line_exit_130(tmp_path: Path, argv: list[str]) -> None:
@@ -943,7 +949,8 @@ def test_ctrl_c_while_the_command_imports_is_one_line_exit_130(tmp_path: Path, a
     tag = f"CONFORMANCE_TEST_TAG={uuid.uuid4().hex}"
     key, value = tag.split("=")
     process = subprocess.Popen([sys.executable, "-m", "conformance", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=child_env(**{key: value}))
+                               stderr=subprocess.PIPE, text=True, env=child_env(**{key: value}),
+                               preexec_fn=_as_in_the_foreground)
     try:
         deadline = time.monotonic() + 120
         while not _loaded(process.pid, "libtorch") and process.poll() is None and time.monotonic() < deadline:
