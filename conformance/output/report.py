@@ -564,7 +564,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
 
 def torch_label(results: Sequence[Result]) -> str:
     """The torch version(s) a run's results were made with: the history's run label, shown on its plots."""
-    found = sorted({r.versions.get("torch", "") for r in results} - {""})
+    found = sorted({str(r.versions.get("torch", "")) for r in results} - {""})  # a reader takes any JSON value
     return f"torch {', '.join(found)}" if found else ""
 
 
