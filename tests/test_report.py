@@ -389,17 +389,23 @@ def wide_results_dir(tmp_path_factory: pytest.TempPathFactory, results: dict[tup
     return out
 
 
+@pytest.fixture(scope="module")
+def wide_report(wide_results_dir: Path) -> str:
+    """The wide matrix's report, built once for the widths that open it."""
+    return build_report([wide_results_dir], wide_results_dir / "site", history=None).as_uri()
+
+
 @pytest.mark.parametrize("width", [1280, 1400, 1920])
-def test_layout_holds_at_desktop_widths(browser: Any, wide_results_dir: Path, tmp_path: Path, width: int) -> None:
+def test_layout_holds_at_desktop_widths(browser: Any, wide_report: str, tmp_path: Path, width: int) -> None:
     """No column of the matrix or of the open verdict's blame table is clipped or under the detail panel."""
     context = browser.new_context(viewport={"width": width, "height": 1000})
     try:
         page = context.new_page()
-        page.goto(build_report([wide_results_dir], tmp_path / "site", history=None).as_uri())
+        page.goto(wide_report)
         last = WIDE_BACKENDS[-1]
         page.locator(f'#matrix tbody tr:first-child td.cell[data-backend="{last}"]').click()
         page.locator(f'#detail[data-backend="{last}"] #blamed').wait_for()
-        page.screenshot(path=str(tmp_path / f"report-{width}.png"), full_page=True)
+        page.screenshot(path=str(tmp_path / f"report-{width}.png"))  # the viewport: what a reader sees first
         boxes = page.evaluate("""() => {
             const box = el => { const r = el.getBoundingClientRect();
                                 return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
