@@ -328,12 +328,15 @@ def test_run_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: py
     argv = ["run", "--backend", "eager", "--case", "mlp-s-infer", "--no-isolate", "--out", "out"]
     argv += [part for flag, value in options for part in (flag, value)]
     capsys.readouterr()
+    restore = case_registry_saver()  # `--generated N` registers N programs: not for the tests that follow
     try:
         code = cli_main.main(argv)
     except SystemExit as exc:  # argparse: a value of the wrong type
         code = exc.code
     except ReachedPytest:
         return
+    finally:
+        restore()
     err = capsys.readouterr().err
     assert code == 2, err
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1 and "Traceback" not in err, err

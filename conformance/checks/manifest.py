@@ -240,24 +240,25 @@ def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str,
         case, status, reason = item.get("case", "*" if named else None), item.get("status"), item.get("reason")
         if not isinstance(case, str) or not case:
             raise ManifestError(f"{where}: 'case' (an id or glob) or 'cause' is required")
+        entry_at = f"{where} ({printable(case)})"  # the case as text: a manifest's string may hold anything
         if status not in FAILURES:
-            raise ManifestError(f"{where} ({case}): status {status!r} is not one of {', '.join(FAILURES)}")
+            raise ManifestError(f"{entry_at}: status {status!r} is not one of {', '.join(FAILURES)}")
         if not isinstance(reason, str) or not reason.strip():
-            raise ManifestError(f"{where} ({case}): a 'reason' is required")
+            raise ManifestError(f"{entry_at}: a 'reason' is required")
         issue = item.get("issue", "")
         if not isinstance(issue, str):
-            raise ManifestError(f"{where} ({case}): 'issue' must be a string")
+            raise ManifestError(f"{entry_at}: 'issue' must be a string")
         excess, max_excess = item.get("excess"), item.get("max_excess")
         for key, value in (("excess", excess), ("max_excess", max_excess)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ManifestError(f"{where} ({case}): {key!r} must be a whole number of bytes, got {value!r}")
+                raise ManifestError(f"{entry_at}: {key!r} must be a whole number of bytes, got {value!r}")
         if excess is not None and max_excess is not None:
-            raise ManifestError(f"{where} ({case}): give 'excess' or 'max_excess', not both")
+            raise ManifestError(f"{entry_at}: give 'excess' or 'max_excess', not both")
         pct = _parse_pct(item, named, excess, f"{where} ({named or case})")
         if named and Status(status).is_memory and max_excess is None and pct is None:
             raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
                                 "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
-        when = _parse_when(item["when"], f"{where} ({case})") if "when" in item else ()
+        when = _parse_when(item["when"], f"{entry_at}") if "when" in item else ()
         entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct,
                                    mechanism))
     return Manifest(backend, path, entries, versions)
