@@ -33,11 +33,34 @@ _IMPORT = re.compile(r"^\s*from (conformance(?:\.\w+)*) import ([\w, ]+)$", re.M
 
 
 def _fresh_import(name: str) -> tuple[object, list[warnings.WarningMessage]]:
-    sys.modules.pop(name, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(name)
+    """Import ``name`` anew (its import-time warning shows again), then put the module the process
+    already had back, in ``sys.modules`` and on its package: code imported earlier holds that
+    one's globals, and a later test that patches ``conformance.models.transients.TABLE`` must
+    patch the table those functions read."""
+    before = sys.modules.pop(name, None)
+    package, _, leaf = name.rpartition(".")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(name)
+    finally:
+        if before is not None:
+            sys.modules[name] = before
+            if package in sys.modules:
+                setattr(sys.modules[package], leaf, before)
     return module, [w for w in caught if issubclass(w.category, DeprecationWarning)]
+
+
+def test_a_fresh_import_leaves_the_process_its_modules() -> None:
+    """The documented-imports test once left a second ``conformance.models.transients`` behind:
+    test_zoo's patched table was then one no code read (CI failed on the worker that ran both)."""
+    from conformance.models import lifetime, transients
+
+    fresh, _ = _fresh_import("conformance.models.transients")
+    assert fresh is not transients
+    assert sys.modules["conformance.models.transients"] is transients
+    assert importlib.import_module("conformance.models").transients is transients  # type: ignore[attr-defined]
+    assert lifetime.graph.kernel_transient_bytes.__globals__ is transients.__dict__
 
 
 @pytest.mark.parametrize(("old", "new", "names"), MOVED, ids=[m[0] for m in MOVED])
