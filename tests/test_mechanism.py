@@ -228,6 +228,33 @@ def test_while_loop_host_code_is_its_statements_not_any_late_name_in_a_loop_prog
                                                          and "should_loop" not in s])) is None  # no host loop
 
 
+#: A loop that runs no trip (inductor's wrapper, gen-loop-725 of seed 90731): the counter's initial
+#: value goes into the carry list, the condition reads it once, and its name is deleted after the loop.
+NO_TRIP_PROGRAM = [
+    "fw:line 161 buf0 = empty_strided_cpu((), (), torch.int64)", "fw:line 167 cpp_fused_zeros_0(buf0)",
+    "fw:line 168 buf1 = [None] * 2", "fw:line 169 buf1[0] = buf0", "fw:line 170 buf1[1] = arg0_1",
+    "fw:while_loop_cond_graph_0#1:83 cpp_fused_lt_zeros_1(while_loop_cond_graph_0_arg0_1, while_loop_cond_gr…",
+    "fw:line 174 (buf1_cond_result,) = while_loop_cond_graph_0(while_loop_cond_graph_0_a…",
+    "fw:line 175 should_loop = buf1_cond_result", "fw:line 177 buf1[0] = buf0.clone()",
+    "fw:line 189 del arg0_1", "fw:line 194 del buf0", "fw:line 195 buf3 = buf1[1]", "fw:line 198 return (buf3, )"]
+
+
+def test_an_initial_carry_deleted_after_a_loop_that_runs_no_trip_is_the_host_loop() -> None:
+    held = {"producer": "fw:buf0", "finding": "late", "shape": [], "held_in": "name", "held_by": "buf0",
+            "in_loop": False, "freed_after": "fw:line 194 del buf0",
+            "last_use": "fw:while_loop_cond_graph_0#1:83 cpp_fused_lt_zeros_1(while_loop_cond_graph_0_arg0_1, …"}
+    assert "initial carry" in str(while_loop_host_code(_ev("program", held, NO_TRIP_PROGRAM)))
+    # the same name released at the return (its del dropped), or a name never put in the carry list: not this
+    assert while_loop_host_code(_ev("program", {**held, "freed_after": "fw:line 198 return (buf3, )"},
+                                    NO_TRIP_PROGRAM)) is None
+    other = [s.replace("buf1[0] = buf0", "buf1[0] = buf2") for s in NO_TRIP_PROGRAM]
+    assert while_loop_host_code(_ev("program", held, other)) is None
+    # deleted before the loop ends: not held across it
+    early = [s for s in NO_TRIP_PROGRAM if "del buf0" not in s]
+    early.insert(early.index("fw:line 170 buf1[1] = arg0_1") + 1, "fw:line 171 del buf0")
+    assert while_loop_host_code(_ev("program", {**held, "freed_after": "fw:line 171 del buf0"}, early)) is None
+
+
 def test_unused_saved_tensor_is_unpacked_and_never_read() -> None:
     f = {"finding": "late", "held_in": "name", "last_use": "bw:line 105 primals_2, mul, avg_pool2d, tangents_1 = ar…",
          "freed_after": "bw:line 115 return (buf0, None, )"}

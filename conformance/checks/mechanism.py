@@ -93,6 +93,22 @@ class Program:
     def has_host_loop(self) -> bool:
         return any(s.host_loop or s.text.startswith("should_loop") for s in self.statements)
 
+    def initial_carry(self, phase: str, name: str) -> bool:
+        """Whether ``name`` is put in a list before any host loop statement (``buf1[0] = buf0``): the
+        wrapper's carry list taking a loop's initial carry, which the name itself keeps alive."""
+        for s in self.statements:
+            if s.host_loop or s.text.startswith("should_loop"):
+                return False
+            if s.phase == phase and _LIST_ITEM.match(s.text) and s.text.rsplit(" = ", 1)[1] == name:
+                return True
+        return False
+
+    def after_host_loop(self, text: str) -> bool:
+        """Whether the statement ``text`` runs after the last statement of a host loop."""
+        loop = [i for i, s in enumerate(self.statements) if s.host_loop or s.text.startswith("should_loop")]
+        at = [i for i, s in enumerate(self.statements) if s.text == text]
+        return bool(loop) and bool(at) and at[-1] > loop[-1]
+
     def layout(self, phase: str, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """A buffer's shape and strides, from its allocation or the assert that follows an extern kernel."""
         for s in self.statements:
@@ -205,6 +221,8 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
 
 
 _PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
+#: ``buf1[0] = buf0``: a name stored as a list item (the host loop's carry list taking an initial carry)
+_LIST_ITEM = re.compile(r"^\w+\[\d+\] = \w+$")
 
 
 def while_loop_host_code(ev: Evidence) -> str | None:
@@ -227,6 +245,9 @@ def while_loop_host_code(ev: Evidence) -> str | None:
             return "the loop predicate, held by should_loop"
         if scalar and freed.startswith("del ") and (f.get("in_loop") or f.get("finding") == "late-reference"):
             return "the trip counter, deleted only after the loop"
+        if held_in == "name" and freed.startswith("del ") and ev.buffer is not None \
+                and ev.program.initial_carry(*ev.buffer) and ev.program.after_host_loop(freed):
+            return "an initial carry the wrapper put in the carry list, its name deleted only after the loop"
         return None
     part = ev.part
     if "held by the carry list" in part or "held by a list" in part or "reference by the carry list" in part:
