@@ -394,7 +394,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from conformance.output.coverage import coverage, markdown, op_coverage, op_markdown
+    from conformance.output.coverage import coverage, markdown, op_coverage, op_markdown, sweep_left_out
     from conformance.output.records import RecordsError, read_usable
 
     path = Path(args.dir) / "results.jsonl" if Path(args.dir).is_dir() else Path(args.dir)
@@ -410,11 +410,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     if table is not None:
         print(markdown(table))  # (names escaped cell by cell)
     if ops is not None:
-        from conformance.cases import ops as op_sweep  # what this torch release's sweep leaves out
-
-        run = {row.op for row in ops.rows}
-        ops.left_out = [(lo.label, lo.reason) for s in op_sweep.whole_sweep() for lo in s.left_out
-                        if args.all_left_out or s.key in run]
+        ops.left_out = sweep_left_out(ops, every=args.all_left_out)  # what this torch release's sweep leaves out
         print(("\n" if table is not None else "") + op_markdown(ops))
     return 0
 

@@ -5,7 +5,8 @@ The module sweep (``mod-<Name>-infer``, ``mod-<Name>-train``: :mod:`conformance.
 asks one question per module: is the harness exact on it alone?  Read as the matrix, its
 ~270 pairs bury the answer; read as this table, each module is one line.  The report shows
 it when a run holds sweep results, and ``conformance coverage DIR`` prints it as Markdown
-(README's table is that output).
+(README's table is that output).  The op table is printed the same way, and the report shows it with a filter
+(:func:`conformance.output.report.op_lines` builds its lines from :func:`op_cell`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,14 @@ class OpCoverage:
                     out[str(r.status)] = out.get(str(r.status), 0) + 1
         return dict(sorted(out.items()))
 
+    def left_out_by_reason(self) -> list[tuple[str, int]]:
+        """The left-out lines counted by reason (its parenthesised detail dropped), most first."""
+        by_reason: dict[str, int] = {}
+        for _, reason in self.left_out:
+            short = re.sub(r" \(.*", "", reason)
+            by_reason[short] = by_reason.get(short, 0) + 1
+        return sorted(by_reason.items(), key=lambda kv: -kv[1])
+
 
 def op_coverage(results: Iterable[Result], left_out: Iterable[tuple[str, str]] = ()) -> OpCoverage | None:
     """The op sweep's results as a table (pure); ``None`` when no op case was run."""
@@ -128,12 +137,17 @@ def short_reason(result: Result) -> str:
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
-def _cell(results: list[Result]) -> str:
-    """The samples' verdicts (one word where they agree) and the first non-pass's short reason."""
+def op_cell(results: list[Result]) -> tuple[str, str]:
+    """The samples' verdicts (one word where they agree) and the first non-pass's short reason: a cell of the
+    table, in Markdown and in the report alike."""
     statuses = [str(r.status) for r in results]
     verdict = statuses[0] if len(set(statuses)) == 1 else "/".join(statuses)
     first = next((r for r in results if not r.ok or str(r.status) != "pass"), None)
-    reason = short_reason(first) if first is not None else ""
+    return verdict, short_reason(first) if first is not None else ""
+
+
+def _cell(results: list[Result]) -> str:
+    verdict, reason = op_cell(results)
     return f"{verdict}: {reason}" if reason else verdict
 
 
@@ -157,12 +171,17 @@ def op_markdown(table: OpCoverage) -> str:
         counts = ", ".join(f"{n} {status}" for status, n in table.counts(backend).items())
         lines.append(f"{_md(backend)}: {counts} (pairs)")
     if table.left_out:
-        by_reason: dict[str, int] = {}
-        for _, reason in table.left_out:
-            short = re.sub(r" \(.*", "", reason)
-            by_reason[short] = by_reason.get(short, 0) + 1
         lines += ["", f"Left out ({len(table.left_out)}), by reason:", ""]
-        lines += [f"- {n}: {_md(reason)}" for reason, n in sorted(by_reason.items(), key=lambda kv: -kv[1])]
+        lines += [f"- {n}: {_md(reason)}" for reason, n in table.left_out_by_reason()]
         lines += ["", "| left out | reason |", "| --- | --- |"]
         lines += [f"| `{_md(label)}` | {_md(reason)} |" for label, reason in table.left_out]
     return "\n".join(lines)
+
+
+def sweep_left_out(table: OpCoverage, every: bool = False) -> list[tuple[str, str]]:
+    """What this torch release's sweep leaves out of the table's ops (of every op with ``every``), as
+    ``(label, reason)``: from the screening a run here cached, else screened now (minutes for the whole sweep)."""
+    from conformance.cases import ops as op_sweep
+
+    run = {row.op for row in table.rows}
+    return [(lo.label, lo.reason) for s in op_sweep.whole_sweep() for lo in s.left_out if every or s.key in run]

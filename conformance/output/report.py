@@ -22,7 +22,7 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from markupsafe import Markup
 from conformance.api.result import STATUSES, MemoryFigures, Result
 from conformance.api.verdict import Rates, Status, combine, rates
 from conformance.output import history as hist
-from conformance.output.coverage import Coverage, coverage
+from conformance.output.coverage import STEPS, Coverage, OpCoverage, coverage, op_cell, op_coverage, sweep_left_out
 from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordsError, read_usable
 from conformance.output.triage import Triage, triage
@@ -476,6 +476,75 @@ class Cell:
         return ""
 
 
+@dataclass(frozen=True)
+class OpStep:
+    """One step of an op on a backend, as the op table's cell shows it: the verdict of its samples, the first
+    non-pass's short reason (:func:`conformance.output.coverage.op_cell`), and each sample's pair."""
+
+    verdict: str
+    reason: str
+    pairs: list[tuple[str, str, str]]  # (case, status, full reason) per sample, in sample order
+
+
+@dataclass(frozen=True)
+class OpLine:
+    """A line of the op table: one op on one backend, inference and training."""
+
+    op: str
+    backend: str
+    steps: dict[str, OpStep]
+    statuses: list[str]  # the verdicts of every sample, once each (what the verdict filter matches)
+
+    @property
+    def passes(self) -> bool:
+        return self.statuses == ["pass"]
+
+
+def op_lines(table: OpCoverage) -> list[OpLine]:
+    """The op table's lines, in its order: an op, then its backends (a backend that did not run it: no line)."""
+    lines = []
+    for row in table.rows:
+        for backend in table.backends:
+            cells = row.cells.get(backend)
+            if cells is None:
+                continue
+            steps = {s: OpStep(*op_cell(cells[s]), [(r.case, str(r.status), r.reason) for r in cells[s]])
+                     for s in STEPS if s in cells}
+            statuses = list(dict.fromkeys(str(r.status) for rs in cells.values() for r in rs))
+            lines.append(OpLine(row.op, backend, steps, statuses))
+    return lines
+
+
+#: the most ops a report screens for what the sweep leaves out of them, where no run here cached the screening
+SCREEN_AT_MOST = 40
+
+
+def op_left_out(table: OpCoverage) -> str:
+    """Fills in what this torch release's sweep leaves out of the table's ops: from the screening a run here
+    cached, else by screening those ops (a few: the whole sweep takes minutes); returns why it cannot, else ``""``."""
+    from conformance.cases import ops as op_sweep  # torch's op_db, only for a run that holds op cases
+
+    if not op_sweep.available():
+        return "expecttest, which torch's op_db imports, is not installed where this report was built"
+    import torch
+
+    made_with = sorted({str(r.versions.get("torch", "")) for row in table.rows for steps in row.cells.values()
+                        for rs in steps.values() for r in rs} - {""})
+    if made_with and made_with != [torch.__version__]:
+        return f"the results are from torch {', '.join(made_with)}, this report was built with {torch.__version__}"
+    if op_sweep.cache_path().is_file():
+        table.left_out = sweep_left_out(table)
+    elif len(table.rows) <= SCREEN_AT_MOST:
+        try:
+            table.left_out = op_sweep.left_out([row.op for row in table.rows])
+        except KeyError as exc:
+            return f"op {exc} is not in this torch release's op_db"
+    else:
+        return (f"screening {len(table.rows)} ops takes minutes and no run here cached it "
+                "(`conformance coverage DIR` screens them)")
+    return ""
+
+
 @dataclass
 class Page:
     title: str
@@ -496,6 +565,9 @@ class Page:
     no_history_why: str = "--no-history"
     by_version: VersionMatrix | None = None  # verdicts side by side per torch version, when runs differ in it
     coverage: Coverage | None = None  # the module sweep's table, when the run holds it
+    ops: OpCoverage | None = None  # the op sweep's table, when the run holds op pairs
+    op_lines: list[OpLine] = field(default_factory=list)  # its lines, op x backend
+    op_left_out_why: str = ""  # why its left-out lines are not listed, where they are not
     triage: Triage | None = None  # failures grouped by cause, new ones first (conformance.output.triage)
     history_plots: dict[str, Any] | None = None  # history_data: the history section's uPlot numbers
 
@@ -539,6 +611,7 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
     versions: dict[str, dict[str, str]] = {}
     for r in results:
         versions.setdefault(r.backend, {}).update(r.versions)
+    ops = op_coverage(results)
     return Page(
         title=title,
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -557,6 +630,9 @@ def build_page(results: list[Result], sources: list[str], history: Path | None,
         note=note,
         no_history_why="an interrupted run is not recorded" if note else "--no-history",
         coverage=coverage(results),
+        ops=ops,
+        op_lines=op_lines(ops) if ops else [],
+        op_left_out_why=op_left_out(ops) if ops else "",
         triage=found,
         history_plots=history_data(history, run) if history else None,
     )

@@ -277,6 +277,48 @@
   }
   [fBackend, fFamily, fStatus].forEach(function (el) { el.addEventListener("change", apply); });
   apply();
+
+  // The op coverage table (the op sweep's): rows filtered by op name (substring, any case), verdict and backend;
+  // a verdict badge opens its pair's panel, as the matrix's cell does.
+  var opTable = document.getElementById("op-coverage-table");
+  if (opTable) {
+    var opName = document.getElementById("op-filter-name");
+    var opVerdict = document.getElementById("op-filter-verdict");
+    var opBackend = document.getElementById("op-filter-backend");  // only where the table has several
+    var opRows = Array.prototype.slice.call(opTable.tBodies[0].rows);
+    var opVerdictMatches = function (row, v) {
+      if (!v) return true;
+      var statuses = row.dataset.statuses.split(" ");
+      if (v === "not-pass") return statuses.some(function (st) { return st !== "pass"; });
+      return statuses.indexOf(v) >= 0;
+    };
+    var applyOps = function () {
+      var name = opName.value.trim().toLowerCase(), v = opVerdict.value, b = opBackend ? opBackend.value : "";
+      var shown = 0;
+      opRows.forEach(function (row) {
+        var ok = row.dataset.op.toLowerCase().indexOf(name) >= 0 && opVerdictMatches(row, v) &&
+          (!b || row.dataset.backend === b);
+        row.hidden = !ok;
+        if (ok) shown += 1;
+      });
+      var count = document.getElementById("op-visible-count");
+      count.textContent = shown + " of " + opRows.length + " rows shown";
+      count.dataset.shown = shown;
+      document.getElementById("op-none-shown").hidden = shown > 0;
+    };
+    opName.addEventListener("input", applyOps);
+    opVerdict.addEventListener("change", applyOps);
+    if (opBackend) opBackend.addEventListener("change", applyOps);
+    opTable.addEventListener("click", function (ev) {
+      var a = ev.target.closest("a[data-case]");
+      var cell = a && byKey(a.dataset.case + "@" + a.dataset.backend);
+      if (!cell) return;
+      ev.preventDefault();
+      open(cell);
+      detail.scrollIntoView({block: "nearest"});
+    });
+    applyOps();
+  }
   historyPlots();
 
   if (location.hash.length > 1) {
