@@ -203,9 +203,11 @@ class Manifest:
         return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
 
-def load_manifest(backend: str, path: Path | None = None, versions: Mapping[str, str] | None = None) -> Manifest:
-    """``versions`` (distribution -> version) stands in for what is installed when judging ``when``."""
-    path = path or manifest_location(backend)
+def load_manifest(backend: str, path: str | Path | None = None,
+                  versions: Mapping[str, str] | None = None) -> Manifest:
+    """``versions`` (distribution -> version) stands in for what is installed when judging ``when``;
+    ``path`` as the adapter declares it (``manifest_path``: a string, as the vendor guide shows, or a Path)."""
+    path = Path(path) if path else manifest_location(backend)
     if not path.exists():
         return Manifest(backend, None, [], versions)
     try:
