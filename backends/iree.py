@@ -146,7 +146,8 @@ class TurbineHalProbe(HalAllocatorProbe):
     torch tensor over its HAL buffer) are replaced when the window opens and put back when it closes:
     outside a probed call turbine is as shipped.  Each invocation's record also says what it was handed
     (``inputs``: the HAL copies' shapes, dtypes and bytes), what it returned (``results``, each with
-    ``same_buffer_as`` where IREE returned one buffer twice) and which earlier results were still alive
+    ``same_buffer_as`` where IREE returned one buffer twice, and ``buffer``/``offset``: which of the call's
+    result allocations holds it, :func:`result_allocations`) and which earlier results were still alive
     when it started (``alive_before``); at the window's end each result says whether it outlived the
     step (``alive_after``), so blame can name one result buffer (:func:`conformance.checks.blame.runtime_buffers`)."""
 
@@ -157,6 +158,7 @@ class TurbineHalProbe(HalAllocatorProbe):
         super().__enter__()
         self._exported: list[tuple[int, int, StorageWeakRef]] = []
         self._ptrs: dict[int, list[int]] = {}
+        self._spans: dict[int, list[tuple[int, int]]] = {}
         shipped = self._shipped = launch.invoke_vm_function
         shipped_export = self._shipped_export = launch._export_torch_tensor
 
@@ -179,6 +181,7 @@ class TurbineHalProbe(HalAllocatorProbe):
                 if tensor.data_ptr() in ptrs:
                     entry["same_buffer_as"] = ptrs.index(tensor.data_ptr())
                 ptrs.append(tensor.data_ptr())
+                self._spans.setdefault(k, []).append((tensor.data_ptr(), entry["bytes"]))
                 self._exported.append((k, len(results), StorageWeakRef(tensor.untyped_storage())))
                 results.append(entry)
             return tensor
@@ -194,8 +197,42 @@ class TurbineHalProbe(HalAllocatorProbe):
         launch._export_torch_tensor = self._shipped_export
         for k, j, weak in self._exported:
             self.invocations[k]["results"][j]["alive_after"] = not weak.expired()
-        self._exported, self._ptrs = [], {}
+        for k, spans in self._spans.items():  # which of the call's HAL allocations holds each result
+            for entry, (buffer, offset) in zip(self.invocations[k]["results"], result_allocations(spans)):
+                entry.update(buffer=buffer, offset=offset)
+        self._exported, self._ptrs, self._spans = [], {}, {}
         super().__exit__(*exc)
+
+
+def result_allocations(spans: list[tuple[int, int]], alignment: int = RESULT_ALIGNMENT) -> list[tuple[int, int]]:
+    """Per result of one call (its host address and bytes), the HAL allocation it lies in and its offset there.
+
+    IREE packs several results into one allocation at consecutive ``alignment``-aligned offsets
+    (``stream.resource.alloca`` + ``stream.resource.subview``), but may return a call's results in several
+    (one per execution region: shape-seq-train's forward returns two).  On local-sync a HAL buffer is host
+    memory, and a separate allocation starts past its own buffer header, so a result begins the previous
+    one's allocation exactly where the previous result's aligned slot ends or it begins another allocation.
+    A result returned twice (the same address) shares its twin's allocation and offset."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    placed: dict[int, tuple[int, int]] = {}
+    buffers = 0
+    prev: tuple[int, int, int, int] | None = None  # (address, bytes, buffer, offset) of the last result placed
+    for i in order:
+        ptr, nbytes = spans[i]
+        if prev is not None and ptr == prev[0]:
+            placed[i] = (prev[2], prev[3])
+            continue
+        if prev is not None and ptr == prev[0] + -(-prev[1] // alignment) * alignment:
+            place = (prev[2], prev[3] + ptr - prev[0])
+        else:
+            place, buffers = (buffers, 0), buffers + 1
+        placed[i] = place
+        prev = (ptr, nbytes, *place)
+    # number the allocations in the order the call returned their first result
+    first: dict[int, int] = {}
+    for i in range(len(spans)):
+        first.setdefault(placed[i][0], len(first))
+    return [(first[placed[i][0]], placed[i][1]) for i in range(len(spans))]
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -419,7 +456,8 @@ class BoxedLaunch:
     none_positions: list[int]
     _boxed_call: bool = True
     #: Per probed call: bytes of inputs whose storage died when dropped after their copy, and how
-    #: many of those bytes the HAL allocator really freed then (the rest share a buffer still in use).
+    #: many of those bytes the HAL allocator really freed while the inputs were dropped (the rest share
+    #: an allocation still in use).
     staging: list[dict[str, int]] = field(default_factory=list)
 
     def __call__(self, args: list[Any]) -> Any:
@@ -451,7 +489,9 @@ class BoxedLaunch:
             del arg  # its last use was the copy
             if probe is not None and weak is not None and weak.expired():  # credited once all aliases died
                 dropped += nbytes
-                freed += min(nbytes, max(0, live0 + copy_bytes - probe.live()))  # its own bytes, freed now
+                # freed now: its own bytes, or with them the bytes of earlier dropped inputs that shared its
+                # allocation (IREE frees a result allocation with the last result in it)
+                freed += min(dropped - freed, max(0, live0 + copy_bytes - probe.live()))
         if probe is not None:
             self.staging.append({"dropped_bytes": dropped, "hal_freed_bytes": freed,
                                  "still_allocated_bytes": dropped - freed})

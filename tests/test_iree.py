@@ -137,6 +137,22 @@ def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
     assert r.shapes["recompiles"] == 1
 
 
+def test_a_forward_returning_two_result_allocations_names_the_one_the_loss_keeps() -> None:
+    """shape-seq-train's dynamic forward returns its ten results in two HAL allocations (11072 B and 5440 B):
+    the first is freed while the backward's inputs are staged, the second stays with the loss. The excess is
+    named whole: that allocation's three saved activations and the backward's transients."""
+    r = _run("shape-seq-train", "iree-boxed")
+    assert r.status == "fail-peak", r.reason
+    peak = next(c for c in r.checks if c.name == "peak")
+    assert ("iree-hal call 1/2's result buffer 1 of 2 (5440 B allocated; alive in it when call 2/2 started: "
+            "fw:mean 4 B; the model has freed fw:view_8 2176 B, fw:t_1 1024 B, fw:view_9 2176 B) (5376 B)"
+            ) in peak.reason, peak.reason
+    assert "not named" not in peak.reason, peak.reason
+    assert peak.excess_bytes == 5376 + 2368
+    # what the backward's dropped inputs left allocated: that allocation's saved activations, not all they shared
+    assert r.memory.findings["backward_inputs_staging"]["still_allocated_bytes"] == 5376
+
+
 def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
     """IREE never frees the result of a loop that runs no trip (its initial carry, 4x32 fp32): a real leak,
     shown standalone by docs/findings/iree-repro-while-loop-zero-trips-leak.py."""
