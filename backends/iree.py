@@ -79,6 +79,7 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
 from .iree_loops import (
+    has_nested_loop,
     lift_loop_inputs,
     max_for_full_amax,
     missing_hops,
@@ -286,8 +287,15 @@ KNOWN_DIAGNOSTICS = (
      "the loop route computes as max, and a loop nested in another loop's body)"),
 )
 
+#: The verdict for that error where the graph has a loop in another loop's body (its other cause).
+NESTED_LOOP_PIECE = (
+    "the missing piece: iree-compile cannot lower a while_loop nested in another's body: the host read of the "
+    "inner loop's entry condition (with it constant the program compiles; docs/findings/iree-repro-while-loop-"
+    "nested.py)"
+)
 
-def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
+
+def _compile_guarded(what: str, compile_fn: Callable[[], Any], nested_loop: bool = False) -> Any:
     with captured_stderr() as err:
         try:
             return compile_fn()
@@ -296,6 +304,8 @@ def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
     text = err[0] if err else ""
     diag = _first_error(text)
     known = [why for mark, why in KNOWN_DIAGNOSTICS if mark in text or mark in str(failure)]
+    if known and nested_loop and known[0] is KNOWN_DIAGNOSTICS[0][1]:
+        known[0] = NESTED_LOOP_PIECE
     raise CompileError(f"IREE compile of the {what} failed: " + (f"{known[0]}; " if known else "")
                        + f"{type(failure).__name__}: {failure}" + (f" [{diag}]" if diag else "")) from failure
 
@@ -345,7 +355,7 @@ def guarded(compile_graph: CompileFn, what: str) -> CompileFn:
 
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         with turbine_module_cache():
-            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
+            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs), has_nested_loop(gm))
 
     return compile_one
 
@@ -669,7 +679,7 @@ class IreeAotStep(CompiledStep):
             missing = missing_hops(self.gm)
             if missing:  # one clear reason, not the importer's traceback
                 raise CompileError(f"IREE cannot import the traced step: {missing}")
-            module = _compile_guarded("traced step", build_boxed)
+            module = _compile_guarded("traced step", build_boxed, has_nested_loop(self.gm))
         else:
             module = VmModule.copy_buffer(self.rt.device.vm_instance, _compile_guarded("exported step", build))
         self.cache_use = (cache.STATS.hits - cache_before[0], cache.STATS.misses - cache_before[1])

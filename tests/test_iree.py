@@ -239,12 +239,14 @@ def test_a_data_dependent_loop_runs() -> None:
 
 def test_a_nested_loop_names_what_iree_lacks() -> None:
     """The inner loop's entry condition (``j < 2``) inside the outer loop's body: iree-compile cannot lower it (the
-    amax repro's error); the verdict names the missing piece first, not only the compiler's diagnostic."""
+    amax repro's error, here from the nesting); the verdict names that piece and its standalone repro first, not
+    only the compiler's diagnostic."""
     r = run_case(_loop_case("user-loop-nested", _UsersLoops(False, True), torch.randn(4, 8)),
                  REGISTRY.get("iree-boxed"))
     assert r.status == "fail-compile", r.reason
-    assert ("the missing piece: iree-compile cannot lower the device-to-host read of a while_loop's entry condition "
-            "(docs/findings/iree-repro-while-loop-amax-cond.py") in r.reason, r.reason
+    assert ("the missing piece: iree-compile cannot lower a while_loop nested in another's body: the host read of "
+            "the inner loop's entry condition (with it constant the program compiles; "
+            "docs/findings/iree-repro-while-loop-nested.py)") in r.reason, r.reason
 
 
 def test_a_loop_carrying_a_python_int_is_refused_with_its_reason() -> None:
