@@ -150,7 +150,8 @@ def has_nested_loop(gm: torch.fx.GraphModule) -> bool:
     """Whether a ``while_loop`` of ``gm`` holds another in its body or condition (at any depth)."""
     for module, node in _loops(gm):
         for sub in node.args[:2]:
-            target = getattr(module, sub.target, None) if isinstance(sub, torch.fx.Node) else None
+            name = sub.target if isinstance(sub, torch.fx.Node) else None
+            target = getattr(module, name, None) if isinstance(name, str) else None
             if isinstance(target, torch.fx.GraphModule) and _loops(target):
                 return True
     return False
