@@ -197,3 +197,25 @@ def test_results_are_placed_in_their_allocations_by_address() -> None:
     spans = [(other + 1024, 4), (base, 2176), (base + 2176, 2312), (base + 2176, 2312), (other, 1024),
              (other + 1088, 2176), (base + 2176 + 2368 + 64, 8)]
     assert result_allocations(spans) == [(0, 1024), (1, 0), (1, 2176), (1, 2176), (0, 0), (0, 1088), (2, 0)]
+
+
+def test_what_a_steps_only_call_left_allocated_that_no_result_holds_is_named() -> None:
+    """A loop's one call (IREE) that keeps buffers of its own (a carry per trip): the residual is named as the call's
+    own allocations, not left unnamed; with its results recorded in the older form, nothing is claimed."""
+    from conformance.checks.blame import runtime_buffers
+
+    model = LifetimeModel(["fw:stage:x", "fw:results", "fw:loop"], [512, 1024, 1536],
+                          [_storage(0, 512, "fw:stage:x", "staging", 0, 2), _storage(1, 512, "fw:out", "output", 1, 2)])
+    call = {"live_before": 512, "peak_rise": 1536, "live_after": 2048,
+            "inputs": [{"bytes": 512, "label": "fw:stage:x"}],
+            "results": [{"shape": [4, 32], "dtype": "float32", "bytes": 512, "label": "fw:out", "alive_after": False,
+                         "buffer": 0, "offset": 0}], "alive_before": []}
+    (entry,) = runtime_buffers([call], model, "residual", 1536)
+    assert entry["bytes"] == 1536
+    assert entry["producer"] == ("iree-hal call 1/1's own allocations: it left 1536 B allocated when it returned, "
+                                 "1536 B of them held by no result alive after the step (it returned fw:out 512 B)")
+    call["results"][0]["alive_after"] = True  # the caller keeps the result: only the rest is the call's own
+    assert [e["bytes"] for e in runtime_buffers([call], model, "residual", 1536)] == [1024, 512]
+    for r in call["results"]:
+        del r["buffer"], r["offset"]
+    assert not any("own allocations" in e["producer"] for e in runtime_buffers([call], model, "residual", 1536))

@@ -115,6 +115,10 @@ def test_a_carried_buffer_kept_per_trip_in_the_iree_loop_is_caught() -> None:
         KEPT_TRIPS.clear()
     assert [r.status for r in results] == ["fail-residual", "fail-residual"], [r.reason for r in results]
     assert [r.memory.measured_residual_bytes for r in results] == [3 * 512, 12 * 512]
+    # named whole: what the loop's one call left allocated that no result the caller keeps holds
+    assert ("iree-hal call 1/1's own allocations: it left 1536 B allocated when it returned, 1536 B of them held "
+            "by no result alive after the step (it returned fw:getitem_1 512 B)") in results[0].reason
+    assert "not named" not in results[0].reason, results[0].reason
     assert check is not None and check.status == "fail-residual"
     assert "residual grows 4608 B from 3 to 12 trips" in check.reason
 

@@ -393,6 +393,17 @@ def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -
                 candidates.append(_runtime_entry(max(0, kept - expected),
                                                  f"{name} ({kept} B allocated; alive in it: {held})",
                                                  "still alive after the step", _model_death(first, model)))
+        if len(invocations) == 1:  # the step's only call: what it left allocated that no result alive holds
+            left = max(0, int(call["live_after"]) - int(call["live_before"]))
+            held_bytes = sum(size for members, size in allocations if alive_all.intersection(members))
+            if left > held_bytes and all("buffer" in r for r in results if "same_buffer_as" not in r):
+                returned = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B"
+                                     for j, r in enumerate(results) if "same_buffer_as" not in r)
+                candidates.append(_runtime_entry(
+                    left - held_bytes, f"iree-hal call 1/1's own allocations: it left {left} B allocated when it "
+                                       f"returned, {left - held_bytes} B of them held by no result alive after the "
+                                       f"step (it returned {returned or 'nothing'})",
+                    "still allocated after the step", "not in the model (the program's own buffers)"))
     return candidates
 
 
