@@ -79,6 +79,7 @@ from conformance.probes.hal import HalAllocatorProbe, active_probe
 from . import iree_cache as cache
 from .iree_cache import cached_module, jit_loader, turbine_module_cache
 from .iree_loops import (
+    has_nested_loop,
     lift_loop_inputs,
     max_for_full_amax,
     missing_hops,
@@ -146,7 +147,8 @@ class TurbineHalProbe(HalAllocatorProbe):
     torch tensor over its HAL buffer) are replaced when the window opens and put back when it closes:
     outside a probed call turbine is as shipped.  Each invocation's record also says what it was handed
     (``inputs``: the HAL copies' shapes, dtypes and bytes), what it returned (``results``, each with
-    ``same_buffer_as`` where IREE returned one buffer twice) and which earlier results were still alive
+    ``same_buffer_as`` where IREE returned one buffer twice, and ``buffer``/``offset``: which of the call's
+    result allocations holds it, :func:`result_allocations`) and which earlier results were still alive
     when it started (``alive_before``); at the window's end each result says whether it outlived the
     step (``alive_after``), so blame can name one result buffer (:func:`conformance.checks.blame.runtime_buffers`)."""
 
@@ -157,6 +159,7 @@ class TurbineHalProbe(HalAllocatorProbe):
         super().__enter__()
         self._exported: list[tuple[int, int, StorageWeakRef]] = []
         self._ptrs: dict[int, list[int]] = {}
+        self._spans: dict[int, list[tuple[int, int]]] = {}
         shipped = self._shipped = launch.invoke_vm_function
         shipped_export = self._shipped_export = launch._export_torch_tensor
 
@@ -179,6 +182,7 @@ class TurbineHalProbe(HalAllocatorProbe):
                 if tensor.data_ptr() in ptrs:
                     entry["same_buffer_as"] = ptrs.index(tensor.data_ptr())
                 ptrs.append(tensor.data_ptr())
+                self._spans.setdefault(k, []).append((tensor.data_ptr(), entry["bytes"]))
                 self._exported.append((k, len(results), StorageWeakRef(tensor.untyped_storage())))
                 results.append(entry)
             return tensor
@@ -194,8 +198,42 @@ class TurbineHalProbe(HalAllocatorProbe):
         launch._export_torch_tensor = self._shipped_export
         for k, j, weak in self._exported:
             self.invocations[k]["results"][j]["alive_after"] = not weak.expired()
-        self._exported, self._ptrs = [], {}
+        for k, spans in self._spans.items():  # which of the call's HAL allocations holds each result
+            for entry, (buffer, offset) in zip(self.invocations[k]["results"], result_allocations(spans)):
+                entry.update(buffer=buffer, offset=offset)
+        self._exported, self._ptrs, self._spans = [], {}, {}
         super().__exit__(*exc)
+
+
+def result_allocations(spans: list[tuple[int, int]], alignment: int = RESULT_ALIGNMENT) -> list[tuple[int, int]]:
+    """Per result of one call (its host address and bytes), the HAL allocation it lies in and its offset there.
+
+    IREE packs several results into one allocation at consecutive ``alignment``-aligned offsets
+    (``stream.resource.alloca`` + ``stream.resource.subview``), but may return a call's results in several
+    (one per execution region: shape-seq-train's forward returns two).  On local-sync a HAL buffer is host
+    memory, and a separate allocation starts past its own buffer header, so a result begins the previous
+    one's allocation exactly where the previous result's aligned slot ends or it begins another allocation.
+    A result returned twice (the same address) shares its twin's allocation and offset."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    placed: dict[int, tuple[int, int]] = {}
+    buffers = 0
+    prev: tuple[int, int, int, int] | None = None  # (address, bytes, buffer, offset) of the last result placed
+    for i in order:
+        ptr, nbytes = spans[i]
+        if prev is not None and ptr == prev[0]:
+            placed[i] = (prev[2], prev[3])
+            continue
+        if prev is not None and ptr == prev[0] + -(-prev[1] // alignment) * alignment:
+            place = (prev[2], prev[3] + ptr - prev[0])
+        else:
+            place, buffers = (buffers, 0), buffers + 1
+        placed[i] = place
+        prev = (ptr, nbytes, *place)
+    # number the allocations in the order the call returned their first result
+    first: dict[int, int] = {}
+    for i in range(len(spans)):
+        first.setdefault(placed[i][0], len(first))
+    return [(first[placed[i][0]], placed[i][1]) for i in range(len(spans))]
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -249,8 +287,15 @@ KNOWN_DIAGNOSTICS = (
      "the loop route computes as max, and a loop nested in another loop's body)"),
 )
 
+#: The verdict for that error where the graph has a loop in another loop's body (its other cause).
+NESTED_LOOP_PIECE = (
+    "the missing piece: iree-compile cannot lower a while_loop nested in another's body: the host read of the "
+    "inner loop's entry condition (with it constant the program compiles; docs/findings/iree-repro-while-loop-"
+    "nested.py)"
+)
 
-def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
+
+def _compile_guarded(what: str, compile_fn: Callable[[], Any], nested_loop: bool = False) -> Any:
     with captured_stderr() as err:
         try:
             return compile_fn()
@@ -259,6 +304,8 @@ def _compile_guarded(what: str, compile_fn: Callable[[], Any]) -> Any:
     text = err[0] if err else ""
     diag = _first_error(text)
     known = [why for mark, why in KNOWN_DIAGNOSTICS if mark in text or mark in str(failure)]
+    if known and nested_loop and known[0] is KNOWN_DIAGNOSTICS[0][1]:
+        known[0] = NESTED_LOOP_PIECE
     raise CompileError(f"IREE compile of the {what} failed: " + (f"{known[0]}; " if known else "")
                        + f"{type(failure).__name__}: {failure}" + (f" [{diag}]" if diag else "")) from failure
 
@@ -308,7 +355,7 @@ def guarded(compile_graph: CompileFn, what: str) -> CompileFn:
 
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         with turbine_module_cache():
-            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs))
+            return _compile_guarded(what, lambda: compile_graph(gm, example_inputs), has_nested_loop(gm))
 
     return compile_one
 
@@ -419,7 +466,8 @@ class BoxedLaunch:
     none_positions: list[int]
     _boxed_call: bool = True
     #: Per probed call: bytes of inputs whose storage died when dropped after their copy, and how
-    #: many of those bytes the HAL allocator really freed then (the rest share a buffer still in use).
+    #: many of those bytes the HAL allocator really freed while the inputs were dropped (the rest share
+    #: an allocation still in use).
     staging: list[dict[str, int]] = field(default_factory=list)
 
     def __call__(self, args: list[Any]) -> Any:
@@ -451,7 +499,9 @@ class BoxedLaunch:
             del arg  # its last use was the copy
             if probe is not None and weak is not None and weak.expired():  # credited once all aliases died
                 dropped += nbytes
-                freed += min(nbytes, max(0, live0 + copy_bytes - probe.live()))  # its own bytes, freed now
+                # freed now: its own bytes, or with them the bytes of earlier dropped inputs that shared its
+                # allocation (IREE frees a result allocation with the last result in it)
+                freed += min(dropped - freed, max(0, live0 + copy_bytes - probe.live()))
         if probe is not None:
             self.staging.append({"dropped_bytes": dropped, "hal_freed_bytes": freed,
                                  "still_allocated_bytes": dropped - freed})
@@ -629,7 +679,7 @@ class IreeAotStep(CompiledStep):
             missing = missing_hops(self.gm)
             if missing:  # one clear reason, not the importer's traceback
                 raise CompileError(f"IREE cannot import the traced step: {missing}")
-            module = _compile_guarded("traced step", build_boxed)
+            module = _compile_guarded("traced step", build_boxed, has_nested_loop(self.gm))
         else:
             module = VmModule.copy_buffer(self.rt.device.vm_instance, _compile_guarded("exported step", build))
         self.cache_use = (cache.STATS.hits - cache_before[0], cache.STATS.misses - cache_before[1])

@@ -146,6 +146,17 @@ def _loops(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, torch.f
             for node in module.graph.nodes if _is_plain_while_loop(node)]
 
 
+def has_nested_loop(gm: torch.fx.GraphModule) -> bool:
+    """Whether a ``while_loop`` of ``gm`` holds another in its body or condition (at any depth)."""
+    for module, node in _loops(gm):
+        for sub in node.args[:2]:
+            name = sub.target if isinstance(sub, torch.fx.Node) else None
+            target = getattr(module, name, None) if isinstance(name, str) else None
+            if isinstance(target, torch.fx.GraphModule) and _loops(target):
+                return True
+    return False
+
+
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)
 

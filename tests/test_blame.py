@@ -141,3 +141,81 @@ def test_a_runtime_domain_names_the_result_buffer_left_alive_and_the_transients_
     assert peak[1]["producer"].startswith("iree-hal call 1/2's result buffer (128 B allocated; alive in it when "
                                           "call 2/2 started: fw:mean 4 B, fw:relu 64 B")
     assert runtime_buffers([{"live_before": 0, "peak_rise": 8, "live_after": 0}], model, "peak", 8) == []
+
+
+def _two_allocations(recorded: bool) -> tuple[LifetimeModel, list[dict[str, Any]]]:
+    """shape-seq-train's shape, small: the forward returns its results in two HAL allocations, {x, saved a}
+    (128 B, freed once the backward drops a) and {loss, saved b, saved c} (192 B, kept by the loss the caller
+    holds). The backward starts with the second alive: b and c (128 B) outlive the model's schedule."""
+    events = ["fw:stage:p", "fw:results", "fw:mean", "bw:stage:a", "bw:stage:b", "bw:stage:c", "bw:results",
+              "bw:mul"]
+    storages = [_storage(0, 64, "fw:stage:p", "staging", 0, 2), _storage(1, 64, "fw:mean", "output", 1, None),
+                _storage(2, 64, "fw:x", "intermediate", 1, 2), _storage(3, 64, "fw:a", "saved", 1, 3),
+                _storage(4, 64, "fw:b", "saved", 1, 4), _storage(5, 64, "fw:c", "saved", 1, 5),
+                _storage(6, 64, "bw:mul", "retained", 6, None)] + [
+                _storage(7 + i, 64, f"bw:stage:{v}", "staging", 3 + i, 7) for i, v in enumerate("abc")]
+    model = LifetimeModel(events, [64, 384, 384, 256, 256, 256, 256, 320], storages)
+    place = {"fw:mean": (0, 0), "fw:x": (1, 0), "fw:a": (1, 64), "fw:b": (0, 64), "fw:c": (0, 128)}
+    results = [{"shape": [4, 4], "dtype": "float32", "bytes": 64 if name != "fw:mean" else 4, "label": name,
+                "alive_after": False, **({"buffer": place[name][0], "offset": place[name][1]} if recorded else {})}
+               for name in ("fw:mean", "fw:x", "fw:a", "fw:b", "fw:c")]
+    fw = {"live_before": 64, "peak_rise": 320, "live_after": 384, "inputs": [{"bytes": 64, "label": "fw:stage:p"}],
+          "results": results, "alive_before": []}
+    bw = {"live_before": 192 + 192, "peak_rise": 64, "live_after": 448,
+          "inputs": [{"bytes": 64, "label": f"bw:stage:{v}"} for v in "abc"],
+          "results": [{"shape": [4, 4], "dtype": "float32", "bytes": 64, "label": "bw:mul", "alive_after": True}],
+          "alive_before": [[0, 0]]}
+    return model, [fw, bw]
+
+
+def test_a_call_returning_several_allocations_names_the_one_left_alive() -> None:
+    """Where the probe recorded which allocation holds each result, the one the loss keeps is named with its own
+    bytes (192 B, 128 B over the model's), not the call's 320 B of results (more than the excess: unnamed)."""
+    from conformance.checks.blame import runtime_buffers
+
+    model, calls = _two_allocations(True)
+    (peak,) = runtime_buffers(calls, model, "peak", 128)
+    assert peak["bytes"] == 128
+    assert peak["producer"] == ("iree-hal call 1/2's result buffer 1 of 2 (192 B allocated; alive in it when call "
+                                "2/2 started: fw:mean 4 B; the model has freed fw:b 64 B, fw:c 64 B)"), peak
+    calls[0]["results"][3]["alive_after"] = True  # b kept past the step: its allocation, not the call's results
+    (residual,) = runtime_buffers(calls, model, "residual", 192)
+    assert residual["producer"] == "iree-hal call 1/2's result buffer 1 of 2 (192 B allocated; alive in it: fw:b 64 B)"
+    # without the allocations recorded, the call's 320 B of results is one pack, 256 B over the model's: more than
+    # the excess, and not what stayed allocated
+    model, calls = _two_allocations(False)
+    legacy = [e for e in runtime_buffers(calls, model, "peak", 128) if "call 1/2's result buffer" in e["producer"]]
+    assert [e["bytes"] for e in legacy] == [256] and "(320 B allocated" in legacy[0]["producer"]
+
+
+def test_results_are_placed_in_their_allocations_by_address() -> None:
+    """IREE's slots in one allocation follow each other at 64-byte-aligned offsets; another allocation starts
+    elsewhere (past its buffer header); a result returned twice shares its twin's place."""
+    from conformance.backends.iree import result_allocations
+
+    base, other = 1 << 20, 1 << 24
+    spans = [(other + 1024, 4), (base, 2176), (base + 2176, 2312), (base + 2176, 2312), (other, 1024),
+             (other + 1088, 2176), (base + 2176 + 2368 + 64, 8)]
+    assert result_allocations(spans) == [(0, 1024), (1, 0), (1, 2176), (1, 2176), (0, 0), (0, 1088), (2, 0)]
+
+
+def test_what_a_steps_only_call_left_allocated_that_no_result_holds_is_named() -> None:
+    """A loop's one call (IREE) that keeps buffers of its own (a carry per trip): the residual is named as the call's
+    own allocations, not left unnamed; with its results recorded in the older form, nothing is claimed."""
+    from conformance.checks.blame import runtime_buffers
+
+    model = LifetimeModel(["fw:stage:x", "fw:results", "fw:loop"], [512, 1024, 1536],
+                          [_storage(0, 512, "fw:stage:x", "staging", 0, 2), _storage(1, 512, "fw:out", "output", 1, 2)])
+    call = {"live_before": 512, "peak_rise": 1536, "live_after": 2048,
+            "inputs": [{"bytes": 512, "label": "fw:stage:x"}],
+            "results": [{"shape": [4, 32], "dtype": "float32", "bytes": 512, "label": "fw:out", "alive_after": False,
+                         "buffer": 0, "offset": 0}], "alive_before": []}
+    (entry,) = runtime_buffers([call], model, "residual", 1536)
+    assert entry["bytes"] == 1536
+    assert entry["producer"] == ("iree-hal call 1/1's own allocations: it left 1536 B allocated when it returned, "
+                                 "1536 B of them held by no result alive after the step (it returned fw:out 512 B)")
+    call["results"][0]["alive_after"] = True  # the caller keeps the result: only the rest is the call's own
+    assert [e["bytes"] for e in runtime_buffers([call], model, "residual", 1536)] == [1024, 512]
+    for r in call["results"]:
+        del r["buffer"], r["offset"]
+    assert not any("own allocations" in e["producer"] for e in runtime_buffers([call], model, "residual", 1536))

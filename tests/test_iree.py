@@ -115,6 +115,10 @@ def test_a_carried_buffer_kept_per_trip_in_the_iree_loop_is_caught() -> None:
         KEPT_TRIPS.clear()
     assert [r.status for r in results] == ["fail-residual", "fail-residual"], [r.reason for r in results]
     assert [r.memory.measured_residual_bytes for r in results] == [3 * 512, 12 * 512]
+    # named whole: what the loop's one call left allocated that no result the caller keeps holds
+    assert ("iree-hal call 1/1's own allocations: it left 1536 B allocated when it returned, 1536 B of them held "
+            "by no result alive after the step (it returned fw:getitem_1 512 B)") in results[0].reason
+    assert "not named" not in results[0].reason, results[0].reason
     assert check is not None and check.status == "fail-residual"
     assert "residual grows 4608 B from 3 to 12 trips" in check.reason
 
@@ -135,6 +139,22 @@ def test_iree_boxed_runs_changing_shapes_and_says_what_each_call_ran() -> None:
     assert "call 0: graph 0 (compiled, static" in note
     assert "call 1: graph 1 (compiled, dynamic dims" in note and "call 4: graph 1 (reused, dynamic dims" in note
     assert r.shapes["recompiles"] == 1
+
+
+def test_a_forward_returning_two_result_allocations_names_the_one_the_loss_keeps() -> None:
+    """shape-seq-train's dynamic forward returns its ten results in two HAL allocations (11072 B and 5440 B):
+    the first is freed while the backward's inputs are staged, the second stays with the loss. The excess is
+    named whole: that allocation's three saved activations and the backward's transients."""
+    r = _run("shape-seq-train", "iree-boxed")
+    assert r.status == "fail-peak", r.reason
+    peak = next(c for c in r.checks if c.name == "peak")
+    assert ("iree-hal call 1/2's result buffer 1 of 2 (5440 B allocated; alive in it when call 2/2 started: "
+            "fw:mean 4 B; the model has freed fw:view_8 2176 B, fw:t_1 1024 B, fw:view_9 2176 B) (5376 B)"
+            ) in peak.reason, peak.reason
+    assert "not named" not in peak.reason, peak.reason
+    assert peak.excess_bytes == 5376 + 2368
+    # what the backward's dropped inputs left allocated: that allocation's saved activations, not all they shared
+    assert r.memory.findings["backward_inputs_staging"]["still_allocated_bytes"] == 5376
 
 
 def test_the_zero_trip_loop_leak_in_iree_is_caught() -> None:
@@ -223,12 +243,14 @@ def test_a_data_dependent_loop_runs() -> None:
 
 def test_a_nested_loop_names_what_iree_lacks() -> None:
     """The inner loop's entry condition (``j < 2``) inside the outer loop's body: iree-compile cannot lower it (the
-    amax repro's error); the verdict names the missing piece first, not only the compiler's diagnostic."""
+    amax repro's error, here from the nesting); the verdict names that piece and its standalone repro first, not
+    only the compiler's diagnostic."""
     r = run_case(_loop_case("user-loop-nested", _UsersLoops(False, True), torch.randn(4, 8)),
                  REGISTRY.get("iree-boxed"))
     assert r.status == "fail-compile", r.reason
-    assert ("the missing piece: iree-compile cannot lower the device-to-host read of a while_loop's entry condition "
-            "(docs/findings/iree-repro-while-loop-amax-cond.py") in r.reason, r.reason
+    assert ("the missing piece: iree-compile cannot lower a while_loop nested in another's body: the host read of "
+            "the inner loop's entry condition (with it constant the program compiles; "
+            "docs/findings/iree-repro-while-loop-nested.py)") in r.reason, r.reason
 
 
 def test_a_loop_carrying_a_python_int_is_refused_with_its_reason() -> None:

@@ -115,3 +115,27 @@ def test_a_python_number_carried_by_a_loop_is_named() -> None:
 
     assert "carries a Python number (carry 0: 0)" in non_tensor_carries(_traced(IntCarry(), torch.randn(3)))
     assert non_tensor_carries(_traced(_AmaxCond(), torch.randn(3))) == ""
+
+
+def test_a_loop_in_a_loop_body_is_told_apart() -> None:
+    """What the IREE verdict names (an inner loop's entry condition): only where a loop holds another."""
+    from conformance.backends.iree_loops import has_nested_loop
+
+    def flat(x: torch.Tensor) -> torch.Tensor:
+        return while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, h * 2), (torch.zeros((), dtype=torch.int64), x))[1]
+
+    def nested(x: torch.Tensor) -> torch.Tensor:
+        def body(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, flat(h)
+
+        return while_loop(lambda i, h: i < 2, body, (torch.zeros((), dtype=torch.int64), x))[1]
+
+    seen: dict[str, bool] = {}
+    for name, fn in (("flat", flat), ("nested", nested)):
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], name: str = name) -> Any:
+            seen[name] = has_nested_loop(gm)
+            return make_boxed_func(gm.forward)
+
+        torch._dynamo.reset()
+        torch.compile(fn, backend=aot_autograd(fw_compiler=backend), fullgraph=True)(torch.randn(2, 3))
+    assert seen == {"flat": False, "nested": True}

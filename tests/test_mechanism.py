@@ -393,3 +393,17 @@ def test_compiler_and_importer_errors_of_the_op_sweep_name_their_mechanism() -> 
     assert parts("CompileError: IREE compile of the forward graph failed: KeyError: torch.complex128") \
         == ("fail-compile: dtype-import",)
     assert parts("KeyError: 'weight'")[0] != "fail-compile: dtype-import"
+
+
+def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -> None:
+    """The residual blame of IREE's result pack (a loss beside the gradients) names a mechanism; a result buffer
+    nothing retained keeps (a leak of results), or the same words from the peak, do not."""
+    from conformance.checks.mechanism import Evidence, recognise
+
+    kept = ("iree-hal call 1/1's result buffer (320 B allocated, 256 B of it the retained results'; the model has "
+            "freed add_3 4 B in it)")
+    found = recognise(Evidence("residual", "still alive: result buffer", {"producer": kept, "bytes": 64}))
+    assert found is not None and found.mechanism == "retained-result-pack"
+    leak = "iree-hal call 1/1's result buffer (256 B allocated; alive in it: fw:addmm_2 256 B)"
+    assert recognise(Evidence("residual", "still alive: result buffer", {"producer": leak, "bytes": 256})) is None
+    assert recognise(Evidence("peak", "alive past modelled death", {"producer": kept, "bytes": 64})) is None

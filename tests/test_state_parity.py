@@ -185,3 +185,32 @@ def test_inductor_with_the_optimizer_step_compiled_too(fault: str) -> None:
         assert result.status == Status.FAIL_RESIDUAL, result.reason
     else:
         assert result.status == Status.FAIL_PARITY and result.reason.startswith("call 0: "), result.reason
+
+
+class _MakesItsCarry(torch.nn.Module):
+    """A user's loop whose initial carry the program makes itself with the default dtype (float32)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = torch.nn.Parameter(torch.tensor(0.3))
+
+    def forward(self, seq: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def body(i: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = seq.index_select(0, i.reshape(1)).squeeze(0)
+            return i + 1, self.alpha * x + (1 - self.alpha) * m
+
+        start = (torch.zeros((), dtype=torch.int64), torch.zeros(seq.shape[1:]))
+        return while_loop(lambda i, m: i < seq.shape[0], body, start)[1]
+
+
+def test_the_float64_reference_makes_the_programs_own_tensors_in_float64() -> None:
+    """The float64 reference runs the program with float64 inputs and parameters; a float32 tensor it makes
+    itself (``torch.zeros(n)``) would be a loop carry of another dtype than the body returns, which while_loop
+    refuses: the reference makes it float64 too, and the default dtype is put back."""
+    case = Case("user-ema-loop", "loop", "loop", 0, lambda seed: Workload(_MakesItsCarry(), (torch.randn(5, 3),)),
+                requires=frozenset({"while_loop"}))
+    r = run_case(case, EagerBackend())
+    assert r.status == Status.PASS, r.reason
+    assert torch.get_default_dtype() == torch.float32

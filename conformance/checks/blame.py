@@ -316,6 +316,36 @@ def _explaining_or_smallest(candidates: list[dict[str, Any]], excess: int) -> li
     return chosen
 
 
+def _allocations(call: dict[str, Any]) -> list[tuple[list[int], int]]:
+    """A call's result allocations: per allocation, the results in it (a result returned twice counted at its
+    first) and its bytes.  A probe that recorded where each result lies (``buffer``, ``offset``) gives them
+    one by one (several results: their aligned slots, rounded up to the alignment of the next slot, 64 B; one
+    result: its exact size); otherwise the call's results are one allocation of what the call left allocated."""
+    results = call.get("results") or []
+    own = [j for j, r in enumerate(results) if "same_buffer_as" not in r]
+    if not own or not all("buffer" in results[j] for j in own):
+        kept = max(0, int(call.get("live_after", 0)) - int(call.get("live_before", 0)))
+        return [(own, kept)] if own else []
+    groups: dict[int, list[int]] = {}
+    for j in own:
+        groups.setdefault(int(results[j]["buffer"]), []).append(j)
+    out = []
+    # a returned input is its input copy, no result allocation: its own entry, after the call's result buffers
+    ordered = sorted(groups.values(), key=lambda m: all(":stage:" in f":{results[j].get('label') or ''}" for j in m))
+    for members in ordered:
+        end = max(int(results[j].get("offset", 0)) + int(results[j]["bytes"]) for j in members)
+        out.append((members, end if len(members) == 1 else -(-end // 64) * 64))
+    return out
+
+
+def _buffer_name(k: int, n: int, g: int, allocations: list[tuple[list[int], int]],
+                 results: list[dict[str, Any]]) -> str:
+    """How blame names the call's ``g``-th result allocation ("result buffer 2 of 3" where the call made several)."""
+    made = sum(not all(":stage:" in f":{results[j].get('label') or ''}" for j in m) for m, _ in allocations)
+    which = f" {g + 1} of {made}" if made > 1 else ""
+    return f"iree-hal call {k + 1}/{n}'s result buffer{which}"
+
+
 def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> list[dict[str, Any]]:
     """Per call, the buffers still alive after the step that the model does not retain: a returned input's
     copy, and the call's result buffer (one pack: it stays allocated while any result in it is alive),
@@ -325,41 +355,55 @@ def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -
     retained = [s for s in model.storages if s.role == "retained" and s.death is None]
     candidates = []
     for k, call in enumerate(invocations):
-        pack: list[tuple[int, dict[str, Any]]] = []
-        expected = 0  # bytes of the call's buffer the model retains
         results = call["results"]
-        alive = sorted({int(r.get("same_buffer_as", j)) for j, r in enumerate(results) if r.get("alive_after")})
-        for j in alive:  # one buffer returned twice (a detach) is its first result's
-            r = results[j]
-            label = r.get("label") or ""
-            s = by_label.get(label)
-            twin = s if s in retained else next((t for t in retained if s is None and t.nbytes >= r["bytes"]), None)
-            if twin is not None:
-                retained.remove(twin)  # a gradient the model keeps
-                expected += twin.nbytes
-            elif ":stage:" in f":{label}":  # a returned input: its copy, not the call's buffer
-                candidates.append(_runtime_entry(r["bytes"], f"{_result_name(k, n, j, r)}, its input copy",
-                                                 "still alive after the step", _model_death(s, model)))
-            else:
-                pack.append((j, r))
-        kept_all = int(call["live_after"]) - int(call["live_before"])
-        if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
-            freed = [f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in enumerate(results)
-                     if j not in alive and "same_buffer_as" not in r and ":stage:" not in f":{r.get('label') or ''}"]
-            candidates.append(_runtime_entry(kept_all - expected,
-                                             f"iree-hal call {k + 1}/{n}'s result buffer ({kept_all} B allocated, "
-                                             f"{expected} B of it the retained results'; the model has freed "
-                                             f"{', '.join(freed) or 'the rest'} in it)",
-                                             "still alive after the step (with the retained results)",
-                                             "with its last use"))
-        if pack:
-            kept = max(kept_all, sum(r["bytes"] for _, r in pack))
-            held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)
-            first = by_label.get(pack[0][1].get("label") or "")
-            candidates.append(_runtime_entry(max(0, kept - expected),
-                                             f"iree-hal call {k + 1}/{n}'s result buffer ({kept} B allocated; "
-                                             f"alive in it: {held})",
-                                             "still alive after the step", _model_death(first, model)))
+        alive_all = {int(r.get("same_buffer_as", j)) for j, r in enumerate(results) if r.get("alive_after")}
+        allocations = _allocations(call)
+        for g, (members, kept_all) in enumerate(allocations):  # an allocation stays while any result in it is alive
+            pack: list[tuple[int, dict[str, Any]]] = []
+            expected = 0  # bytes of the allocation the model retains
+            alive = sorted(alive_all.intersection(members))
+            for j in alive:  # one buffer returned twice (a detach) is its first result's
+                r = results[j]
+                label = r.get("label") or ""
+                s = by_label.get(label)
+                twin = s if s in retained else next((t for t in retained if s is None and t.nbytes >= r["bytes"]),
+                                                    None)
+                if twin is not None:
+                    retained.remove(twin)  # a gradient the model keeps
+                    expected += twin.nbytes
+                elif ":stage:" in f":{label}":  # a returned input: its copy, not the call's buffer
+                    candidates.append(_runtime_entry(r["bytes"], f"{_result_name(k, n, j, r)}, its input copy",
+                                                     "still alive after the step", _model_death(s, model)))
+                else:
+                    pack.append((j, r))
+            name = _buffer_name(k, n, g, allocations, results)
+            if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
+                freed = [f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B" for j in members
+                         if j not in alive and ":stage:" not in f":{results[j].get('label') or ''}"]
+                candidates.append(_runtime_entry(kept_all - expected,
+                                                 f"{name} ({kept_all} B allocated, {expected} B of it the retained "
+                                                 f"results'; the model has freed {', '.join(freed) or 'the rest'} "
+                                                 "in it)",
+                                                 "still alive after the step (with the retained results)",
+                                                 "with its last use"))
+            if pack:
+                kept = max(kept_all, sum(r["bytes"] for _, r in pack))
+                held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)
+                first = by_label.get(pack[0][1].get("label") or "")
+                candidates.append(_runtime_entry(max(0, kept - expected),
+                                                 f"{name} ({kept} B allocated; alive in it: {held})",
+                                                 "still alive after the step", _model_death(first, model)))
+        if len(invocations) == 1:  # the step's only call: what it left allocated that no result alive holds
+            left = max(0, int(call["live_after"]) - int(call["live_before"]))
+            held_bytes = sum(size for members, size in allocations if alive_all.intersection(members))
+            if left > held_bytes and all("buffer" in r for r in results if "same_buffer_as" not in r):
+                returned = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B"
+                                     for j, r in enumerate(results) if "same_buffer_as" not in r)
+                candidates.append(_runtime_entry(
+                    left - held_bytes, f"iree-hal call 1/1's own allocations: it left {left} B allocated when it "
+                                       f"returned, {left - held_bytes} B of them held by no result alive after the "
+                                       f"step (it returned {returned or 'nothing'})",
+                    "still allocated after the step", "not in the model (the program's own buffers)"))
     return candidates
 
 
@@ -386,29 +430,30 @@ def _peak_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> li
 
     for i, js in alive.items():  # an earlier call's buffer stays allocated while any result in it is alive
         results = invocations[i]["results"]
-        packed = [(j, r) for j, r in enumerate(results)
-                  if "same_buffer_as" not in r and ":stage:" not in f":{r.get('label') or ''}"]
         for j in js:
             r = results[j]
             if ":stage:" in f":{r.get('label') or ''}" and held_by_model(r) is None:
                 candidates.append(_runtime_entry(r["bytes"], f"{_result_name(i, n, j, r)}, its input copy",
                                                  f"alive when call {k + 1}/{n} started",
                                                  _model_death(by_label.get(r.get("label") or ""), model)))
-        if not any(j in js for j, _ in packed):
-            continue
-        call = invocations[i]
-        kept_i = max(int(call["live_after"]) - int(call["live_before"]), sum(r["bytes"] for _, r in packed))
-        model_held = [s for s in (held_by_model(r) for _, r in packed) if s is not None]
-        over = kept_i - sum(s.nbytes for s in model_held)
-        if over > 0:
-            live = ", ".join(f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B" for j in js
-                             if "same_buffer_as" not in results[j])
-            freed = ", ".join(f"{r.get('label') or 'result'} {r['bytes']} B" for _, r in packed
-                              if held_by_model(r) is None)
-            candidates.append(_runtime_entry(
-                over, f"iree-hal call {i + 1}/{n}'s result buffer ({kept_i} B allocated; alive in it when call "
-                      f"{k + 1}/{n} started: {live}; the model has freed {freed or 'none of it'})",
-                f"alive when call {k + 1}/{n} started", "freed with its last result"))
+        allocations = _allocations(invocations[i])
+        for g, (members, kept_g) in enumerate(allocations):
+            packed = [(j, results[j]) for j in members if ":stage:" not in f":{results[j].get('label') or ''}"]
+            if not any(j in js for j, _ in packed):
+                continue
+            kept_i = max(kept_g, sum(r["bytes"] for _, r in packed))
+            model_held = [s for s in (held_by_model(r) for _, r in packed) if s is not None]
+            over = kept_i - sum(s.nbytes for s in model_held)
+            if over > 0:
+                live = ", ".join(f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B"
+                                 for j, _ in packed if j in js)
+                freed = ", ".join(f"{r.get('label') or 'result'} {r['bytes']} B" for _, r in packed
+                                  if held_by_model(r) is None)
+                name = _buffer_name(i, n, g, allocations, results)
+                candidates.append(_runtime_entry(
+                    over, f"{name} ({kept_i} B allocated; alive in it when call {k + 1}/{n} started: {live}; "
+                          f"the model has freed {freed or 'none of it'})",
+                    f"alive when call {k + 1}/{n} started", "freed with its last result"))
     kept = max(0, top["live_after"] - top["live_before"])
     transient = max(0, top["peak_rise"] - kept)
     up_front = [s for s in model.storages if results_event is not None and s.birth == results_event]

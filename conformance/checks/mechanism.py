@@ -352,6 +352,18 @@ def result_buffer_packing(ev: Evidence) -> str | None:
     return "saved activations dropped but still allocated" if _watch(ev, "released-late") else None
 
 
+_RETAINED_PACK = re.compile(r"result buffer(?: \d+ of \d+)? \(\d+ B allocated, \d+ B of it the retained results'; "
+                            r"the model has freed ")
+
+
+def retained_result_pack(ev: Evidence) -> str | None:
+    """A residual whose blamed bytes are results the model frees, in the runtime buffer of the results the caller
+    keeps (IREE packs a call's results into one allocation: a loss beside the gradients stays with them)."""
+    if ev.source != "residual" or not _RETAINED_PACK.search(str(ev.finding.get("producer") or "")):
+        return None
+    return "a freed result shares the retained results' buffer"
+
+
 def _error(pattern: str, why: str) -> Recogniser:
     compiled = re.compile(pattern)
 
@@ -407,6 +419,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
               backward_inputs_held),
     Mechanism("result-buffer-packing", "a call's results share one runtime buffer that keeps dropped ones "
               "allocated", result_buffer_packing),
+    Mechanism("retained-result-pack", "a result the caller drops shares one runtime buffer with the results it "
+              "keeps (a loss packed with the gradients), so it stays allocated with them", retained_result_pack),
     Mechanism("aten-op-no-lowering", "an aten op the graph holds has no lowering in the compiler (it does not "
               "legalize, or reaches it as an opaque torch.operator)", aten_op_no_lowering),
     Mechanism("effects-op-import", "an op with side effects (linalg's error checks) reaches the importer "

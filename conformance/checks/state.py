@@ -90,6 +90,22 @@ class ReferenceRun:
             self.next_call += 1
         return named
 
+    @contextlib.contextmanager
+    def _factories(self) -> Iterator[None]:
+        """At float64, what the program makes itself with the default dtype (``torch.zeros(n, 8)`` for a loop's
+        initial carry, ``torch.tensor(0.5)``) is float64 too, as its inputs and parameters are: a program whose
+        native dtype is the default computes all of it in the reference's (``while_loop`` refuses a float32 carry
+        the float64 body returns as float64)."""
+        if self.dtype != torch.float64 or torch.get_default_dtype() != self.native:
+            yield
+            return
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(before)
+
     def _step(self, call: int) -> dict[str, torch.Tensor]:
         if call:
             inputs = self.case.inputs_for(call)
@@ -98,7 +114,7 @@ class ReferenceRun:
         random = self.mode if isinstance(self.mode, RandomValues) else None
         if random is not None:  # only the state carries values from one call to the next
             random.keep_only(state_of(self.workload).values())
-        with self.mode if self.mode is not None else contextlib.nullcontext():
+        with (self.mode if self.mode is not None else contextlib.nullcontext()), self._factories():
             out = run_module_step(self.workload.model, self.workload, self.case.trains)
             live = out.named()
             named = {name: t.detach().clone() for name, t in live.items()}
