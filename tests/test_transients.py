@@ -408,6 +408,7 @@ def _module_sweep_calls() -> list[OpCall]:
             calls.append(OpCall(f"conv-transpose-{tag}", "convolution", conv_t, t_args))
             calls.append(OpCall(f"conv-transpose-backward-{tag}", "convolution_backward", conv_t_bw, t_bw_args))
     calls.extend(_composite_calls())
+    calls.extend(_op_sweep_calls())
     return calls
 
 
@@ -456,6 +457,88 @@ def _composite_calls() -> list[OpCall]:
     for t, n, c, length in ((6, 2, 5, 3), (10, 3, 7, 4)):
         calls.append(OpCall(f"ctc_loss_backward-{t}x{n}x{c}-L{length}", "_ctc_loss_backward", _ctc_backward(),
                             _ctc_operands(t, n, c, length)))
+    return calls
+
+
+def _bound(op: Callable[..., Any], *rest: Any, **kwargs: Any) -> Callable[..., Any]:
+    """``op(x, *rest, **kwargs)`` as a one-operand function (traced with one input)."""
+    def f(x: Any) -> Any:
+        return op(x, *rest, **kwargs)
+
+    return f
+
+
+def _made(shape: tuple[int, ...], layout: str = "contiguous", dtype: torch.dtype = torch.float32,
+          ) -> Callable[[], tuple[Any, ...]]:
+    """One operand of ``shape``: contiguous, or the transpose of a contiguous tensor of the reversed shape."""
+    def make() -> tuple[Any, ...]:
+        if layout == "contiguous" or len(shape) < 2:
+            x = torch.randn(shape)
+        else:
+            x = torch.randn(shape[::-1]).permute(*range(len(shape) - 1, -1, -1))
+        return ((x * 4).to(dtype),)
+
+    return make
+
+
+#: FFT operands: (shape, layout, transform dims): batch dimensions that collapse into one (a view)
+#: or not (a copy), several transform dims, a transposed input
+_FFTS = [((5, 7), "contiguous", [1]), ((4, 5, 7), "contiguous", [1]), ((4, 5, 7), "transposed", [2]),
+         ((3, 4, 5, 6), "contiguous", [1, 3]), ((3, 4, 5, 6), "transposed", [0, 2]), ((3, 5, 7), "contiguous", [1, 2]),
+         ((3, 5, 7), "contiguous", [0, 1]), ((2, 1, 6), "transposed", [0, 2, 1])]
+
+
+def _op_sweep_calls() -> list[OpCall]:
+    """Kernels the op sweep (``op-*``) runs whose workspace the module sweep does not reach."""
+    calls: list[OpCall] = []
+    for shape, layout, dims in _FFTS:
+        tag = f"{'x'.join(map(str, shape))}-{layout}-dims{''.join(map(str, dims))}"
+        real, cplx = _made(shape, layout), _made(shape, layout, torch.complex64)
+        calls.append(OpCall(f"fft-r2c-{tag}", "_fft_r2c", _bound(aten._fft_r2c.default, dims, 0, True), real))
+        calls.append(OpCall(f"fft-r2c-twosided-{tag}", "_fft_r2c", _bound(aten._fft_r2c.default, dims, 0, False),
+                            real))
+        calls.append(OpCall(f"fft-c2c-{tag}", "_fft_c2c", _bound(aten._fft_c2c.default, dims, 1, True), cplx))
+        last = max(2 * (shape[dims[-1]] - 1), 1)
+        calls.append(OpCall(f"fft-c2r-{tag}", "_fft_c2r", _bound(aten._fft_c2r.default, dims, 2, last), cplx))
+    for shape, layout in (((7,), "contiguous"), ((4, 5), "contiguous"), ((4, 5), "transposed"),
+                          ((3, 4, 5), "transposed"), ((1, 6), "transposed")):
+        tag = f"{'x'.join(map(str, shape))}-{layout}"
+        x, x64, xi = _made(shape, layout), _made(shape, layout, torch.float64), _made(shape, layout, torch.int64)
+        for d in range(len(shape)):
+            calls.append(OpCall(f"sort-{tag}-dim{d}", "sort", _bound(aten.sort.default, d, False), xi))
+            calls.append(OpCall(f"sort-stable-{tag}-dim{d}", "sort", _bound(aten.sort.stable, stable=True, dim=d), x))
+            calls.append(OpCall(f"kthvalue-{tag}-dim{d}", "kthvalue", _bound(aten.kthvalue.default, 1, d), x64))
+            calls.append(OpCall(f"median-{tag}-dim{d}", "median", _bound(aten.median.dim, d), x))
+            calls.append(OpCall(f"nanmedian-{tag}-dim{d}", "nanmedian", _bound(aten.nanmedian.dim, d), xi))
+        calls.append(OpCall(f"median-{tag}", "median", aten.median.default, x64))
+        calls.append(OpCall(f"nanmedian-{tag}", "nanmedian", aten.nanmedian.default, x))
+        for dims in (None, [0], list(range(len(shape)))):
+            for name, op in (("std", aten.std.correction), ("var", aten.var.correction)):
+                for make in (x, x64):
+                    calls.append(OpCall(f"{name}-{tag}-dims{dims}", name, _bound(op, dims, correction=1), make))
+            if dims is not None:
+                for keep in (False, True):
+                    calls.append(OpCall(f"logsumexp-{tag}-dims{dims}-keep{keep}", "logsumexp",
+                                        _bound(aten.logsumexp.default, dims, keep), x64 if keep else x))
+        calls.append(OpCall(f"mean-{tag}-float64", "mean", aten.mean.default, x64))
+        calls.append(OpCall(f"deg2rad-{tag}", "deg2rad", aten.deg2rad.default, x))
+        calls.append(OpCall(f"rad2deg-{tag}-float64", "rad2deg", aten.rad2deg.default, x64))
+        calls.append(OpCall(f"pow-scalar-{tag}", "pow", _bound(lambda e, base: aten.pow.Scalar(base, e), 2.0), xi))
+        calls.append(OpCall(f"pow-tensor-scalar-{tag}", "pow", _bound(aten.pow.Tensor_Scalar, 3.0), x))
+        for dtype in (torch.float32, torch.int64, torch.uint8, torch.bool):
+            make = _made(shape, layout, dtype)
+            calls.append(OpCall(f"all-{tag}-{dtype}", "all", aten.all.default, make))
+            calls.append(OpCall(f"any-dim-{tag}-{dtype}", "any", _bound(aten.any.dim, 0), make))
+            calls.append(OpCall(f"count_nonzero-{tag}-{dtype}", "count_nonzero",
+                                _bound(aten.count_nonzero.dim_IntList, [0]), make))
+        calls.append(OpCall(f"count_nonzero-default-{tag}", "count_nonzero", _bound(aten.count_nonzero.default, 0), x))
+        calls.append(OpCall(f"roll-flat-{tag}", "roll", _bound(aten.roll.default, [2]), x))
+        calls.append(OpCall(f"roll-dims-{tag}", "roll", _bound(aten.roll.default, [1] * len(shape),
+                                                                 list(range(len(shape)))), x))
+    for dtype in (torch.uint8, torch.float32, torch.bool):  # one element: read through a cast to bool
+        calls.append(OpCall(f"all-one-element-{dtype}", "all", aten.all.default, _made((1, 1), dtype=dtype)))
+    calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
+    calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls
 
 
