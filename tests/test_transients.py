@@ -537,6 +537,19 @@ def _op_sweep_calls() -> list[OpCall]:
                                                                  list(range(len(shape)))), x))
     for dtype in (torch.uint8, torch.float32, torch.bool):  # one element: read through a cast to bool
         calls.append(OpCall(f"all-one-element-{dtype}", "all", aten.all.default, _made((1, 1), dtype=dtype)))
+    for idt in (torch.int32, torch.int64):
+        for shape, size in (((5, 5), (10, 5)), ((2, 4, 5), (3, 4, 5))):
+            def operands(shape: tuple[int, ...] = shape, size: tuple[int, ...] = size,
+                         idt: torch.dtype = idt) -> tuple[Any, ...]:
+                return torch.randn(size), torch.randint(0, 2, shape, dtype=idt), torch.randn(shape)
+
+            tag = f"{'x'.join(map(str, shape))}-{idt}"
+            calls.append(OpCall(f"gather-{tag}", "gather", lambda x, i, s: aten.gather.default(x, 0, i), operands))
+            calls.append(OpCall(f"scatter-{tag}", "scatter", lambda x, i, s: aten.scatter.src(x, 0, i, s), operands))
+            calls.append(OpCall(f"scatter-value-{tag}", "scatter", lambda x, i, s: aten.scatter.value(x, 0, i, 2.0),
+                                operands))
+            calls.append(OpCall(f"scatter_add-{tag}", "scatter_add",
+                                lambda x, i, s: aten.scatter_add.default(x, 0, i, s), operands))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

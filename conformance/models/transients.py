@@ -358,6 +358,13 @@ def roll(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> in
     return (len(dims) - 1) * _nbytes(out)
 
 
+def scatter_gather(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``gather``/``scatter``/``scatter_add`` on the CPU index with int64: an index of another dtype
+    (int32, which the ops accept) is converted into an int64 copy first, alive for the op."""
+    index = _argument(target, operands, "index")
+    return 0 if index.dtype == torch.int64 else index.numel() * 8
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1074,6 +1081,7 @@ TABLE: dict[str, Entry] = {
     "any": all_any,
     "count_nonzero": count_nonzero,
     "roll": roll,
+    **dict.fromkeys(("gather", "scatter", "scatter_add"), scatter_gather),
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
