@@ -550,6 +550,10 @@ def _op_sweep_calls() -> list[OpCall]:
                                 operands))
             calls.append(OpCall(f"scatter_add-{tag}", "scatter_add",
                                 lambda x, i, s: aten.scatter_add.default(x, 0, i, s), operands))
+    for bins, low, high in ((10, 0.0, 1.0), (7, 0.0, 0.0), (1, -1.0, 1.0), (100, 0.0, 0.0)):
+        for shape, dtype in (((100,), torch.float32), ((5, 6), torch.float64), ((), torch.float32)):
+            calls.append(OpCall(f"histc-{bins}-{low}-{high}-{'x'.join(map(str, shape))}-{dtype}", "histc",
+                                _bound(aten.histc.default, bins, low, high), _made(shape, dtype=dtype)))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

@@ -365,6 +365,15 @@ def scatter_gather(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
     return 0 if index.dtype == torch.int64 else index.numel() * 8
 
 
+def histc(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``histc`` (Histogram.cpp, HistogramKernel.cpp): the ``bins + 1`` bin edges, then one histogram
+    per intra-op thread (``torch.get_num_threads()`` x ``bins``, zeroed, summed into the result), all
+    in the input's dtype; ``min == max`` first takes the input's ``aminmax`` (two 0-dim results, freed
+    before the edges are made)."""
+    x, bins = operands[0], int(_argument(target, operands, "bins"))
+    return (bins + 1 + torch.get_num_threads() * bins) * x.element_size()
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1082,6 +1091,7 @@ TABLE: dict[str, Entry] = {
     "count_nonzero": count_nonzero,
     "roll": roll,
     **dict.fromkeys(("gather", "scatter", "scatter_add"), scatter_gather),
+    "histc": histc,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
