@@ -554,6 +554,16 @@ def _op_sweep_calls() -> list[OpCall]:
         for shape, dtype in (((100,), torch.float32), ((5, 6), torch.float64), ((), torch.float32)):
             calls.append(OpCall(f"histc-{bins}-{low}-{high}-{'x'.join(map(str, shape))}-{dtype}", "histc",
                                 _bound(aten.histc.default, bins, low, high), _made(shape, dtype=dtype)))
+    for shape, dtype in (((5, 5), torch.float32), ((2, 3, 4), torch.float64), ((), torch.float32), ((), torch.float64)):
+        def grad_mask(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            return torch.randn(shape, dtype=dtype), torch.randn(shape) > 0
+
+        calls.append(OpCall(f"native_dropout_backward-{'x'.join(map(str, shape))}-{dtype}", "native_dropout_backward",
+                            lambda g, m: aten.native_dropout_backward.default(g, m, 2.0), grad_mask))
+    for shape in ((5, 5, 5), (3, 4)):
+        for d in range(len(shape)):
+            calls.append(OpCall(f"renorm-{'x'.join(map(str, shape))}-dim{d}", "renorm",
+                                _bound(aten.renorm.default, 2, d, 1.0), _made(shape, "transposed")))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

@@ -374,6 +374,26 @@ def histc(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> i
     return (bins + 1 + torch.get_num_threads() * bins) * x.element_size()
 
 
+def native_dropout_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_dropout_backward`` is ``grad * mask * scale`` (Dropout.cpp): ``grad * mask`` casts the bool
+    mask to the gradient's dtype into a temporary (:func:`binary_elementwise`) beside its result, which
+    is then scaled by a wrapped float64 scalar into the output."""
+    grad, mask = operands[0], operands[1]
+    cast = binary_elementwise(torch.ops.aten.mul.Tensor, [grad, mask], out)
+    return max(cast, _nbytes(out) + binary_elementwise(torch.ops.aten.mul.Tensor, [out, 1.0], out))
+
+
+def renorm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``renorm`` (Normalization.cpp ``renorm_out``): the norms over every dimension but ``dim``
+    (``linalg_vector_norm(..., keepdim=True)``, ``size(dim)`` elements), turned into the scale factors in
+    place."""
+    x = operands[0]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise KernelNotModelled(f"{target} on {x.dtype} is not in the transient table")
+    dim = int(_argument(target, operands, "dim")) % max(x.dim(), 1)
+    return (int(x.shape[dim]) if x.dim() else 1) * x.element_size()
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1092,6 +1112,8 @@ TABLE: dict[str, Entry] = {
     "roll": roll,
     **dict.fromkeys(("gather", "scatter", "scatter_add"), scatter_gather),
     "histc": histc,
+    "native_dropout_backward": native_dropout_backward,
+    "renorm": renorm,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
