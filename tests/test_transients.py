@@ -564,6 +564,22 @@ def _op_sweep_calls() -> list[OpCall]:
         for d in range(len(shape)):
             calls.append(OpCall(f"renorm-{'x'.join(map(str, shape))}-dim{d}", "renorm",
                                 _bound(aten.renorm.default, 2, d, 1.0), _made(shape, "transposed")))
+    for shape, size in (((2, 3, 4), [6]), ((1, 1, 5), [12]), ((2, 3, 4, 5), [7, 3]), ((1, 1, 4, 5), [8, 2]),
+                        ((2, 3, 4, 5, 6), [3, 5, 2])):
+        exact = {3: aten._upsample_nearest_exact1d, 4: aten._upsample_nearest_exact2d,
+                 5: aten._upsample_nearest_exact3d}[len(shape)]
+        calls.append(OpCall(f"upsample-nearest-exact-{'x'.join(map(str, shape))}", exact.__name__.split(".")[0],
+                            _bound(exact.default, size), _made(shape)))
+    for shapes, dim, chunks in ((((1, 2, 3), (1, 2, 3)), 1, 2), (((1, 2, 3), (1, 2, 3)), 2, 5),
+                                (((4, 6), (4, 5)), 1, 3), (((3, 4),), 0, 2), (((10, 20), (10, 30)), -1, 4)):
+        def chunked(shapes: Any = shapes) -> tuple[Any, ...]:
+            return tuple(torch.randn(s) for s in shapes)
+
+        def cat(*ts: Any, dim: int = dim, chunks: int = chunks) -> Any:
+            return aten._chunk_cat.default(list(ts), dim, chunks)
+
+        calls.append(OpCall(f"_chunk_cat-{len(shapes)}x{'x'.join(map(str, shapes[-1]))}-dim{dim}-chunks{chunks}",
+                            "_chunk_cat", cat, chunked))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

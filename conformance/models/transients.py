@@ -104,11 +104,13 @@ def _table_bytes(node: torch.fx.Node) -> int:
 def op_workspace(target: Any, operands: Sequence[Any], out: Any) -> int:
     """The table's bytes for one call of ``target`` (an entry, or a composite kernel's body:
     :mod:`conformance.models.composite`); 0 for an op with neither."""
-    if not isinstance(target, torch._ops.OpOverload) or not any(isinstance(t, torch.Tensor) for t in operands):
+    if not isinstance(target, torch._ops.OpOverload):
         return 0
     entry = TABLE.get(target.overloadpacket.__name__)
-    if entry is not None:
-        return entry(target, operands, out)
+    if entry is not None and any(isinstance(t, torch.Tensor) for t in tree_flatten(list(operands))[0]):
+        return entry(target, operands, out)  # tensors in a list operand too (``_chunk_cat``'s)
+    if not any(isinstance(t, torch.Tensor) for t in operands):
+        return 0
     if _symbolic(operands) or _symbolic([out]):
         return 0
     try:
@@ -392,6 +394,20 @@ def renorm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> 
         raise KernelNotModelled(f"{target} on {x.dtype} is not in the transient table")
     dim = int(_argument(target, operands, "dim")) % max(x.dim(), 1)
     return (int(x.shape[dim]) if x.dim() else 1) * x.element_size()
+
+
+def chunk_cat(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_chunk_cat`` (TensorShape.cpp ``_pad_chunk``): a tensor whose size along ``dim`` is not a multiple
+    of ``num_chunks`` is copied into zeros padded up to one, alive until the ``cat`` that makes the result."""
+    tensors, dim, chunks = operands[0], int(operands[1]), int(operands[2])
+    total = 0
+    for t in tensors:
+        d = dim % t.dim()
+        size = int(t.shape[d])
+        padded = -(-size // chunks) * chunks
+        if padded != size:
+            total += t.numel() // size * padded * t.element_size()
+    return total
 
 
 # --------------------------------------------------------------------------- convolution
@@ -767,11 +783,14 @@ def col2im_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
 
 #: interpolation taps per output position of the separable upsampling kernels
 _TAPS = {"upsample_nearest1d": 1, "upsample_nearest3d": 1, "upsample_linear1d": 2, "upsample_trilinear3d": 2,
-         "upsample_bicubic2d": 4}
+         "upsample_bicubic2d": 4, "_upsample_nearest_exact1d": 1, "_upsample_nearest_exact3d": 1}
+#: the kernels that run channels-last on a multi-channel input (the ``nearest-exact`` one shares nearest's path)
+_CHANNELS_LAST_UPSAMPLING = ("upsample_nearest2d", "upsample_bilinear2d", "_upsample_nearest_exact2d")
 
 
 def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """Upsampling on CPU (UpSampleKernel.cpp).  ``nearest2d`` and ``bilinear2d`` with more than one
+    """Upsampling on CPU (UpSampleKernel.cpp; ``nearest-exact`` runs nearest's kernels with another
+    source index).  ``nearest2d`` and ``bilinear2d`` with more than one
     channel run channels-last: a channels-last copy of the input and a channels-last result,
     copied into the NCHW one.  The separable kernels (1d, 3d, bicubic) precompute, per output
     dimension, each tap's int64 source index and its weight (the input's dtype) for every output
@@ -780,7 +799,7 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     name = target.overloadpacket.__name__
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return 0
-    if name in ("upsample_nearest2d", "upsample_bilinear2d"):
+    if name in _CHANNELS_LAST_UPSAMPLING:
         return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
     taps = _TAPS.get(name, 0)
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
@@ -1084,7 +1103,7 @@ TABLE: dict[str, Entry] = {
     **dict.fromkeys(("multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), multilabel_margin),
     "im2col": im2col,
     "col2im": col2im,
-    **dict.fromkeys(("upsample_nearest2d", "upsample_bilinear2d", *_TAPS), upsample),
+    **dict.fromkeys((*_CHANNELS_LAST_UPSAMPLING, *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
@@ -1114,6 +1133,7 @@ TABLE: dict[str, Entry] = {
     "histc": histc,
     "native_dropout_backward": native_dropout_backward,
     "renorm": renorm,
+    "_chunk_cat": chunk_cat,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
