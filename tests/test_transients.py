@@ -488,6 +488,13 @@ _FFTS = [((5, 7), "contiguous", [1]), ((4, 5, 7), "contiguous", [1]), ((4, 5, 7)
          ((3, 5, 7), "contiguous", [0, 1]), ((2, 1, 6), "transposed", [0, 2, 1])]
 
 
+def _scatter_reduce(reduce: str, include: bool) -> Callable[..., Any]:
+    def f(x: Any, i: Any, src: Any) -> Any:
+        return aten.scatter_reduce.two(x, 0, i, src, reduce, include_self=include)
+
+    return f
+
+
 def _op_sweep_calls() -> list[OpCall]:
     """Kernels the op sweep (``op-*``) runs whose workspace the module sweep does not reach."""
     calls: list[OpCall] = []
@@ -580,6 +587,18 @@ def _op_sweep_calls() -> list[OpCall]:
 
         calls.append(OpCall(f"_chunk_cat-{len(shapes)}x{'x'.join(map(str, shapes[-1]))}-dim{dim}-chunks{chunks}",
                             "_chunk_cat", cat, chunked))
+    for (size, shape), idt, dtype in ((((10, 5), (5, 5)), torch.int64, torch.float32),
+                                      (((4, 3), (6, 3)), torch.int32, torch.float64), (((8,), (3,)), torch.int64,
+                                                                                      torch.float64)):
+        def reduced(size: Any = size, shape: Any = shape, idt: torch.dtype = idt, dtype: torch.dtype = dtype,
+                    ) -> tuple[Any, ...]:
+            return (torch.randn(size, dtype=dtype), torch.randint(0, size[0], shape, dtype=idt),
+                    torch.randn(shape, dtype=dtype))
+
+        for reduce in ("mean", "sum", "amax"):
+            for include in (True, False):
+                calls.append(OpCall(f"scatter_reduce-{reduce}-{include}-{'x'.join(map(str, shape))}-{idt}-{dtype}",
+                                    "scatter_reduce", _scatter_reduce(reduce, include), reduced))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

@@ -410,6 +410,22 @@ def chunk_cat(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) 
     return total
 
 
+def scatter_reduce(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``scatter_reduce.two`` (TensorAdvancedIndexing.cpp): the index's int64 copy as in
+    :func:`scatter_gather`, one at a time; for ``"mean"``, the counts: ``ones_like(src)`` scattered into a result-sized
+    count, then ``count.masked_fill_(count == 0, 1)`` (a wrapped int scalar cast to the dtype and a bool
+    mask), all alive before the division."""
+    src, reduce = _argument(target, operands, "src"), _argument(target, operands, "reduce")
+    total = scatter_gather(target, operands, out)
+    if reduce != "mean":
+        return total
+    if not out.dtype.is_floating_point:
+        raise KernelNotModelled(f"{target} mean on {out.dtype} is not in the transient table")
+    compare = binary_elementwise(torch.ops.aten.eq.Scalar, [out, 0], out)
+    # the index's copy is made again by the counts' scatter_add_, freed before the comparison
+    return max(total, _nbytes(src) + _nbytes(out) + max(total, compare + out.numel()))
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1134,6 +1150,7 @@ TABLE: dict[str, Entry] = {
     "native_dropout_backward": native_dropout_backward,
     "renorm": renorm,
     "_chunk_cat": chunk_cat,
+    "scatter_reduce": scatter_reduce,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
