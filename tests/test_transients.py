@@ -495,6 +495,13 @@ def _scatter_reduce(reduce: str, include: bool) -> Callable[..., Any]:
     return f
 
 
+def _lu_unpack(data: bool, pivots: bool) -> Callable[..., Any]:
+    def f(lu: Any, piv: Any) -> Any:
+        return aten.lu_unpack.default(lu, piv, data, pivots)
+
+    return f
+
+
 def _op_sweep_calls() -> list[OpCall]:
     """Kernels the op sweep (``op-*``) runs whose workspace the module sweep does not reach."""
     calls: list[OpCall] = []
@@ -599,6 +606,13 @@ def _op_sweep_calls() -> list[OpCall]:
             for include in (True, False):
                 calls.append(OpCall(f"scatter_reduce-{reduce}-{include}-{'x'.join(map(str, shape))}-{idt}-{dtype}",
                                     "scatter_reduce", _scatter_reduce(reduce, include), reduced))
+    for shape in ((3, 5), (5, 3), (4, 4), (2, 4, 3), (3, 2, 4, 3), (2, 3, 5)):
+        def factored(shape: tuple[int, ...] = shape) -> tuple[Any, ...]:
+            return tuple(torch.linalg.lu_factor(torch.randn(shape)))
+
+        for data, pivots in ((True, True), (True, False), (False, True)):
+            calls.append(OpCall(f"lu_unpack-{'x'.join(map(str, shape))}-data{data}-pivots{pivots}", "lu_unpack",
+                                _lu_unpack(data, pivots), factored))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

@@ -426,6 +426,22 @@ def scatter_reduce(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
     return max(total, _nbytes(src) + _nbytes(out) + max(total, compare + out.numel()))
 
 
+def lu_unpack(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``lu_unpack`` (BatchLinearAlgebra.cpp) builds the permutation from ``arange(m)`` (int64), expanded
+    to the pivots' batch and made contiguous when there is one, before applying the pivots to it."""
+    lu, pivots = operands[0], operands[1]
+    m, n = int(lu.shape[-2]), int(lu.shape[-1])
+    batch = math.prod(int(d) for d in pivots.shape[:-1])
+    batched = pivots.dim() > 1
+    # a batched unpacking of the data also makes a k x k temporary per matrix first, k = min(m, n) (measured on
+    # three batch geometries, its source line not located; freed before the pivots)
+    k = min(m, n)
+    data = batch * k * k * lu.element_size() if batched and _argument(target, operands, "unpack_data") else 0
+    if not bool(_argument(target, operands, "unpack_pivots")):
+        return data
+    return max(data, 8 * m + (8 * m * batch if batched else 0))
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1151,6 +1167,7 @@ TABLE: dict[str, Entry] = {
     "renorm": renorm,
     "_chunk_cat": chunk_cat,
     "scatter_reduce": scatter_reduce,
+    "lu_unpack": lu_unpack,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
