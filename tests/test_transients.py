@@ -502,6 +502,13 @@ def _lu_unpack(data: bool, pivots: bool) -> Callable[..., Any]:
     return f
 
 
+def _segment_reduce(reduce: str, given: str) -> Callable[..., Any]:
+    def f(data: Any, segments: Any) -> Any:
+        return aten.segment_reduce.default(data, reduce, **{given: segments})
+
+    return f
+
+
 def _op_sweep_calls() -> list[OpCall]:
     """Kernels the op sweep (``op-*``) runs whose workspace the module sweep does not reach."""
     calls: list[OpCall] = []
@@ -613,6 +620,15 @@ def _op_sweep_calls() -> list[OpCall]:
         for data, pivots in ((True, True), (True, False), (False, True)):
             calls.append(OpCall(f"lu_unpack-{'x'.join(map(str, shape))}-data{data}-pivots{pivots}", "lu_unpack",
                                 _lu_unpack(data, pivots), factored))
+    for reduce in ("sum", "max", "mean"):
+        for shape, lengths in (((5,), [1, 2, 0, 2]), ((12,), [3, 3, 6]), ((12, 3), [3, 3, 6]), ((1,), [1])):
+            def segments(shape: tuple[int, ...] = shape, lengths: list[int] = lengths) -> tuple[Any, ...]:
+                return torch.randn(shape), torch.tensor(lengths)
+
+            calls.append(OpCall(f"segment_reduce-{reduce}-{'x'.join(map(str, shape))}-lengths", "segment_reduce",
+                                _segment_reduce(reduce, "lengths"), segments))
+        calls.append(OpCall(f"segment_reduce-{reduce}-offsets", "segment_reduce", _segment_reduce(reduce, "offsets"),
+                            lambda: (torch.randn(5), torch.tensor([0, 1, 3, 3, 5]))))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls

@@ -442,6 +442,18 @@ def lu_unpack(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) 
     return max(data, 8 * m + (8 * m * batch if batched else 0))
 
 
+def segment_reduce(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``segment_reduce`` (SegmentReduce.cpp) given ``lengths`` first checks that they sum to the data's
+    size along ``axis``: ``lengths.sum()`` (an int64 0-dim), compared with a wrapped int64 into a bool,
+    all freed before the result is allocated; given ``offsets``, nothing."""
+    lengths = _argument(target, operands, "lengths")
+    if lengths is None:
+        return 0
+    if lengths.dtype != torch.int64:
+        raise KernelNotModelled(f"{target} with {lengths.dtype} lengths is not in the transient table")
+    return max(8 + 8 + 1 - _nbytes(out), 0)
+
+
 # --------------------------------------------------------------------------- convolution
 
 
@@ -1168,6 +1180,7 @@ TABLE: dict[str, Entry] = {
     "_chunk_cat": chunk_cat,
     "scatter_reduce": scatter_reduce,
     "lu_unpack": lu_unpack,
+    "segment_reduce": segment_reduce,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
