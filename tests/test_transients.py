@@ -408,6 +408,7 @@ def _module_sweep_calls() -> list[OpCall]:
             calls.append(OpCall(f"conv-transpose-{tag}", "convolution", conv_t, t_args))
             calls.append(OpCall(f"conv-transpose-backward-{tag}", "convolution_backward", conv_t_bw, t_bw_args))
     calls.extend(_composite_calls())
+    calls.extend(_op_sweep_calls())
     return calls
 
 
@@ -456,6 +457,180 @@ def _composite_calls() -> list[OpCall]:
     for t, n, c, length in ((6, 2, 5, 3), (10, 3, 7, 4)):
         calls.append(OpCall(f"ctc_loss_backward-{t}x{n}x{c}-L{length}", "_ctc_loss_backward", _ctc_backward(),
                             _ctc_operands(t, n, c, length)))
+    return calls
+
+
+def _bound(op: Callable[..., Any], *rest: Any, **kwargs: Any) -> Callable[..., Any]:
+    """``op(x, *rest, **kwargs)`` as a one-operand function (traced with one input)."""
+    def f(x: Any) -> Any:
+        return op(x, *rest, **kwargs)
+
+    return f
+
+
+def _made(shape: tuple[int, ...], layout: str = "contiguous", dtype: torch.dtype = torch.float32,
+          ) -> Callable[[], tuple[Any, ...]]:
+    """One operand of ``shape``: contiguous, or the transpose of a contiguous tensor of the reversed shape."""
+    def make() -> tuple[Any, ...]:
+        if layout == "contiguous" or len(shape) < 2:
+            x = torch.randn(shape)
+        else:
+            x = torch.randn(shape[::-1]).permute(*range(len(shape) - 1, -1, -1))
+        return ((x * 4).to(dtype),)
+
+    return make
+
+
+#: FFT operands: (shape, layout, transform dims): batch dimensions that collapse into one (a view)
+#: or not (a copy), several transform dims, a transposed input
+_FFTS = [((5, 7), "contiguous", [1]), ((4, 5, 7), "contiguous", [1]), ((4, 5, 7), "transposed", [2]),
+         ((3, 4, 5, 6), "contiguous", [1, 3]), ((3, 4, 5, 6), "transposed", [0, 2]), ((3, 5, 7), "contiguous", [1, 2]),
+         ((3, 5, 7), "contiguous", [0, 1]), ((2, 1, 6), "transposed", [0, 2, 1])]
+
+
+def _scatter_reduce(reduce: str, include: bool) -> Callable[..., Any]:
+    def f(x: Any, i: Any, src: Any) -> Any:
+        return aten.scatter_reduce.two(x, 0, i, src, reduce, include_self=include)
+
+    return f
+
+
+def _lu_unpack(data: bool, pivots: bool) -> Callable[..., Any]:
+    def f(lu: Any, piv: Any) -> Any:
+        return aten.lu_unpack.default(lu, piv, data, pivots)
+
+    return f
+
+
+def _segment_reduce(reduce: str, given: str) -> Callable[..., Any]:
+    def f(data: Any, segments: Any) -> Any:
+        return aten.segment_reduce.default(data, reduce, **{given: segments})
+
+    return f
+
+
+def _op_sweep_calls() -> list[OpCall]:
+    """Kernels the op sweep (``op-*``) runs whose workspace the module sweep does not reach."""
+    calls: list[OpCall] = []
+    for shape, layout, dims in _FFTS:
+        tag = f"{'x'.join(map(str, shape))}-{layout}-dims{''.join(map(str, dims))}"
+        real, cplx = _made(shape, layout), _made(shape, layout, torch.complex64)
+        calls.append(OpCall(f"fft-r2c-{tag}", "_fft_r2c", _bound(aten._fft_r2c.default, dims, 0, True), real))
+        calls.append(OpCall(f"fft-r2c-twosided-{tag}", "_fft_r2c", _bound(aten._fft_r2c.default, dims, 0, False),
+                            real))
+        calls.append(OpCall(f"fft-c2c-{tag}", "_fft_c2c", _bound(aten._fft_c2c.default, dims, 1, True), cplx))
+        last = max(2 * (shape[dims[-1]] - 1), 1)
+        calls.append(OpCall(f"fft-c2r-{tag}", "_fft_c2r", _bound(aten._fft_c2r.default, dims, 2, last), cplx))
+    for shape, layout in (((7,), "contiguous"), ((4, 5), "contiguous"), ((4, 5), "transposed"),
+                          ((3, 4, 5), "transposed"), ((1, 6), "transposed")):
+        tag = f"{'x'.join(map(str, shape))}-{layout}"
+        x, x64, xi = _made(shape, layout), _made(shape, layout, torch.float64), _made(shape, layout, torch.int64)
+        for d in range(len(shape)):
+            calls.append(OpCall(f"sort-{tag}-dim{d}", "sort", _bound(aten.sort.default, d, False), xi))
+            calls.append(OpCall(f"sort-stable-{tag}-dim{d}", "sort", _bound(aten.sort.stable, stable=True, dim=d), x))
+            calls.append(OpCall(f"kthvalue-{tag}-dim{d}", "kthvalue", _bound(aten.kthvalue.default, 1, d), x64))
+            calls.append(OpCall(f"median-{tag}-dim{d}", "median", _bound(aten.median.dim, d), x))
+            calls.append(OpCall(f"nanmedian-{tag}-dim{d}", "nanmedian", _bound(aten.nanmedian.dim, d), xi))
+        calls.append(OpCall(f"median-{tag}", "median", aten.median.default, x64))
+        calls.append(OpCall(f"nanmedian-{tag}", "nanmedian", aten.nanmedian.default, x))
+        for dims in (None, [0], list(range(len(shape)))):
+            for name, op in (("std", aten.std.correction), ("var", aten.var.correction)):
+                for make in (x, x64):
+                    calls.append(OpCall(f"{name}-{tag}-dims{dims}", name, _bound(op, dims, correction=1), make))
+            if dims is not None:
+                for keep in (False, True):
+                    calls.append(OpCall(f"logsumexp-{tag}-dims{dims}-keep{keep}", "logsumexp",
+                                        _bound(aten.logsumexp.default, dims, keep), x64 if keep else x))
+        calls.append(OpCall(f"mean-{tag}-float64", "mean", aten.mean.default, x64))
+        calls.append(OpCall(f"deg2rad-{tag}", "deg2rad", aten.deg2rad.default, x))
+        calls.append(OpCall(f"rad2deg-{tag}-float64", "rad2deg", aten.rad2deg.default, x64))
+        calls.append(OpCall(f"pow-scalar-{tag}", "pow", _bound(lambda e, base: aten.pow.Scalar(base, e), 2.0), xi))
+        calls.append(OpCall(f"pow-tensor-scalar-{tag}", "pow", _bound(aten.pow.Tensor_Scalar, 3.0), x))
+        for dtype in (torch.float32, torch.int64, torch.uint8, torch.bool):
+            make = _made(shape, layout, dtype)
+            calls.append(OpCall(f"all-{tag}-{dtype}", "all", aten.all.default, make))
+            calls.append(OpCall(f"any-dim-{tag}-{dtype}", "any", _bound(aten.any.dim, 0), make))
+            calls.append(OpCall(f"count_nonzero-{tag}-{dtype}", "count_nonzero",
+                                _bound(aten.count_nonzero.dim_IntList, [0]), make))
+        calls.append(OpCall(f"count_nonzero-default-{tag}", "count_nonzero", _bound(aten.count_nonzero.default, 0), x))
+        calls.append(OpCall(f"roll-flat-{tag}", "roll", _bound(aten.roll.default, [2]), x))
+        calls.append(OpCall(f"roll-dims-{tag}", "roll", _bound(aten.roll.default, [1] * len(shape),
+                                                                 list(range(len(shape)))), x))
+    for dtype in (torch.uint8, torch.float32, torch.bool):  # one element: read through a cast to bool
+        calls.append(OpCall(f"all-one-element-{dtype}", "all", aten.all.default, _made((1, 1), dtype=dtype)))
+    for idt in (torch.int32, torch.int64):
+        for shape, size in (((5, 5), (10, 5)), ((2, 4, 5), (3, 4, 5))):
+            def operands(shape: tuple[int, ...] = shape, size: tuple[int, ...] = size,
+                         idt: torch.dtype = idt) -> tuple[Any, ...]:
+                return torch.randn(size), torch.randint(0, 2, shape, dtype=idt), torch.randn(shape)
+
+            tag = f"{'x'.join(map(str, shape))}-{idt}"
+            calls.append(OpCall(f"gather-{tag}", "gather", lambda x, i, s: aten.gather.default(x, 0, i), operands))
+            calls.append(OpCall(f"scatter-{tag}", "scatter", lambda x, i, s: aten.scatter.src(x, 0, i, s), operands))
+            calls.append(OpCall(f"scatter-value-{tag}", "scatter", lambda x, i, s: aten.scatter.value(x, 0, i, 2.0),
+                                operands))
+            calls.append(OpCall(f"scatter_add-{tag}", "scatter_add",
+                                lambda x, i, s: aten.scatter_add.default(x, 0, i, s), operands))
+    for bins, low, high in ((10, 0.0, 1.0), (7, 0.0, 0.0), (1, -1.0, 1.0), (100, 0.0, 0.0)):
+        for shape, dtype in (((100,), torch.float32), ((5, 6), torch.float64), ((), torch.float32)):
+            calls.append(OpCall(f"histc-{bins}-{low}-{high}-{'x'.join(map(str, shape))}-{dtype}", "histc",
+                                _bound(aten.histc.default, bins, low, high), _made(shape, dtype=dtype)))
+    for shape, dtype in (((5, 5), torch.float32), ((2, 3, 4), torch.float64), ((), torch.float32), ((), torch.float64)):
+        def grad_mask(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            return torch.randn(shape, dtype=dtype), torch.randn(shape) > 0
+
+        calls.append(OpCall(f"native_dropout_backward-{'x'.join(map(str, shape))}-{dtype}", "native_dropout_backward",
+                            lambda g, m: aten.native_dropout_backward.default(g, m, 2.0), grad_mask))
+    for shape in ((5, 5, 5), (3, 4)):
+        for d in range(len(shape)):
+            calls.append(OpCall(f"renorm-{'x'.join(map(str, shape))}-dim{d}", "renorm",
+                                _bound(aten.renorm.default, 2, d, 1.0), _made(shape, "transposed")))
+    for shape, size in (((2, 3, 4), [6]), ((1, 1, 5), [12]), ((2, 3, 4, 5), [7, 3]), ((1, 1, 4, 5), [8, 2]),
+                        ((2, 3, 4, 5, 6), [3, 5, 2])):
+        exact = {3: aten._upsample_nearest_exact1d, 4: aten._upsample_nearest_exact2d,
+                 5: aten._upsample_nearest_exact3d}[len(shape)]
+        calls.append(OpCall(f"upsample-nearest-exact-{'x'.join(map(str, shape))}", exact.__name__.split(".")[0],
+                            _bound(exact.default, size), _made(shape)))
+    for shapes, dim, chunks in ((((1, 2, 3), (1, 2, 3)), 1, 2), (((1, 2, 3), (1, 2, 3)), 2, 5),
+                                (((4, 6), (4, 5)), 1, 3), (((3, 4),), 0, 2), (((10, 20), (10, 30)), -1, 4)):
+        def chunked(shapes: Any = shapes) -> tuple[Any, ...]:
+            return tuple(torch.randn(s) for s in shapes)
+
+        def cat(*ts: Any, dim: int = dim, chunks: int = chunks) -> Any:
+            return aten._chunk_cat.default(list(ts), dim, chunks)
+
+        calls.append(OpCall(f"_chunk_cat-{len(shapes)}x{'x'.join(map(str, shapes[-1]))}-dim{dim}-chunks{chunks}",
+                            "_chunk_cat", cat, chunked))
+    for (size, shape), idt, dtype in ((((10, 5), (5, 5)), torch.int64, torch.float32),
+                                      (((4, 3), (6, 3)), torch.int32, torch.float64), (((8,), (3,)), torch.int64,
+                                                                                      torch.float64)):
+        def reduced(size: Any = size, shape: Any = shape, idt: torch.dtype = idt, dtype: torch.dtype = dtype,
+                    ) -> tuple[Any, ...]:
+            return (torch.randn(size, dtype=dtype), torch.randint(0, size[0], shape, dtype=idt),
+                    torch.randn(shape, dtype=dtype))
+
+        for reduce in ("mean", "sum", "amax"):
+            for include in (True, False):
+                calls.append(OpCall(f"scatter_reduce-{reduce}-{include}-{'x'.join(map(str, shape))}-{idt}-{dtype}",
+                                    "scatter_reduce", _scatter_reduce(reduce, include), reduced))
+    for shape in ((3, 5), (5, 3), (4, 4), (2, 4, 3), (3, 2, 4, 3), (2, 3, 5)):
+        def factored(shape: tuple[int, ...] = shape) -> tuple[Any, ...]:
+            return tuple(torch.linalg.lu_factor(torch.randn(shape)))
+
+        for data, pivots in ((True, True), (True, False), (False, True)):
+            calls.append(OpCall(f"lu_unpack-{'x'.join(map(str, shape))}-data{data}-pivots{pivots}", "lu_unpack",
+                                _lu_unpack(data, pivots), factored))
+    for reduce in ("sum", "max", "mean"):
+        for shape, lengths in (((5,), [1, 2, 0, 2]), ((12,), [3, 3, 6]), ((12, 3), [3, 3, 6]), ((1,), [1])):
+            def segments(shape: tuple[int, ...] = shape, lengths: list[int] = lengths) -> tuple[Any, ...]:
+                return torch.randn(shape), torch.tensor(lengths)
+
+            calls.append(OpCall(f"segment_reduce-{reduce}-{'x'.join(map(str, shape))}-lengths", "segment_reduce",
+                                _segment_reduce(reduce, "lengths"), segments))
+        calls.append(OpCall(f"segment_reduce-{reduce}-offsets", "segment_reduce", _segment_reduce(reduce, "offsets"),
+                            lambda: (torch.randn(5), torch.tensor([0, 1, 3, 3, 5]))))
+    calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
+    calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
     return calls
 
 

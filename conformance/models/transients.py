@@ -104,11 +104,13 @@ def _table_bytes(node: torch.fx.Node) -> int:
 def op_workspace(target: Any, operands: Sequence[Any], out: Any) -> int:
     """The table's bytes for one call of ``target`` (an entry, or a composite kernel's body:
     :mod:`conformance.models.composite`); 0 for an op with neither."""
-    if not isinstance(target, torch._ops.OpOverload) or not any(isinstance(t, torch.Tensor) for t in operands):
+    if not isinstance(target, torch._ops.OpOverload):
         return 0
     entry = TABLE.get(target.overloadpacket.__name__)
-    if entry is not None:
-        return entry(target, operands, out)
+    if entry is not None and any(isinstance(t, torch.Tensor) for t in tree_flatten(list(operands))[0]):
+        return entry(target, operands, out)  # tensors in a list operand too (``_chunk_cat``'s)
+    if not any(isinstance(t, torch.Tensor) for t in operands):
+        return 0
     if _symbolic(operands) or _symbolic([out]):
         return 0
     try:
@@ -210,14 +212,20 @@ def binary_elementwise(target: torch._ops.OpOverload, operands: Sequence[Any], o
 
 
 def mean(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """``mean`` divides the sum in place by the element count, a wrapped scalar as above.  For
+    """``mean`` divides the sum in place by the element count (an int64 scalar, wrapped and cast to the
+    dtype, float64 too: :func:`_mean_division`).  For
     bfloat16/float16 the CPU kernel computes in float32: a float32 copy of the input and a
     float32 result (ReduceOps.cpp ``mean_out``), which dominate."""
     x = operands[0]
     n_out = out.numel() if isinstance(out, torch.Tensor) else 1
     if x.dtype in REDUCED_FLOATS:
         return max(4 * x.numel() + 4 * n_out, 4 * n_out + 8 + 4)
-    return 8 + (x.dtype.itemsize if x.dtype != torch.float64 else 0)
+    return _mean_division(x)
+
+
+def _mean_division(x: torch.Tensor) -> int:
+    """``mean_out``'s ``div_`` by the element count, an integer: a wrapped int64 scalar, cast to the dtype."""
+    return 8 + x.dtype.itemsize
 
 
 def sum_(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -233,6 +241,217 @@ def sum_(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> in
     if target._overloadname == "default" and x.dtype in REDUCED_FLOATS and not x.is_contiguous():
         return 4 * x.numel() + 4
     return 0
+
+
+# --------------------------------------------------------------------------- sorting, selection, reductions
+
+
+def sort(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``sort`` (SortingKernel.cpp ``_fill_indices``): the indices are filled from an
+    ``arange(size(dim))``, an int64 row alive while they are, whatever the input's dtype; a 0-dim
+    input is copied as it is."""
+    x = operands[0]
+    if x.dim() == 0:
+        return 0
+    return 8 * int(x.shape[_argument(target, operands, "dim") % x.dim()])
+
+
+def kthvalue(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``kthvalue`` (Sorting.cpp ``kthvalue_out_impl_cpu``) selects in a contiguous clone of the
+    input beside an int64 index buffer of the input's shape; a 0-dim input is copied as it is."""
+    x = operands[0]
+    return 0 if x.dim() == 0 else x.numel() * (x.element_size() + 8)
+
+
+def median(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``median``/``nanmedian`` (Sorting.cpp): over all elements, ``nth_element`` in a clone of the
+    input; along ``dim``, the input as it is when that dimension's stride is at most 1, else a
+    contiguous copy with that dimension moved last (none when the moved view is contiguous)."""
+    x = operands[0]
+    if target._overloadname == "default":
+        return _nbytes(x)
+    if x.dim() == 0:
+        return 0
+    dim = int(operands[1]) % x.dim()
+    if int(x.stride(dim)) <= 1:
+        return 0
+    moved = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    moved = moved.unsqueeze(-1).transpose(dim, -1).squeeze(dim)
+    return 0 if moved.is_contiguous() else _nbytes(x)
+
+
+def std_var(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``std``/``var`` (ReduceOps.cpp ``std_var_out``) to at most one element of a float32/float64
+    input take ``std_var_all_cpu``: two passes around ``self.mean()``, whose 0-dim result and
+    in-place division are alive meanwhile (see :func:`mean`); any other reduction is one pass."""
+    x = operands[0]
+    if x.dtype not in (torch.float32, torch.float64) or not isinstance(out, torch.Tensor) or out.numel() > 1:
+        return 0
+    if x.numel() == 0:
+        return 0
+    return x.element_size() + _mean_division(x)
+
+
+def logsumexp(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``logsumexp`` (ReduceOps.cpp ``logsumexp_out_impl``): ``maxes = amax(self, dims, keepdim=True)``
+    (alive to the end); ``maxes.abs() == INFINITY`` (the absolute values, a wrapped float64 scalar
+    cast to the dtype, a bool mask) to zero infinite maxes, freed before the result is made; then
+    ``(self - maxes).exp_()``, input-sized, summed into the result."""
+    x = operands[0]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise KernelNotModelled(f"{target} on {x.dtype} is not in the transient table")
+    n_max = out.numel()
+    maxes = n_max * x.element_size()
+    mask = maxes + 8 + (x.element_size() if x.dtype != torch.float64 else 0) + n_max
+    return max(maxes + mask - _nbytes(out), maxes + x.numel() * x.element_size())
+
+
+def scalar_multiple(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``deg2rad``/``rad2deg`` multiply by a Python float (a wrapped float64 scalar, cast to the
+    dtype; see :func:`binary_elementwise`)."""
+    return binary_elementwise(target, [operands[0], 1.0], out)
+
+
+def pow_scalar(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``pow(Scalar self, Tensor exponent)`` (what ``ldexp`` calls) wraps its base into a 0-dim tensor
+    and runs as a binary TensorIterator op (:func:`binary_elementwise`); a tensor exponent of
+    another dtype is cast.  ``pow(Tensor, Scalar)`` has its own scalar paths and allocates nothing."""
+    if target._overloadname != "Scalar":
+        return 0
+    return binary_elementwise(target, operands[:2], out)
+
+
+def all_any(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``all``/``any`` (ReduceOps.cpp ``allany_impl``): a single element is read through
+    ``self.to(kBool)`` (one byte, none for a bool input); more are reduced by an iterator made with
+    ``make_reduction_from_out_ty``, which casts the input to the result's dtype (bool; uint8 for a
+    uint8 input, not copied)."""
+    x = operands[0]
+    if not isinstance(out, torch.Tensor):
+        return 0
+    if x.numel() == 1:
+        return 0 if x.dtype == torch.bool else 1
+    return 0 if out.dtype == x.dtype else x.numel() * out.element_size()
+
+
+def count_nonzero(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``count_nonzero`` over dimensions (ReduceOps.cpp ``count_nonzero_cpu``) is ``(self != 0).sum(dims)``:
+    the comparison with a wrapped scalar (:func:`binary_elementwise`) into a bool mask, then the sum's
+    int64 copy of that mask (:func:`sum_`); over none it counts in place."""
+    x, dims = operands[0], operands[1]
+    if target._overloadname != "dim_IntList":  # ``count_nonzero(self, dim=None)`` calls the above with [dim] or []
+        dims = [] if dims is None else [dims]
+    if not dims:
+        return 0
+    if x.dtype == torch.bool:  # its own mask: no comparison is made (measured)
+        return x.numel() * 8
+    mask = x.numel()
+    compare = binary_elementwise(torch.ops.aten.ne.Scalar, [x, 0], None)
+    return max(compare + mask - _nbytes(out), mask + x.numel() * 8)
+
+
+def roll(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``roll`` over several dimensions (TensorTransformations.cpp ``roll_common``) rolls the first, then
+    the rest of the result, recursively: the ``k - 1`` intermediate results are alive at the last;
+    with no dimension it rolls ``self.flatten()``."""
+    x, dims = operands[0], operands[2] if len(operands) > 2 and operands[2] is not None else []
+    if not dims:  # the flattened input rolled, viewed back: flattening copies a layout that is not flat
+        return 0 if _flattens_as_view(x) else _nbytes(x)
+    return (len(dims) - 1) * _nbytes(out)
+
+
+def scatter_gather(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``gather``/``scatter``/``scatter_add`` on the CPU index with int64: an index of another dtype
+    (int32, which the ops accept) is converted into an int64 copy first, alive for the op."""
+    index = _argument(target, operands, "index")
+    return 0 if index.dtype == torch.int64 else index.numel() * 8
+
+
+def histc(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``histc`` (Histogram.cpp, HistogramKernel.cpp): the ``bins + 1`` bin edges, then one histogram
+    per intra-op thread (``torch.get_num_threads()`` x ``bins``, zeroed, summed into the result), all
+    in the input's dtype; ``min == max`` first takes the input's ``aminmax`` (two 0-dim results, freed
+    before the edges are made)."""
+    x, bins = operands[0], int(_argument(target, operands, "bins"))
+    return (bins + 1 + torch.get_num_threads() * bins) * x.element_size()
+
+
+def native_dropout_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_dropout_backward`` is ``grad * mask * scale`` (Dropout.cpp): ``grad * mask`` casts the bool
+    mask to the gradient's dtype into a temporary (:func:`binary_elementwise`) beside its result, which
+    is then scaled by a wrapped float64 scalar into the output."""
+    grad, mask = operands[0], operands[1]
+    cast = binary_elementwise(torch.ops.aten.mul.Tensor, [grad, mask], out)
+    return max(cast, _nbytes(out) + binary_elementwise(torch.ops.aten.mul.Tensor, [out, 1.0], out))
+
+
+def renorm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``renorm`` (Normalization.cpp ``renorm_out``): the norms over every dimension but ``dim``
+    (``linalg_vector_norm(..., keepdim=True)``, ``size(dim)`` elements), turned into the scale factors in
+    place."""
+    x = operands[0]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise KernelNotModelled(f"{target} on {x.dtype} is not in the transient table")
+    dim = int(_argument(target, operands, "dim")) % max(x.dim(), 1)
+    return (int(x.shape[dim]) if x.dim() else 1) * x.element_size()
+
+
+def chunk_cat(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_chunk_cat`` (TensorShape.cpp ``_pad_chunk``): a tensor whose size along ``dim`` is not a multiple
+    of ``num_chunks`` is copied into zeros padded up to one, alive until the ``cat`` that makes the result."""
+    tensors, dim, chunks = operands[0], int(operands[1]), int(operands[2])
+    total = 0
+    for t in tensors:
+        d = dim % t.dim()
+        size = int(t.shape[d])
+        padded = -(-size // chunks) * chunks
+        if padded != size:
+            total += t.numel() // size * padded * t.element_size()
+    return total
+
+
+def scatter_reduce(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``scatter_reduce.two`` (TensorAdvancedIndexing.cpp): the index's int64 copy as in
+    :func:`scatter_gather`, one at a time; for ``"mean"``, the counts: ``ones_like(src)`` scattered into a result-sized
+    count, then ``count.masked_fill_(count == 0, 1)`` (a wrapped int scalar cast to the dtype and a bool
+    mask), all alive before the division."""
+    src, reduce = _argument(target, operands, "src"), _argument(target, operands, "reduce")
+    total = scatter_gather(target, operands, out)
+    if reduce != "mean":
+        return total
+    if not out.dtype.is_floating_point:
+        raise KernelNotModelled(f"{target} mean on {out.dtype} is not in the transient table")
+    compare = binary_elementwise(torch.ops.aten.eq.Scalar, [out, 0], out)
+    # the index's copy is made again by the counts' scatter_add_, freed before the comparison
+    return max(total, _nbytes(src) + _nbytes(out) + max(total, compare + out.numel()))
+
+
+def lu_unpack(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``lu_unpack`` (BatchLinearAlgebra.cpp) builds the permutation from ``arange(m)`` (int64), expanded
+    to the pivots' batch and made contiguous when there is one, before applying the pivots to it."""
+    lu, pivots = operands[0], operands[1]
+    m, n = int(lu.shape[-2]), int(lu.shape[-1])
+    batch = math.prod(int(d) for d in pivots.shape[:-1])
+    batched = pivots.dim() > 1
+    # a batched unpacking of the data also makes a k x k temporary per matrix first, k = min(m, n) (measured on
+    # three batch geometries, its source line not located; freed before the pivots)
+    k = min(m, n)
+    data = batch * k * k * lu.element_size() if batched and _argument(target, operands, "unpack_data") else 0
+    if not bool(_argument(target, operands, "unpack_pivots")):
+        return data
+    return max(data, 8 * m + (8 * m * batch if batched else 0))
+
+
+def segment_reduce(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``segment_reduce`` (SegmentReduce.cpp) given ``lengths`` first checks that they sum to the data's
+    size along ``axis``: ``lengths.sum()`` (an int64 0-dim), compared with a wrapped int64 into a bool,
+    all freed before the result is allocated; given ``offsets``, nothing."""
+    lengths = _argument(target, operands, "lengths")
+    if lengths is None:
+        return 0
+    if lengths.dtype != torch.int64:
+        raise KernelNotModelled(f"{target} with {lengths.dtype} lengths is not in the transient table")
+    return max(8 + 8 + 1 - _nbytes(out), 0)
 
 
 # --------------------------------------------------------------------------- convolution
@@ -608,11 +827,14 @@ def col2im_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
 
 #: interpolation taps per output position of the separable upsampling kernels
 _TAPS = {"upsample_nearest1d": 1, "upsample_nearest3d": 1, "upsample_linear1d": 2, "upsample_trilinear3d": 2,
-         "upsample_bicubic2d": 4}
+         "upsample_bicubic2d": 4, "_upsample_nearest_exact1d": 1, "_upsample_nearest_exact3d": 1}
+#: the kernels that run channels-last on a multi-channel input (the ``nearest-exact`` one shares nearest's path)
+_CHANNELS_LAST_UPSAMPLING = ("upsample_nearest2d", "upsample_bilinear2d", "_upsample_nearest_exact2d")
 
 
 def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """Upsampling on CPU (UpSampleKernel.cpp).  ``nearest2d`` and ``bilinear2d`` with more than one
+    """Upsampling on CPU (UpSampleKernel.cpp; ``nearest-exact`` runs nearest's kernels with another
+    source index).  ``nearest2d`` and ``bilinear2d`` with more than one
     channel run channels-last: a channels-last copy of the input and a channels-last result,
     copied into the NCHW one.  The separable kernels (1d, 3d, bicubic) precompute, per output
     dimension, each tap's int64 source index and its weight (the input's dtype) for every output
@@ -621,7 +843,7 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     name = target.overloadpacket.__name__
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return 0
-    if name in ("upsample_nearest2d", "upsample_bilinear2d"):
+    if name in _CHANNELS_LAST_UPSAMPLING:
         return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
     taps = _TAPS.get(name, 0)
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
@@ -690,6 +912,110 @@ def ctc_loss_backward(target: torch._ops.OpOverload, operands: Sequence[Any], ou
     """``_ctc_loss_backward`` on the CPU computes the backward variables ``log_beta`` in a buffer shaped
     as the forward's ``log_alpha`` (LossCTC.cpp), alive with the gradient it returns."""
     return _nbytes(_argument(target, operands, "log_alpha"))
+
+
+# --------------------------------------------------------------------------- FFT (MKL)
+
+
+def _partition(items: list[int], keep_first: Callable[[int], bool]) -> list[int]:
+    """``std::partition`` as libstdc++ does it (not stable: it swaps from both ends), which
+    ``_exec_fft`` uses to put the batch dimensions first."""
+    items, first, last = list(items), 0, len(items)
+    while True:
+        while first != last and keep_first(items[first]):
+            first += 1
+        if first == last:
+            return items
+        last -= 1
+        while first != last and not keep_first(items[last]):
+            last -= 1
+        if first == last:
+            return items
+        items[first], items[last] = items[last], items[first]
+        first += 1
+
+
+@dataclass(frozen=True)
+class _Strided:
+    """A tensor's geometry, all ``_exec_fft`` reads of it."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    itemsize: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _Strided:
+        return cls(tuple(int(d) for d in t.shape), tuple(int(s) for s in t.stride()), t.element_size())
+
+    def nbytes(self) -> int:
+        return math.prod(self.sizes) * self.itemsize
+
+
+def _by_stride(x: _Strided, dims: Sequence[int]) -> list[int]:
+    """``std::sort`` of ``dims`` by decreasing stride: an insertion sort below 17 elements, so ties
+    keep their order (Python's stable sort)."""
+    return sorted(dims, key=lambda d: -x.strides[d])
+
+
+def _exec_fft(x: _Strided, out_sizes: Sequence[int], dims: Sequence[int], out_itemsize: int) -> tuple[int, _Strided]:
+    """``_exec_fft`` (mkl/SpectralOps.cpp): the input, its batch dimensions first in stride order and
+    the transformed ones last, is reshaped to ``(batch, *signal)``: a contiguous copy where that is
+    not a view.  Returns the copy's bytes and the output's geometry (a contiguous batched buffer
+    strided back to the input's dimension order)."""
+    ndim = len(x.sizes)
+    transformed = set(int(d) for d in dims)
+    perm = _partition(list(range(ndim)), lambda d: d not in transformed)
+    batch_dims = ndim - len(transformed)
+    perm = _by_stride(x, perm[:batch_dims]) + [int(d) for d in dims]
+    meta = torch.empty_strided(x.sizes, x.strides, device="meta").permute(perm)
+    signal = [int(d) for d in meta.shape[batch_dims:]]
+    try:
+        meta.view([-1, *signal])
+        copy = 0
+    except RuntimeError:  # not a view: reshape clones
+        copy = x.nbytes()
+    batched_out = [math.prod(int(out_sizes[d]) for d in perm[:batch_dims]), *(int(out_sizes[d]) for d in dims)]
+    contiguous = [math.prod(batched_out[i + 1:]) for i in range(len(batched_out))]
+    out_strides = [0] * ndim
+    numel = 1
+    for i in range(batch_dims - 1, -1, -1):
+        out_strides[perm[i]] = numel * contiguous[0]
+        numel *= int(out_sizes[perm[i]])
+    for i in range(batch_dims, ndim):
+        out_strides[perm[i]] = contiguous[1 + i - batch_dims]
+    return copy, _Strided(tuple(int(d) for d in out_sizes), tuple(out_strides), out_itemsize)
+
+
+def fft_r2c(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_fft_r2c`` on MKL: the transform dimensions but the last sorted by stride, then
+    :func:`_exec_fft`'s copy of the input where its batch dimensions do not collapse to one."""
+    x, dim = operands[0], [int(d) for d in operands[1]]
+    geo = _Strided.of(x)
+    dims = _by_stride(geo, dim[:-1]) + dim[-1:]
+    return _exec_fft(geo, out.shape, dims, out.element_size())[0]
+
+
+def fft_c2c(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_fft_c2c`` on MKL: the transform dimensions sorted by stride, then :func:`_exec_fft`'s copy."""
+    x, dim = operands[0], [int(d) for d in operands[1]]
+    geo = _Strided.of(x)
+    return _exec_fft(geo, geo.sizes, _by_stride(geo, dim), geo.itemsize)[0]
+
+
+def fft_c2r(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_fft_c2r`` on MKL: over several dimensions, a ``_fft_c2c`` over all but the last first (its
+    result, the size of the input, is alive to the end, beside its own copy), then the 1-d
+    complex-to-real transform of that, with :func:`_exec_fft`'s copy of it (the c2c result is laid
+    out in its batch-first order, which rarely collapses)."""
+    x, dim = operands[0], [int(d) for d in operands[1]]
+    geo = _Strided.of(x)
+    first = 0
+    if len(dim) > 1:
+        copy, geo = _exec_fft(geo, geo.sizes, _by_stride(geo, dim[:-1]), geo.itemsize)
+        first = geo.nbytes() + copy - _nbytes(out)  # before the result is allocated
+    held = geo.nbytes() if len(dim) > 1 else 0
+    copy = _exec_fft(geo, out.shape, dim[-1:], out.element_size())[0]
+    return max(first, held + copy)
 
 
 # --------------------------------------------------------------------------- attention
@@ -821,7 +1147,7 @@ TABLE: dict[str, Entry] = {
     **dict.fromkeys(("multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), multilabel_margin),
     "im2col": im2col,
     "col2im": col2im,
-    **dict.fromkeys(("upsample_nearest2d", "upsample_bilinear2d", *_TAPS), upsample),
+    **dict.fromkeys((*_CHANNELS_LAST_UPSAMPLING, *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
@@ -830,6 +1156,31 @@ TABLE: dict[str, Entry] = {
     "_scaled_dot_product_flash_attention_for_cpu_backward": flash_attention_backward,
     "masked_select": masked_select,
     "_ctc_loss_backward": ctc_loss_backward,
+    "_fft_r2c": fft_r2c,
+    "_fft_c2c": fft_c2c,
+    "_fft_c2r": fft_c2r,
+    "sort": sort,
+    "kthvalue": kthvalue,
+    "median": median,
+    "nanmedian": median,
+    "std": std_var,
+    "var": std_var,
+    "logsumexp": logsumexp,
+    "deg2rad": scalar_multiple,
+    "rad2deg": scalar_multiple,
+    "pow": pow_scalar,
+    "all": all_any,
+    "any": all_any,
+    "count_nonzero": count_nonzero,
+    "roll": roll,
+    **dict.fromkeys(("gather", "scatter", "scatter_add"), scatter_gather),
+    "histc": histc,
+    "native_dropout_backward": native_dropout_backward,
+    "renorm": renorm,
+    "_chunk_cat": chunk_cat,
+    "scatter_reduce": scatter_reduce,
+    "lu_unpack": lu_unpack,
+    "segment_reduce": segment_reduce,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
