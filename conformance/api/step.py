@@ -322,9 +322,10 @@ def _keep_native_fills(gm: torch.fx.GraphModule, values: dict[int, torch.Tensor]
         return
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and _undefined(n.target)]
     for k, value in values.items():
-        if k >= len(nodes):
-            continue
-        node = nodes[k]
+        node = nodes[k] if k < len(nodes) else None
+        made = node.meta.get("val") if node is not None else None
+        if node is None or not isinstance(made, torch.Tensor) or (made.shape, made.dtype) != (value.shape, value.dtype):
+            continue  # not the op the mode saw (the k-th ``empty`` of the trace is): leave the graph as traced
         name = f"_native_fill_{k}"
         setattr(gm, name, value)
         with gm.graph.inserting_after(node), warnings.catch_warnings():
