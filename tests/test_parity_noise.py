@@ -248,3 +248,75 @@ def test_eager_passes_on_low_precision_programs_it_failed_on(case_id: str) -> No
     reports = compare_calls(case, calls)
     assert all(r.ok for r in reports.values()), [t.describe() for r in reports.values() for t in r.tensors if not t.ok]
     assert any("noise floor" in t.note for r in reports.values() for t in r.tensors)
+
+
+class _Overflow(torch.nn.Module):
+    """Outputs with infinities: ``log`` of zeros (-inf in every dtype) and an ``exp`` that overflows float32's
+    range (above 3.4e38) where float64's holds it."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.log(torch.relu(x)), torch.exp(x * 60 + 40), torch.tanh(x)
+
+
+def _overflow_program(seed: int) -> Workload:
+    torch.manual_seed(seed)
+    return Workload(_Overflow(), (torch.randn(4, 8),))
+
+
+def test_infinities_where_the_reference_has_them_pass_and_finite_faults_beside_them_fail() -> None:
+    """Eager float32 is exact on a program with infinities: the reference's -inf (log 0) and its float64 values
+    beyond float32's range (the infinity float32 rounds them to).  An infinite reference makes no allowance
+    infinite: a finite element doubled beside it fails, as does an infinity lost, turned around or made up."""
+    case = _case(_overflow_program)
+    ref = _reference_in(case, torch.float64)
+    assert bool(torch.isinf(ref["output[0]"]).any()) and bool(torch.isfinite(ref["output[1]"]).all())
+    eager = ReferenceRun(case, torch.float32)
+    calls = {c: eager.call(c) for c in range(3)}
+    assert bool(torch.isinf(calls[0]["output[1]"]).any())  # float32 overflows where float64 does not
+    reports = compare_calls(case, calls)
+    assert all(r.ok for r in reports.values()), [t.describe() for r in reports.values() for t in r.tensors if not t.ok]
+    actual = calls[0]
+    log, big = actual["output[0]"], actual["output[1]"]
+    finite, inf = torch.isfinite(log), torch.isinf(big)
+    faults = {
+        "finite doubled beside -inf": {"output[0]": torch.where(finite, log * 2, log)},
+        "-inf made +inf": {"output[0]": torch.where(finite, log, -log)},
+        "-inf made finite": {"output[0]": torch.where(finite, log, torch.zeros_like(log))},
+        "overflow made finite": {"output[1]": torch.where(inf, torch.finfo(torch.float32).max, big)},
+        "inf made up": {"output[2]": torch.where(actual["output[2]"] > 0, math.inf, actual["output[2]"])},
+    }
+    for what, broken in faults.items():
+        bad = [t.name for t in _judged(case, {**actual, **broken}).tensors if not t.ok]
+        assert bad == list(broken), (what, bad)
+
+
+class _CTC(torch.nn.Module):
+    """``nn.CTCLoss`` with the lengths as int lists: ``ctc_loss`` makes them a tensor in native code (``empty``,
+    then filled by ``memcpy``, outside the dispatcher) before it reads them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(12, 2, 6))
+        self.loss = torch.nn.CTCLoss()
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.loss((x * self.scale).log_softmax(-1), targets, [12, 12], [5, 4])
+
+
+def _ctc_program(seed: int) -> Workload:
+    torch.manual_seed(seed)
+    return Workload(_CTC(), (torch.randn(12, 2, 6), torch.randint(1, 6, (2, 5))))
+
+
+def test_values_native_code_writes_into_an_empty_tensor_are_not_random() -> None:
+    """The lengths ``ctc_loss`` fills into an ``empty`` tensor outside the dispatcher are defined: the loss and its
+    gradient keep their value check (a wrong gradient fails), where they were taken for random values (shape and
+    finiteness only); an ``empty`` tensor read as it was made still is random."""
+    case = _case(_ctc_program, trains=True)
+    eager = ReferenceRun(case, torch.float32)
+    calls = {c: eager.call(c) for c in range(2)}
+    reports = compare_calls(case, calls)
+    assert all(r.ok for r in reports.values()), [t.describe() for r in reports.values() for t in r.tensors if not t.ok]
+    assert reports[0].to_json()["random"] == []
+    wrong = {**calls[0], "grad[scale]": calls[0]["grad[scale]"] * (1 + 1e-3)}
+    assert [t.name for t in _judged(case, wrong).tensors if not t.ok] == ["grad[scale]"]

@@ -144,6 +144,20 @@ class CTC(nn.Module):
         return self.loss(self.lin(x).log_softmax(-1), targets, *lengths)
 
 
+class CTCIntLengths(nn.Module):
+    """CTCLoss with its lengths as int lists: ``ctc_loss`` makes the target lengths a tensor in native code
+    (``empty``, filled by ``memcpy`` outside the dispatcher) and divides by them; a trace records the
+    ``empty`` alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 5)
+        self.loss = nn.CTCLoss()
+
+    def forward(self, x, targets):
+        return self.loss(self.lin(x).log_softmax(-1), targets, [6, 6], [3, 2])
+
+
 class RefusesTracing(nn.Module):
     """Runs as plain PyTorch and under torch.compile, but raises under the harness's own tracer."""
 
@@ -173,6 +187,8 @@ _register("anyprog-graph-break-train", "train_step", GraphBreak, lambda: torch.r
 _register("anyprog-prelu-infer", "inference", lambda: nn.PReLU(4), lambda: torch.randn(3, 4))
 _register("anyprog-prelu-attribute-infer", "inference", PreluAttribute, lambda: torch.randn(3, 4))
 _register("anyprog-ctc-train", "train_step", CTC, lambda: torch.randn(6, 2, 5), lambda: torch.randint(1, 5, (2, 3)))
+_register("anyprog-ctc-int-lengths-train", "train_step", CTCIntLengths, lambda: torch.randn(6, 2, 5),
+          lambda: torch.randint(1, 5, (2, 3)))
 _register("anyprog-refuses-tracing-infer", "inference", RefusesTracing, lambda: torch.randn(3, 4))
 '''
 
@@ -181,6 +197,7 @@ PATTERNS = [
     "anyprog-batchnorm-cumulative-train", "anyprog-checked-loss-train", "anyprog-item-train",
     "anyprog-plain-attribute-infer", "anyprog-list-input-infer", "anyprog-dynamic-shapes-infer",
     "anyprog-graph-break-train", "anyprog-prelu-infer", "anyprog-prelu-attribute-infer", "anyprog-ctc-train",
+    "anyprog-ctc-int-lengths-train",
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
@@ -252,17 +254,87 @@ def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: tor
         return c
 
     restore = map_plain_tensors(model, copy_of)
+    filled = _NativeFills()
+
+    def traced(*a: Any) -> Any:
+        with filled:
+            return fn(*a)
+
     try:
         with torch.random.fork_rng():
-            gm = make_fx(fn, tracing_mode="real", _error_on_data_dependent_ops=False)(*copies)
+            gm = make_fx(traced, tracing_mode="real", _error_on_data_dependent_ops=False)(*copies)
     finally:
         restore()
+    _keep_native_fills(gm, filled.values)
     for name, value in list(vars(gm).items()) + list(gm._buffers.items()):
         if isinstance(value, torch.Tensor) and id(value) in originals:
             setattr(gm, name, originals[id(value)][1])
     _fake_values(gm, args)
     gm.meta[DEPENDS_ON_DATA] = True
     return gm
+
+
+#: ops whose result holds whatever its memory held (their contents are what is written next)
+_UNDEFINED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
+
+
+def _undefined(func: Any) -> bool:
+    return isinstance(func, torch._ops.OpOverload) and func.overloadpacket.__name__ in _UNDEFINED
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+class _NativeFills(TorchDispatchMode):
+    """Which ``empty``-like results native code fills outside the dispatcher before an op reads them
+    (``at::tensor(int_list)`` is ``empty`` and a ``memcpy``: the lengths ``ctc_loss`` reads).  A trace
+    records the ``empty``, not the values: ``values[k]`` is what the ``k``-th ``empty``-like op's result
+    held when first read, where its bytes had changed since it was made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[int, torch.Tensor] = {}
+        self._made: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # storage -> (k, tensor, bytes)
+        self._count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self._made:
+            with _disable_current_modes():  # the tracer below records none of this
+                for t in pytree.tree_leaves((args, kwargs)):
+                    made = self._made.pop(t.untyped_storage().data_ptr(), None) if isinstance(t, torch.Tensor) else None
+                    if made is not None and not torch.equal(_storage_bytes(made[1]), made[2]):
+                        self.values[made[0]] = made[1].detach().clone()
+        out = func(*args, **kwargs)
+        if _undefined(func):
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr():
+                with _disable_current_modes():
+                    self._made[out.untyped_storage().data_ptr()] = (self._count, out, _storage_bytes(out).clone())
+            self._count += 1
+        return out
+
+
+def _keep_native_fills(gm: torch.fx.GraphModule, values: dict[int, torch.Tensor]) -> None:
+    """Write what native code filled into each such ``empty``-like result, as the graph's constant, right
+    after the node that makes it (the allocation stays the program's)."""
+    if not values:
+        return
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and _undefined(n.target)]
+    for k, value in values.items():
+        node = nodes[k] if k < len(nodes) else None
+        made = node.meta.get("val") if node is not None else None
+        if node is None or not isinstance(made, torch.Tensor) or (made.shape, made.dtype) != (value.shape, value.dtype):
+            continue  # not the op the mode saw (the k-th ``empty`` of the trace is): leave the graph as traced
+        name = f"_native_fill_{k}"
+        setattr(gm, name, value)
+        with gm.graph.inserting_after(node), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a plain tensor attribute: a constant, as make_fx's own
+            const = gm.graph.get_attr(name)
+        with gm.graph.inserting_after(const):
+            gm.graph.call_function(torch.ops.aten.copy_.default, (node, const))
+    gm.graph.lint()
+    gm.recompile()
 
 
 def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:

@@ -145,6 +145,11 @@ def _key(t: torch.Tensor) -> int | None:
     return ptr or None
 
 
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of the whole storage ``t`` lives in (any layout, any dtype; NaN compares as its bits)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
 #: how many other draws a random op's values are compared with before it is taken for deterministic
 DRAWS = 8
 
@@ -166,12 +171,25 @@ class RandomValues(_StepMode):
     def __init__(self) -> None:
         super().__init__()
         self.storages: set[int] = set()
+        #: storages an ``empty``-like op made, no op has written yet: their bytes as made.  Native code may
+        #: fill one outside the dispatcher (``at::tensor(int_list)`` is ``empty`` and a ``memcpy``: the
+        #: lengths ``ctc_loss`` reads); bytes changed by the time an op reads them are defined values.
+        self.undefined: dict[int, torch.Tensor] = {}
 
     def keep_only(self, kept: Iterable[torch.Tensor]) -> None:
         """Forget every storage but those of ``kept`` (what lives on between calls; other storages are freed
         and their addresses may be reused by fresh values made outside this mode)."""
         keys = {_key(t) for t in kept}
         self.storages &= {k for k in keys if k is not None}
+        self.undefined = {k: v for k, v in self.undefined.items() if k in self.storages}
+
+    def _filled_outside(self, read: Iterable[torch.Tensor]) -> None:
+        """Take for defined the undefined storages among ``read`` whose bytes changed since they were made."""
+        for t in read:
+            key = _key(t)
+            made = self.undefined.pop(key, None) if key is not None else None
+            if made is not None and not torch.equal(_storage_bytes(t), made):
+                self.storages.discard(key)  # type: ignore[arg-type]
 
     def holds_random(self, t: torch.Tensor) -> bool:
         key = _key(t)
@@ -192,6 +210,8 @@ class RandomValues(_StepMode):
             outs = {id(t) for i, a in enumerate(func._schema.arguments) if a.kwarg_only and a.alias_info is not None
                     and a.alias_info.is_write for t in _tensors(kwargs.get(a.name))}
             read = [t for t in read if id(t) not in outs]
+        if self.undefined:
+            self._filled_outside(read)
         random = any(self.holds_random(t) for t in read)
         drawn = is_random(func) and not random and _name(func) not in UNDEFINED
         before = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)) if drawn else None
@@ -207,6 +227,9 @@ class RandomValues(_StepMode):
             key = _key(t)
             if key is None:
                 continue
+            self.undefined.pop(key, None)
+            if _name(func) in UNDEFINED and not written:
+                self.undefined[key] = _storage_bytes(t).clone()
             if random:
                 self.storages.add(key)
             else:  # fresh values (a storage freed and reused, or overwritten): not random

@@ -136,6 +136,32 @@ def _random_parity(name: str, got: torch.Tensor, ref: torch.Tensor) -> TensorPar
     return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True, "computed from random values", random=True)
 
 
+def nonfinite_problem(got: torch.Tensor, ref: torch.Tensor) -> str | None:
+    """Why ``got``'s non-finite elements are not the reference's, or ``None``.
+
+    The reference is taken in ``got``'s dtype first: a float64 value beyond that dtype's range is the infinity
+    the dtype rounds it to (float32 overflows above 3.4e38), which any backend computing in it returns.  NaN
+    must be where the reference's is, and each infinity the reference's, sign included; every other element
+    is finite in both and compared by its magnitude (an infinite reference would make the allowance infinite
+    and an infinity minus itself NaN)."""
+    ref = ref.detach().cpu()
+    got = got.detach().cpu()
+    if got.is_floating_point() and ref.is_floating_point():
+        ref = ref.to(got.dtype)
+    ref, got = ref.to(torch.float64), got.to(torch.float64)
+    nan_ref, nan_got = torch.isnan(ref), torch.isnan(got)
+    if bool((nan_got & ~nan_ref).any()):
+        return "NaN where the reference has none"
+    if bool((nan_ref & ~nan_got).any()):
+        return "a number where the reference is NaN"
+    inf_ref, inf_got = torch.isinf(ref), torch.isinf(got)
+    if bool((inf_got & ~inf_ref).any()):
+        return "infinite where the reference is finite"
+    if not torch.equal(got[inf_ref], ref[inf_ref]):
+        return "finite, or the other infinity, where the reference is infinite"
+    return None
+
+
 #: the floor holds this many times the largest move the perturbed runs make: they are samples (two, with random
 #: signs) of the noise, and a backend rounds in its own order (fused, reordered, at another precision)
 NOISE_MULTIPLE = 2.0
@@ -167,12 +193,12 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
                             "" if equal else "integer results differ")
     if not ref.numel():
         return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True)
-    nan_ref, nan_got = torch.isnan(ref), torch.isnan(got64)
-    if not torch.equal(nan_ref, nan_got):
-        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "NaN where the reference has none")
+    problem = nonfinite_problem(got, ref)
+    if problem is not None:
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, problem)
     eager64 = eager.detach().to("cpu", torch.float64) if eager is not None else None
-    if bool(nan_ref.any()):  # compare the finite elements only (masking copies: only when there is a NaN)
-        finite = ~nan_ref
+    finite = torch.isfinite(got64)  # where the reference is finite in ``got``'s dtype, as nonfinite_problem holds
+    if not bool(finite.all()):  # compare the finite elements only (masking copies: only when there is one)
         got64, ref = got64[finite], ref[finite]
         eager64 = eager64[finite] if eager64 is not None else None
     diff = got64 - ref
@@ -188,7 +214,7 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     within = max_abs <= allowed
     rmse = math.sqrt(torch.mean(diff * diff).item()) if diff.numel() else 0.0
     eager_rmse = _rmse(eager64, ref) if eager64 is not None else 0.0
-    by_rmse = eager_rmse > 0 and rmse <= tol.rmse_multiple * eager_rmse
+    by_rmse = 0 < eager_rmse < math.inf and rmse <= tol.rmse_multiple * eager_rmse
     note = ""
     if within and floor > tol.rtol * scale and max_abs > tol.rtol * scale:
         note = f"within the noise floor {floor:.3g} (relative error {rel:.3g} is rounding noise at this scale)"
