@@ -255,6 +255,29 @@ def test_an_initial_carry_deleted_after_a_loop_that_runs_no_trip_is_the_host_loo
     assert while_loop_host_code(_ev("program", {**held, "freed_after": "fw:line 171 del buf0"}, early)) is None
 
 
+#: A convolution's backward on inductor (module_db's Conv2d training step): the extern
+#: convolution_backward's weight gradient is taken by ``buf3 = buf2[1]`` and asserted channels-last.
+CONV_BACKWARD = [
+    "bw:line 96 primals_1, primals_3, convolution, tangents_1 = args",
+    "bw:line 100 buf1 = empty_strided_cpu((2, 5, 1, 2), (10, 1, 10, 5), torch.float32)",
+    "bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, primals_3, pri…",
+    "bw:line 108 del buf1", "bw:line 111 buf3 = buf2[1]",
+    "bw:line 112 assert_size_stride(buf3, (5, 4, 3, 3), (36, 1, 12, 4), 'torch.ops.aten.…",
+    "bw:line 114 buf4 = buf2[2]",
+    "bw:line 115 assert_size_stride(buf4, (5, ), (1, ), 'torch.ops.aten.convolution_back…",
+    "bw:line 117 return (buf3, buf4, None, )"]
+
+
+def test_an_extern_kernels_channels_last_result_item_is_the_layout_copy() -> None:
+    item = {"producer": "buf2[1] (made at bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, "
+                        "primals_3, pri…)", "bytes": 720, "shape": [5, 4, 3, 3]}
+    assert "result item, channels-last" in str(layout_copy(_ev("peak", item, CONV_BACKWARD)))
+    bias = {**item, "producer": item["producer"].replace("buf2[1]", "buf2[2]"), "shape": [5]}
+    assert layout_copy(_ev("peak", bias, CONV_BACKWARD)) is None  # a row-major item: no layout
+    row_major = [s.replace("(36, 1, 12, 4)", "(36, 9, 3, 1)") for s in CONV_BACKWARD]
+    assert layout_copy(_ev("peak", item, row_major)) is None
+
+
 def test_unused_saved_tensor_is_unpacked_and_never_read() -> None:
     f = {"finding": "late", "held_in": "name", "last_use": "bw:line 105 primals_2, mul, avg_pool2d, tangents_1 = ar…",
          "freed_after": "bw:line 115 return (buf0, None, )"}

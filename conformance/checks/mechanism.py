@@ -110,7 +110,8 @@ class Program:
         return bool(loop) and bool(at) and at[-1] > loop[-1]
 
     def layout(self, phase: str, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """A buffer's shape and strides, from its allocation or the assert that follows an extern kernel."""
+        """A buffer's shape and strides, from its allocation or the assert that follows an extern kernel;
+        an item of an extern kernel's result tuple (``buf2[1]``) by the name that takes it (``buf3 = buf2[1]``)."""
         for s in self.statements:
             if s.phase != phase:
                 continue
@@ -119,6 +120,11 @@ class Program:
                 shape, strides = _ints(m.group(2)), _ints(m.group(3))
                 if shape is not None and strides is not None:
                     return shape, strides
+        if "[" in name:
+            for s in self.statements:
+                taken = re.match(rf"^(\w+) = {re.escape(name)}$", s.text)
+                if s.phase == phase and taken:
+                    return self.layout(phase, taken.group(1))
         return None
 
     def channels_last_buffers(self, phase: str) -> set[str]:
@@ -170,7 +176,7 @@ class Evidence:
     def buffer(self) -> tuple[str, str] | None:
         """The blamed buffer as (phase, name) in the generated program, when it is one of its."""
         producer = str(self.finding.get("producer") or "")
-        made = re.match(r"^(\w+) \(made at (?:(\w+):)?", producer)
+        made = re.match(r"^(\w+(?:\[\d+\])?) \(made at (?:(\w+):)?", producer)  # an extern kernel's item too
         if made:
             return made.group(2) or "", made.group(1)
         named = re.match(r"^(?:(\w+):)?(\w+)$", producer)
@@ -198,6 +204,8 @@ def layout_copy(ev: Evidence) -> str | None:
     if name in layouts:
         return f"{name} is allocated channels-last (a layout the received graphs do not have)"
     mine = ev.program.layout(phase, name)
+    if "[" in name and mine is not None and channels_last(*mine):
+        return f"{name} is an extern kernel's result item, channels-last (a layout the received graphs do not have)"
     for i in ev.program.writers(phase, name):
         read = [n for n in ev.program.statements[i].names()[1:] if n in layouts and n != name]
         for src in read:
