@@ -56,6 +56,8 @@ class Cause:
     shares: tuple[tuple[str, int], ...] = ()
     #: why each recognised part is its mechanism (the recogniser's reason)
     why: tuple[tuple[str, str], ...] = ()
+    #: bytes a bound's percentage covers beside the model peak, per part whose mechanism says (Mechanism.scale)
+    scales: tuple[tuple[str, int], ...] = ()
 
     @property
     def signature(self) -> str:
@@ -70,6 +72,10 @@ class Cause:
     def reason(self, part: str) -> str:
         """Why ``part`` is its mechanism ("" for a part no recogniser knew)."""
         return dict(self.why).get(part, "")
+
+    def scale(self, part: str) -> int:
+        """Bytes ``part``'s manifest bound covers beside the model peak (0 for most mechanisms)."""
+        return dict(self.scales).get(part, 0)
 
     def share(self, part: str) -> int | None:
         """``part``'s bytes of the excess; ``None`` when the check did not split it."""
@@ -419,18 +425,22 @@ def cause_of(result: Result) -> Cause | None:
         found = _check_findings(deciding, result)
     parts: dict[str, int | None] = {}
     why: dict[str, str] = {}
+    scales: dict[str, int] = {}
     for f in found:
         seen = recognise(replace(base, part=f.detail, finding=f.entry or {}))
         part = f"{source}: {seen.mechanism if seen else f.detail}"
         if seen and part not in why:
             why[part] = seen.why
+        if seen and seen.scale:
+            scales[part] = max(scales.get(part, 0), seen.scale)
         if f.share is not None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
             parts.setdefault(part, None)
     shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
-    return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())))
+    return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())),
+                 tuple(sorted(scales.items())))
 
 
 def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:

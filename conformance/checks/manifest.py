@@ -83,14 +83,17 @@ class Expectation:
         named = (self.mechanism and mechanism_of(part) == self.mechanism) or (self.cause and self.cause == part)
         return bool(named) and self.status == status and fnmatch.fnmatchcase(case_id, self.case)
 
-    def bound(self, model_peak: int | None) -> int | None:
+    def bound(self, model_peak: int | None, beside: int = 0) -> int | None:
         """The bytes over its contract one instance of this cause may show (``None``: not known here):
-        ``max_excess`` plus ``max_excess_pct`` of the model peak, whichever are given."""
+        ``max_excess`` plus ``max_excess_pct`` of the model peak, whichever are given; ``beside``: bytes
+        the percentage also covers, for a mechanism whose storage scales with more than the model's
+        peak (a layout copy copies the graph's inputs: :attr:`conformance.checks.mechanism.Mechanism.scale`)."""
         if self.max_excess_pct is not None and model_peak is None:
             return None
         if self.max_excess is None and self.max_excess_pct is None:
             return None
-        scaled = int(model_peak * self.max_excess_pct / 100) if self.max_excess_pct is not None and model_peak else 0
+        base = (model_peak or 0) + beside
+        scaled = int(base * self.max_excess_pct / 100) if self.max_excess_pct is not None and base else 0
         return (self.max_excess or 0) + scaled
 
     def applies(self, versions: Mapping[str, str] | None = None) -> bool:
@@ -371,7 +374,7 @@ def _beyond_bounds(result: Result, cause: Cause, known: Mapping[str, Expectation
     unsplit: list[tuple[str, Expectation]] = []
     for part, entry in known.items():
         assert entry is not None
-        share, bound = cause.share(part), entry.bound(peak)
+        share, bound = cause.share(part), entry.bound(peak, cause.scale(part))
         if bound is None:
             return f"{part!r}: its bound is a share of the model peak, and no model peak was measured"
         if share is None:
@@ -379,7 +382,7 @@ def _beyond_bounds(result: Result, cause: Cause, known: Mapping[str, Expectation
         elif share > bound:
             over.append(f"{part!r} {share} B > {bound} B")
     if unsplit:
-        total = sum(e.bound(peak) or 0 for _, e in unsplit)
+        total = sum(e.bound(peak, cause.scale(p)) or 0 for p, e in unsplit)
         observed = result.excess_bytes
         if observed is None or observed > total:
             over.append(f"excess {observed if observed is not None else '?'} B > {total} B")

@@ -15,6 +15,7 @@ recogniser knows keeps its shape-free words (a new mechanism, with its repro).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 _EVENT = re.compile(r"^(?:(\w+):)?(?:line \d+|[\w.]+#\d+:\d+)\s*(?:\[trip \d+\]\s*)?(.*)$")
 _ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)")
 _ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")
+_GRAPH_INPUT = re.compile(r"^(?:arg\d+_\d+|primals_\d+)$")  # a graph input's name in inductor's wrapper
 _CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\((.*)$")
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _NOT_WORK = ("empty_strided", "reinterpret_tensor", "assert_size_stride", "assert_alignment", "args.clear")
@@ -126,6 +128,17 @@ class Program:
                 if s.phase == phase and taken:
                     return self.layout(phase, taken.group(1))
         return None
+
+    def input_numel(self, phase: str) -> int:
+        """Elements of the graph inputs ``phase`` asserts (``arg0_1``, ``primals_1``), each counted once."""
+        sizes: dict[str, int] = {}
+        for s in self.statements:
+            m = _ASSERT.match(s.text)
+            if s.phase == phase and m and _GRAPH_INPUT.match(m.group(1)):
+                shape = _ints(m.group(2))
+                if shape is not None:
+                    sizes[m.group(1)] = math.prod(shape)
+        return sum(sizes.values())
 
     def channels_last_buffers(self, phase: str) -> set[str]:
         found = set()
@@ -399,16 +412,33 @@ def _unknown_dtype(ev: Evidence) -> str | None:
     return f"the importer's dtype table has no {m[1]}" if m else None
 
 
+#: bytes per element of the dtypes a blamed entry names (``float32`` or ``torch.float32``)
+_ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+def graph_input_bytes(ev: Evidence) -> int:
+    """The bytes of the forward graph's inputs (the step's inputs and parameters, as the generated
+    program asserts them), in the blamed buffer's dtype: what a layout copy copies.  A convolution
+    whose output is small beside its input and weight copies more than the model's peak holds."""
+    itemsize = _ITEMSIZE.get(str(ev.finding.get("dtype") or "").removeprefix("torch."), 4)
+    return ev.program.input_numel("fw") * itemsize
+
+
 @dataclass(frozen=True)
 class Mechanism:
     name: str
     summary: str
     recognise: Recogniser
+    #: bytes a manifest bound's percentage covers beside the model peak, for a mechanism whose storage
+    #: scales with something the model's peak does not hold (``None``: the model peak alone)
+    scale: Callable[[Evidence], int] | None = None
 
 
 #: every mechanism, asked in this order (the more specific first)
 MECHANISMS: tuple[Mechanism, ...] = (
-    Mechanism("layout-copy", "a copy of a buffer in another layout (channels-last) alive beside it", layout_copy),
+    Mechanism("layout-copy", "a copy of a buffer in another layout (channels-last) alive beside it", layout_copy,
+              scale=graph_input_bytes),
     Mechanism("while-loop-backward-eager", "a while_loop's autograd runs in eager PyTorch (its backward is not "
               "compiled), keeping its stacked carries", while_loop_backward_eager),
     Mechanism("while-loop-host-code", "the wrapper's host while loop holds its carry list, predicate or counter "
@@ -467,6 +497,7 @@ def summary(name: str) -> str:
 class Recognised:
     mechanism: str
     why: str
+    scale: int = 0  # bytes its manifest bound's percentage covers beside the model peak (Mechanism.scale)
 
 
 def recognise(ev: Evidence) -> Recognised | None:
@@ -474,7 +505,7 @@ def recognise(ev: Evidence) -> Recognised | None:
     for m in MECHANISMS:
         why = m.recognise(ev)
         if why:
-            return Recognised(m.name, why)
+            return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0)
     return None
 
 
