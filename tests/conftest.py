@@ -8,9 +8,12 @@ temporary directory removed when the session ends.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +23,38 @@ os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
+
+
+_TESTS = Path(__file__).parent
+_MODULE_FIXTURE = re.compile(r"@pytest\.fixture\(scope=\"module\"")
+
+
+def _files_with_a_module_fixture() -> frozenset[str]:
+    """Test files that define a module-scoped fixture (a real run of the CLI, a browser), as node-id paths."""
+    root = _TESTS.parent
+    return frozenset(p.relative_to(root).as_posix() for p in _TESTS.glob("test_*.py")
+                     if _MODULE_FIXTURE.search(p.read_text(encoding="utf-8")))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, a test dependency
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n``: each test is its own unit of work, as with ``--dist load``, except that a file with a
+    module-scoped fixture goes to one worker whole.
+
+    Split over two workers, such a file's fixture is made twice: for a sharded run of the op sweep,
+    half a minute more of CI each time.  (pytest-xdist's own ``xdist_group`` marks do not reach its
+    scheduler under pytest 9, whose node ids are no longer ``item._nodeid``.)  Grouped files go
+    first (xdist orders units by their number of tests), so the single tests even out the end."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = _files_with_a_module_fixture()
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path in shared else nodeid
+
+    return SharedFixtureScheduling(config, log)
 
 
 def case_registry_saver() -> Callable[[], None]:
