@@ -337,6 +337,17 @@ def test_result_tuple_layout_fused_and_workspace_recognisers() -> None:
     single = _fused("c", "cpp_fused_sum_1", 1, 4)  # one buffer: nothing allocated together
     ev = _ev("peak", single.checks[0].blamed[0], [p[0] for p in single.memory.program_timeline])  # type: ignore[union-attr]
     assert fused_kernel_outputs(ev) is None
+    # a fused kernel whose long name the program model cut before its call's parenthesis (the op sweep's
+    # interpolate.bilinear training step: buf10, saved for the backward, allocated with the kernel's other outputs)
+    kernel = "cpp_fused__to_copy__unsafe_index_add_arange_clamp_mean_mul_pow_sub_view_0"
+    allocs = [f"fw:line {10 + i} buf{i} = empty_strided_cpu((54, ), (1, ), torch.float32)" for i in range(3)]
+    program = ["fw:line 9 args.clear()", *allocs, "fw:line 13 buf4 = buf3; del buf3", f"fw:line 14 {kernel[:60]}\u2026",
+               "fw:line 15 return (buf0, buf2, )"]
+    cut = _ev("peak", _made("buf2", allocs[2], kernel, 216, "saved"), program)
+    assert fused_kernel_outputs(cut) == ("buf2 is one of 3 buffers allocated together before the fused kernel "
+                                         "writing them")
+    other = _ev("peak", _made("buf2", allocs[2], "cpp_fused_sum_1", 216, "saved"), program)
+    assert fused_kernel_outputs(other) is None  # a cut name that is not the writer's, and the call does not name buf2
     workspace = {"bytes": 4352, "measured_op": "aten::_scaled_dot_product_flash_attention_for_cpu",
                  "model_death": "not in model"}
     program = ["fw:line 9 buf3 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf0, …"]

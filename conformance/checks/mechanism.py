@@ -30,6 +30,8 @@ _ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)")
 _ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")
 _GRAPH_INPUT = re.compile(r"^(?:arg\d+_\d+|primals_\d+)$")  # a graph input's name in inductor's wrapper
 _CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\((.*)$")
+#: a call the program model cut short inside its callee's name (a long fused kernel's: ``cpp_fused_…_view…``)
+_CUT_CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\u2026$")
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _NOT_WORK = ("empty_strided", "reinterpret_tensor", "assert_size_stride", "assert_alignment", "args.clear")
 
@@ -66,12 +68,18 @@ class Statement:
     @property
     def work(self) -> bool:
         """A statement that computes: a kernel, extern kernel or fallback op call."""
-        m = _CALL.match(self.text)
+        m = _CALL.match(self.text) or _CUT_CALL.match(self.text)
         return bool(m) and not any(self.text.startswith(w) or f"= {w}" in self.text for w in _NOT_WORK) \
             and not self.text.startswith(("del ", "return"))
 
     def names(self) -> list[str]:
         return _NAME.findall(self.text)
+
+    def calls(self, callee: str) -> bool:
+        """Whether this statement is a call of ``callee``, also where the model cut it short in the name."""
+        if (m := _CALL.match(self.text)) is not None:
+            return m.group(1) == callee
+        return (m := _CUT_CALL.match(self.text)) is not None and callee.startswith(m.group(1))
 
 
 @dataclass(frozen=True)
@@ -329,10 +337,10 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
     phase, name = where
     writer = str(ev.finding.get("op") or "").split(" ", 1)[0]
     for i, s in enumerate(ev.program.statements):
-        callee = s.text.split("(", 1)[0]
+        callee = s.text.split("(", 1)[0].removesuffix("\u2026")
         if s.phase != phase or not s.work or not re.fullmatch(r"\w+", callee):
             continue  # an assignment from a call, an extern kernel, an op: not a fused kernel's own call
-        if callee != writer and name not in s.names()[1:]:
+        if not (writer and s.calls(writer)) and name not in s.names()[1:]:
             continue
         together = ev.program.allocated_before(i)
         if name in together and len(together) >= 2 and (name in s.names() or s.text.endswith("\u2026")):
