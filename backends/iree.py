@@ -46,7 +46,10 @@ shipped make the IREE import fail (``unhandled torch type: '!torch.none'``).  An
 read from outside) become carries the body returns unchanged
 (:func:`conformance.backends.iree_loops.lift_loop_inputs`), which the shipped importer lowers
 to a ``torch.prim.Loop`` that verifies; as shipped the loop fails verification and the
-compile segfaults (docs/findings/iree-repro-while-loop-additional-inputs.py).  The verdict
+compile segfaults (docs/findings/iree-repro-while-loop-additional-inputs.py).  A loop's Python
+int carries (a counter, a size) become 0-d int64 tensors
+(:func:`conformance.backends.iree_loops.number_carries_as_tensors`), and the model reads the
+received graph with that rewrite applied (the counter's buffer each trip, as run).  The verdict
 holds the loop as IREE runs it (one VM invocation, its trips inside) to the received graph's
 model unrolled with the observed trip count, in both domains.
 """
