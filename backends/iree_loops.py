@@ -358,10 +358,10 @@ class _Tensorizer:
             node.replace_input_with(arg, read)
 
 
-def _tensorize_subgraph(sub: torch.fx.GraphModule, positions: dict[int, torch.dtype], fake_mode: Any,
-                        returns_carries: bool) -> None:
-    """The loop body or condition ``sub`` taking its carries at ``positions`` as 0-d tensors: the body returns
-    them as 0-d tensors, the condition a 0-d bool tensor."""
+def _tensorize_subgraph(sub: torch.fx.GraphModule, positions: dict[int, torch.dtype], n_carried: int,
+                        fake_mode: Any, returns_carries: bool) -> None:
+    """The loop body or condition ``sub`` taking its inputs at ``positions`` as 0-d tensors: the body returns
+    the carried ones (the first ``n_carried`` inputs) as 0-d tensors, the condition a 0-d bool tensor."""
     tensorizer = _Tensorizer(sub, fake_mode)
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     originals: dict[torch.fx.Node, Any] = {}
@@ -374,7 +374,7 @@ def _tensorize_subgraph(sub: torch.fx.GraphModule, positions: dict[int, torch.dt
     results = output.args[0]
     multiple = isinstance(results, (list, tuple))
     values = list(results) if multiple else [results]
-    wanted = positions if returns_carries else {0: torch.bool}
+    wanted = {k: d for k, d in positions.items() if k < n_carried} if returns_carries else {0: torch.bool}
     for k, dtype in wanted.items():
         if values[k] not in tensorizer.numbers and not _is_tensor(values[k]):
             values[k] = tensorizer.to_tensor(values[k], dtype, output)
@@ -384,7 +384,8 @@ def _tensorize_subgraph(sub: torch.fx.GraphModule, positions: dict[int, torch.dt
 
 def number_carries_as_tensors(gm: torch.fx.GraphModule) -> int:
     """Every ``while_loop`` of ``gm`` (and of its subgraphs) that carries a Python int or bool (``while_loop(cond,
-    body, (0, x))``, a size) carries it as a 0-d tensor (int64, bool) instead; returns how many carries.
+    body, (0, x))``, a size) carries it as a 0-d tensor (int64, bool) instead, as it does a number it reads from
+    outside (an additional input: a size under ``dynamic=True``); returns how many inputs it converted.
 
     The importer types a loop condition's call as a 0-d bool tensor (``!torch.vtensor<[],i1>``) while a condition
     on a number returns ``!torch.bool``: as received, the module fails verification.  Here the loop's inputs at
@@ -394,15 +395,18 @@ def number_carries_as_tensors(gm: torch.fx.GraphModule) -> int:
     one's dtype within its category), and any other use reads the number back (``aten._local_scalar_dense``), as
     does the program wherever it uses the loop's number result.  Call after :func:`lift_loop_inputs` (which
     gives the subgraphs their own copies)."""
-    return _numbers_as_tensors(gm, _fake_mode(gm))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return _numbers_as_tensors(gm, _fake_mode(gm) or FakeTensorMode())
 
 
 def _numbers_as_tensors(gm: torch.fx.GraphModule, fake_mode: Any) -> int:
     converted = 0
     done: set[str] = set()  # a subgraph two loops share is rewritten once
     for node in [n for n in gm.graph.nodes if _is_plain_while_loop(n)]:
-        carried: Any = node.args[2]
-        positions = {k: dtype for k, c in enumerate(carried) if not _is_tensor(c)
+        carried, additional = tuple(node.args[2]), tuple(node.args[3])
+        # an additional number (a size the condition reads) too: the model reads the loop unlifted
+        positions = {k: dtype for k, c in enumerate((*carried, *additional)) if not _is_tensor(c)
                      and (dtype := _number_dtype(c)) is not None}
         if not positions:
             continue
@@ -413,10 +417,13 @@ def _numbers_as_tensors(gm: torch.fx.GraphModule, fake_mode: Any) -> int:
             done.add(sub_node.target)
             sub = _own_copy(_subgraph(gm, sub_node))
             setattr(gm, sub_node.target, sub)
-            _tensorize_subgraph(sub, positions, fake_mode, returns_carries)
+            _tensorize_subgraph(sub, positions, len(carried), fake_mode, returns_carries)
         outer = _Tensorizer(gm, fake_mode, read_back_output=True)
-        node.args = (*node.args[:2], tuple(outer.to_tensor(c, positions[k], node) if k in positions else c
-                                           for k, c in enumerate(carried)), *node.args[3:])
+        inputs = [outer.to_tensor(c, positions[k], node) if k in positions else c
+                  for k, c in enumerate((*carried, *additional))]
+        node.args = (*node.args[:2], tuple(inputs[:len(carried)]), tuple(inputs[len(carried):]), *node.args[4:])
+        converted += len(positions)
+        positions = {k: dtype for k, dtype in positions.items() if k < len(carried)}  # the loop's results
         vals = list(node.meta["val"])
         originals = {}
         for k, dtype in positions.items():
@@ -428,7 +435,6 @@ def _numbers_as_tensors(gm: torch.fx.GraphModule, fake_mode: Any) -> int:
                 _set_tensor_meta(user, vals[user.args[1]])
                 outer.numbers.add(user)
         outer.rewrite(originals)
-        converted += len(positions)
     for child in list(gm.children()):  # loops in the (rewritten) bodies and conditions
         if isinstance(child, torch.fx.GraphModule):
             converted += _numbers_as_tensors(child, fake_mode)
