@@ -254,9 +254,14 @@ def _number_dtype(value: Any) -> torch.dtype | None:
 
 def _fake_mode(gm: torch.fx.GraphModule) -> Any:
     from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     vals = [n.meta.get("val") for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
-    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    try:
+        found = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    except AssertionError:  # values from more than one fake mode: the new 0-d values need only their dtype
+        found = None
+    return found if found is not None else FakeTensorMode()
 
 
 def _set_tensor_meta(node: torch.fx.Node, val: torch.Tensor) -> None:
@@ -395,9 +400,9 @@ def number_carries_as_tensors(gm: torch.fx.GraphModule) -> int:
     one's dtype within its category), and any other use reads the number back (``aten._local_scalar_dense``), as
     does the program wherever it uses the loop's number result.  Call after :func:`lift_loop_inputs` (which
     gives the subgraphs their own copies)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    return _numbers_as_tensors(gm, _fake_mode(gm) or FakeTensorMode())
+    if not _loops(gm):  # every graph of iree-boxed's model comes here: most have no loop
+        return 0
+    return _numbers_as_tensors(gm, _fake_mode(gm))
 
 
 def _numbers_as_tensors(gm: torch.fx.GraphModule, fake_mode: Any) -> int:
