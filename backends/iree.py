@@ -46,7 +46,10 @@ shipped make the IREE import fail (``unhandled torch type: '!torch.none'``).  An
 read from outside) become carries the body returns unchanged
 (:func:`conformance.backends.iree_loops.lift_loop_inputs`), which the shipped importer lowers
 to a ``torch.prim.Loop`` that verifies; as shipped the loop fails verification and the
-compile segfaults (docs/findings/iree-repro-while-loop-additional-inputs.py).  The verdict
+compile segfaults (docs/findings/iree-repro-while-loop-additional-inputs.py).  A loop's Python
+int carries (a counter, a size) become 0-d int64 tensors
+(:func:`conformance.backends.iree_loops.number_carries_as_tensors`), and the model reads the
+received graph with that rewrite applied (the counter's buffer each trip, as run).  The verdict
 holds the loop as IREE runs it (one VM invocation, its trips inside) to the received graph's
 model unrolled with the observed trip count, in both domains.
 """
@@ -84,6 +87,7 @@ from .iree_loops import (
     max_for_full_amax,
     missing_hops,
     non_tensor_carries,
+    number_carries_as_tensors,
     views_for_view_copies,
 )
 
@@ -386,12 +390,13 @@ def boxed_source(gm: torch.fx.GraphModule, example_inputs: list[Any], passes: bo
     from iree.turbine.transforms.general.custom_op_expansion import ExpandCustomOpsPass
 
     none_positions = _strip_none_outputs(gm)
-    refused = non_tensor_carries(gm)
-    if refused:
-        raise CompileError(refused)
     if passes:
         gm = turbine_cpu_pass_pipeline(gm, example_inputs)
     lift_loop_inputs(gm)
+    number_carries_as_tensors(gm)
+    refused = non_tensor_carries(gm)  # what is left: a float carry
+    if refused:
+        raise CompileError(refused)
     views_for_view_copies(gm)
     max_for_full_amax(gm)
     importer = FxImporter()
@@ -533,10 +538,14 @@ class IreeDynamoStep(DynamoStep):
 
     follows_compile_mode = True
 
-    def __init__(self, case: Case, workload: Workload, compile_graph: CompileFn, slack: int) -> None:
+    def __init__(self, case: Case, workload: Workload, compile_graph: CompileFn, slack: int,
+                 as_run: Callable[[torch.fx.GraphModule], Any] | None = None) -> None:
         self.rt = runtime()
         self.recorder = AotRecorder()
         self.slack = slack
+        #: rewrites a received graph's snapshot into the program as IREE runs it, for the model (iree-boxed: a
+        #: loop's number carries as the 0-d tensors the program carries)
+        self.as_run = as_run
         self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
         super().__init__(case, workload, self._backend(guarded(compile_graph, "forward graph"),
                                                        guarded(compile_graph, "backward graph")))
@@ -548,6 +557,8 @@ class IreeDynamoStep(DynamoStep):
         def compiler(compile_graph: CompileFn, is_backward: bool) -> CompileFn:
             def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
                 received = self.recorder.record(gm, is_backward)
+                if self.as_run is not None:
+                    self.as_run(received.gm)
                 compiled = self.recorder.dispatched(compile_graph(gm, example_inputs), received)
                 return self.recorder.watch(compiled, gm) if is_backward else compiled
 
@@ -774,7 +785,8 @@ class IreeBackend(Backend):
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         if uses_aot_route(case):
             return IreeAotStep(case, workload, boxed=self.harness_fixes)
-        return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes)
+        return IreeDynamoStep(case, workload, type(self).compile_graph, self.peak_slack_bytes,
+                              number_carries_as_tensors if self.harness_fixes else None)
 
 
 class IreeBoxedBackend(IreeBackend):

@@ -217,17 +217,36 @@ class _UsersLoops(torch.nn.Module):
         return while_loop(outer_cond, outer_body, (torch.zeros((), dtype=torch.int64), x))[1]
 
 
-class _IntCarryLoop(torch.nn.Module):
-    """A loop counting with a Python int (``while_loop(cond, body, (0, x))``)."""
+class _IntCounterLoop(torch.nn.Module):
+    """A user's loop counting with a Python int (``while_loop(cond, body, (0, x))``) and reading ``w`` from outside;
+    ``tensor_counter``: its twin written with a 0-d int64 tensor counter, as the loop route carries the int."""
+
+    def __init__(self, trips: int = 4, tensor_counter: bool = False) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8) / 3)
+        self.trips, self.tensor_counter = trips, tensor_counter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        def cond(i: int, h: torch.Tensor) -> Any:
-            return i < 3
+        start: Any = torch.zeros((), dtype=torch.int64) if self.tensor_counter else 0
+        return while_loop(lambda i, h: i < self.trips, lambda i, h: (i + 1, torch.tanh(h @ self.w)), (start, x))[1]
 
-        def body(i: int, h: torch.Tensor) -> tuple[Any, torch.Tensor]:
-            return i + 1, torch.tanh(h * 2)
 
-        return while_loop(cond, body, (0, x))[1]
+class _SizeCounterLoop(torch.nn.Module):
+    """An int counter compared with a tensor's size, used in the body as a scalar multiplier, its final value used
+    after the loop (``tensor_counter``: the 0-d tensor twin)."""
+
+    def __init__(self, tensor_counter: bool = False) -> None:
+        super().__init__()
+        self.tensor_counter = tensor_counter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        start: Any = torch.zeros((), dtype=torch.int64) if self.tensor_counter else 0
+        def body(i: Any, h: torch.Tensor) -> tuple[Any, torch.Tensor]:
+            j = i + 1  # once: Dynamo records the int's ``i + 1`` once however often it is written
+            return j, torch.sin(h) * j
+
+        n, h = while_loop(lambda i, h: i < h.size(0), body, (start, x))
+        return h * n
 
 
 def _loop_case(name: str, module: torch.nn.Module, *inputs: torch.Tensor) -> Case:
@@ -253,10 +272,28 @@ def test_a_nested_loop_names_what_iree_lacks() -> None:
             "docs/findings/iree-repro-while-loop-nested.py)") in r.reason, r.reason
 
 
-def test_a_loop_carrying_a_python_int_is_refused_with_its_reason() -> None:
-    """As imported, the module fails verification and the in-process compile segfaults (this test's process with
-    it): the route refuses the shape before import and the verdict names the missing piece."""
-    r = run_case(_loop_case("user-int-carry-loop", _IntCarryLoop(), torch.randn(4, 8)), REGISTRY.get("iree-boxed"))
-    assert r.status == "fail-compile", r.reason
-    assert "the while_loop carries a Python number (carry 0: 0)" in r.reason, r.reason
-    assert "Carry a 0-d tensor instead" in r.reason
+@pytest.mark.parametrize("loop", [_IntCounterLoop, _SizeCounterLoop], ids=["constant-bound", "size-bound"])
+def test_a_loop_counting_with_a_python_int_runs_as_its_0d_tensor_twin(loop: type[torch.nn.Module]) -> None:
+    """The route carries the int as a 0-d int64 tensor; the model is of the loop as run (the counter's buffer each
+    trip, the condition's bool), so the int loop's model and measured HAL peak are its tensor-counter twin's."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    got, twin = (run_case(_loop_case(f"user-int-carry-{tensor}", loop(tensor_counter=tensor), x),
+                          REGISTRY.get("iree-boxed")) for tensor in (False, True))
+    assert got.status == twin.status == "pass", (got.reason, twin.reason)
+    assert got.parity["ok"]
+    hal, twin_hal = got.memory.domains["iree-hal"], twin.memory.domains["iree-hal"]
+    assert got.memory.model_peak_bytes == twin.memory.model_peak_bytes
+    assert hal.peak_bytes == twin_hal.peak_bytes and hal.residual_per_step == [0] * DEFAULT_STEPS
+
+
+def test_a_carried_buffer_kept_per_trip_in_an_int_counted_loop_is_caught() -> None:
+    """The planted program keeps each trip's new 4x8 fp32 carry (128 B) in a loop counting with a Python int."""
+    backend = load_backend_class(LEAKY_LOOP, LEAKY_LOOP)
+    try:
+        results = [run_case(_loop_case(f"user-int-carry-t{t}", _IntCounterLoop(t), torch.randn(4, 8)), backend)
+                   for t in (3, 12)]
+    finally:
+        KEPT_TRIPS.clear()
+    assert [r.status for r in results] == ["fail-residual", "fail-residual"], [r.reason for r in results]
+    assert [r.memory.measured_residual_bytes for r in results] == [3 * 128, 12 * 128]

@@ -139,3 +139,79 @@ def test_a_loop_in_a_loop_body_is_told_apart() -> None:
         torch._dynamo.reset()
         torch.compile(fn, backend=aot_autograd(fw_compiler=backend), fullgraph=True)(torch.randn(2, 3))
     assert seen == {"flat": False, "nested": True}
+
+
+class _NumberCarries(torch.nn.Module):
+    """Users' int counters: compared with a constant or a size, used in the body as a scalar multiplier, returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8) / 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[Any, ...]:
+        h = while_loop(lambda i, h: i < 4, lambda i, h: (i + 1, torch.tanh(h @ self.w)), (0, x))[1]
+        n, g = while_loop(lambda i, g: i < g.size(0), lambda i, g: (i + 1, torch.sin(g) * (i + 1)), (0, h))
+        j, f = while_loop(lambda j, f: 2 * j + 1 < 9, lambda j, f: (j + 2, f - j), (1, g))
+        return f * n, n + j
+
+
+def test_number_carries_become_0d_tensors_and_compute_the_same() -> None:
+    """Every int carry becomes a 0-d int64 tensor: the conditions return 0-d bool tensors, the body's ``i + 1`` and
+    ``x * i`` stay tensor ops, and the loops' int results are read back where the program uses them."""
+    from conformance.backends.iree_loops import non_tensor_carries, number_carries_as_tensors
+
+    x = torch.randn(4, 8)
+    module = _NumberCarries()
+    gm = _traced(module, x)
+    assert non_tensor_carries(gm)  # as received: three loops carry a Python int
+    lift_loop_inputs(gm)
+    assert number_carries_as_tensors(gm) == 3 and non_tensor_carries(gm) == ""
+    for loop in _loops(gm):
+        for sub in loop.args[:2]:
+            sub_gm = getattr(loop.graph.owning_module, sub.target)
+            vals = [n.meta.get("val") for n in sub_gm.graph.nodes if n.op != "output"]
+            assert not any(isinstance(v, (torch.SymInt, torch.SymBool)) for v in vals), sub_gm.code
+            (result,) = [n for n in sub_gm.graph.nodes if n.op == "output"]
+            if sub is loop.args[0]:
+                assert result.args[0].meta["val"].dtype == torch.bool and result.args[0].meta["val"].dim() == 0
+    with torch.no_grad():
+        expected, got = module(x), gm(x, module.w)
+    assert isinstance(got[1], int) and got[1] == expected[1] == 4 + 5  # n (the size, 4) + j (5)
+    torch.testing.assert_close(got[0], expected[0])
+
+
+def test_a_size_the_loop_reads_from_outside_becomes_a_0d_tensor_lifted_or_not() -> None:
+    """Under ``dynamic=True`` the condition's ``h.size(0)`` is a size the loop reads from outside (an additional
+    input): the program (lifted) and the model (the received graph, not lifted) both take it as a 0-d tensor."""
+    from conformance.api.aot import snapshot
+    from conformance.backends.iree_loops import non_tensor_carries, number_carries_as_tensors
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        def body(i: Any, h: torch.Tensor) -> tuple[Any, torch.Tensor]:
+            return i + 1, torch.sin(h) * (i + 1)
+
+        n, h = while_loop(lambda i, h: i < h.size(0), body, (0, x))
+        return h * n
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch.compile(f, backend=aot_autograd(fw_compiler=keep), dynamic=True, fullgraph=True)(torch.randn(3, 4))
+    (gm,) = graphs
+    x = torch.randn(5, 4)
+    for lift in (True, False):
+        rewritten = snapshot(gm)  # its own outer graph, as the recorder keeps it; the rewrite copies the subgraphs
+        if lift:
+            lift_loop_inputs(rewritten)
+        (loop,) = _loops(rewritten)
+        reads_sizes = len(loop.args[3]) > 0
+        assert reads_sizes != lift  # not lifted: the sizes stay additional inputs
+        assert number_carries_as_tensors(rewritten) == 3 and non_tensor_carries(rewritten) == ""
+        (loop,) = _loops(rewritten)
+        assert all(isinstance(a.meta["val"], torch.Tensor) for a in (*loop.args[2], *loop.args[3]))
+        sizes = [d for d in x.shape]  # the graph's symbolic sizes come first, as Dynamo passes them
+        with torch.no_grad():
+            torch.testing.assert_close(rewritten(*sizes, x)[0], f(x))
