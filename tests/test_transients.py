@@ -410,6 +410,7 @@ def _module_sweep_calls() -> list[OpCall]:
     calls.extend(_composite_calls())
     calls.extend(_op_sweep_calls())
     calls.extend(_linalg_calls())
+    calls.extend(_upsample_aa_calls())
     return calls
 
 
@@ -741,6 +742,34 @@ def _linalg_calls() -> list[OpCall]:
         calls.append(OpCall(f"_linalg_det-{tag}", "_linalg_det", aten._linalg_det.default, _made(shape, dtype=dtype)))
         calls.append(OpCall(f"_linalg_slogdet-{tag}", "_linalg_slogdet", aten._linalg_slogdet.default,
                             _made(shape, dtype=dtype)))
+    return calls
+
+
+def _upsample_aa(op: Callable[..., Any], size: list[int], align: bool, scales: tuple[Any, Any]) -> Callable[..., Any]:
+    def f(x: Any) -> Any:
+        return op(x, size, align, *scales)
+
+    return f
+
+
+def _upsample_aa_calls() -> list[OpCall]:
+    """Antialiased resizing: down, up, one dimension or both, with scales given, corners aligned, float64."""
+    calls: list[OpCall] = []
+    for shape, size, align, scales, dtype in (((6, 3, 10, 20), [5, 10], False, (None, None), torch.float32),
+                                              ((6, 3, 10, 20), [20, 40], False, (None, None), torch.float32),
+                                              ((6, 3, 10, 20), [10, 7], False, (None, None), torch.float32),
+                                              ((2, 2, 9, 5), [4, 5], True, (None, None), torch.float64),
+                                              ((2, 3, 7, 11), [3, 4], False, (0.3, 0.4), torch.float32),
+                                              ((1, 1, 13, 6), [5, 17], True, (None, None), torch.float32),
+                                              ((2, 3, 8, 8), [8, 8], False, (None, None), torch.float32)):
+        for name, op in (("bilinear", aten._upsample_bilinear2d_aa.default),
+                         ("bicubic", aten._upsample_bicubic2d_aa.default)):
+            calls.append(OpCall(f"_upsample_{name}2d_aa-{'x'.join(map(str, shape))}-to-{'x'.join(map(str, size))}-"
+                                f"align{align}-scales{scales[0]}-{dtype}", f"_upsample_{name}2d_aa",
+                                _upsample_aa(op, size, align, scales), _made(shape, dtype=dtype)))
+    calls.append(OpCall("_upsample_bilinear2d_aa-channels-last", "_upsample_bilinear2d_aa",
+                        _upsample_aa(aten._upsample_bilinear2d_aa.default, [5, 10], False, (None, None)),
+                        lambda: (torch.randn(2, 3, 10, 20).contiguous(memory_format=torch.channels_last),)))
     return calls
 
 

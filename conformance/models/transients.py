@@ -1052,6 +1052,44 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
 
 
+def _area_scale(in_size: int, out_size: int, align_corners: bool, scale: Any, dtype: torch.dtype) -> torch.Tensor:
+    """``area_pixel_compute_scale`` (UpSample.h) in the kernel's scalar type."""
+    if align_corners:
+        return (torch.tensor(in_size - 1, dtype=dtype) / (out_size - 1) if out_size > 1
+                else torch.tensor(0.0, dtype=dtype))
+    if scale is not None and scale > 0:
+        return torch.tensor(1.0 / scale, dtype=torch.float64).to(dtype)
+    return torch.tensor(in_size, dtype=dtype) / out_size
+
+
+def upsample_aa(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_upsample_bilinear2d_aa``/``_upsample_bicubic2d_aa`` on floats (UpSampleKernel.cpp
+    ``separable_upsample_generic_Nd_kernel_impl``): one pass per resized dimension, the width first;
+    with both resized, the width pass writes an ``N x C x H_in x W_out`` temporary, alive to the end.  Each
+    pass computes (``_compute_index_ranges_weights``) three int64 index rows and an int64 weight index
+    per output position, and ``max_interp_size = ceil(support) * 2 + 1`` weights per position, ``support``
+    being ``interp_size / 2`` (2: bilinear, 4: bicubic) times the scale where that is at least 1."""
+    x = operands[0]
+    if not isinstance(out, torch.Tensor) or x.dtype not in (torch.float32, torch.float64) or x.dim() != 4:
+        raise KernelNotModelled(f"{target} on {getattr(x, 'dtype', x)} is not in the transient table")
+    taps = 4 if "bicubic" in target.overloadpacket.__name__ else 2
+    align = bool(_argument(target, operands, "align_corners"))
+    scales = (_argument(target, operands, "scales_h"), _argument(target, operands, "scales_w"))
+
+    def ranges(dim: int) -> int:
+        in_size, out_size = int(x.shape[dim]), int(out.shape[dim])
+        scale = _area_scale(in_size, out_size, align, scales[dim - 2], x.dtype)
+        support = (scale.double() * (taps * 0.5)).to(x.dtype) if float(scale) >= 1.0 else torch.tensor(taps * 0.5)
+        width = math.ceil(float(support)) * 2 + 1
+        return 4 * 8 * out_size + out_size * width * x.element_size()
+
+    resized = [d for d in (3, 2) if int(x.shape[d]) != int(out.shape[d])]
+    if len(resized) < 2:
+        return max((ranges(d) for d in resized), default=0)
+    temp = int(x.shape[0]) * int(x.shape[1]) * int(x.shape[2]) * int(out.shape[3]) * x.element_size()
+    return temp + max(ranges(3), ranges(2))
+
+
 def rrelu_eval(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``rrelu_with_noise`` in eval mode is a leaky ReLU of slope ``(lower + upper) / 2``, computed
     on wrapped float64 scalars: six 8-byte tensors."""
@@ -1396,6 +1434,8 @@ TABLE: dict[str, Entry] = {
     "_linalg_det": linalg_det,
     "_linalg_slogdet": linalg_slogdet,
     "linalg_lu": linalg_lu,
+    "_upsample_bilinear2d_aa": upsample_aa,
+    "_upsample_bicubic2d_aa": upsample_aa,
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)
