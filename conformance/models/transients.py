@@ -511,10 +511,10 @@ def cholesky_inverse(target: torch._ops.OpOverload, operands: Sequence[Any], out
     return 4 * infos + _check_errors(infos)
 
 
-def cholesky_solve(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """``cholesky_solve`` (``_cholesky_solve_helper_cpu``): the right side's column-major clone is the
-    result; the factor, broadcast to the batch, is cloned column-major too; then ``zeros({batchCount})``
-    int32 infos and :func:`_check_errors`."""
+def cholesky_solve_helper(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_cholesky_solve_helper_cpu``, which ``cholesky_solve`` calls on its operands broadcast to one
+    batch (views): the right side's column-major clone is the result; the factor is cloned column-major
+    too; then ``zeros({batchCount})`` int32 infos and :func:`_check_errors`."""
     b, a = operands[0], operands[1]
     batch = torch.broadcast_shapes(tuple(b.shape[:-2]), tuple(a.shape[:-2]))
     infos = math.prod(batch)
@@ -1424,8 +1424,7 @@ TABLE: dict[str, Entry] = {
     "segment_reduce": segment_reduce,
     "cholesky": cholesky,
     "cholesky_inverse": cholesky_inverse,
-    "cholesky_solve": cholesky_solve,
-    "_cholesky_solve_helper": cholesky_solve,
+    "_cholesky_solve_helper": cholesky_solve_helper,  # cholesky_solve's body: broadcast views, then this
     "linalg_cholesky_ex": cholesky_ex,
     "linalg_lu_factor_ex": lu_factor_ex,
     "linalg_lu_solve": lu_solve,
