@@ -409,6 +409,8 @@ def _module_sweep_calls() -> list[OpCall]:
             calls.append(OpCall(f"conv-transpose-backward-{tag}", "convolution_backward", conv_t_bw, t_bw_args))
     calls.extend(_composite_calls())
     calls.extend(_op_sweep_calls())
+    calls.extend(_linalg_calls())
+    calls.extend(_upsample_aa_calls())
     return calls
 
 
@@ -631,6 +633,143 @@ def _op_sweep_calls() -> list[OpCall]:
                             lambda: (torch.randn(5), torch.tensor([0, 1, 3, 3, 5]))))
     calls.append(OpCall("median-0d", "median", aten.median.default, _made(())))
     calls.append(OpCall("sort-0d", "sort", _bound(aten.sort.default, 0, False), _made(())))
+    return calls
+
+
+def _spd(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, layout: str = "contiguous") -> torch.Tensor:
+    """A symmetric positive-definite (batch of) matrix, row-major or laid out column-major."""
+    a = torch.randn(shape, dtype=dtype)
+    spd = a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+    return spd.mT.contiguous().mT if layout == "transposed" else spd
+
+
+def _flag(op: Callable[..., Any], *rest: Any, **kwargs: Any) -> Callable[..., Any]:
+    """``op(*operands, *rest, **kwargs)``: several operands, then fixed arguments."""
+    def f(*operands: Any) -> Any:
+        return op(*operands, *rest, **kwargs)
+
+    return f
+
+
+def _factored(shape: tuple[int, ...], rhs: tuple[int, ...], dtype: torch.dtype = torch.float32,
+              lu_layout: str = "column-major") -> Callable[[], tuple[Any, ...]]:
+    """``lu_factor``'s LU and pivots of a random (batch of) square matrix, and a right side: the LU as it
+    comes (column-major), copied row-major, or one matrix's factors expanded over a batch of 2 (neither
+    the LU nor the pivots dense)."""
+    def make() -> tuple[Any, ...]:
+        lu, piv = torch.linalg.lu_factor(torch.randn(shape, dtype=dtype))
+        if lu_layout == "row-major":
+            lu = lu.contiguous()
+        elif lu_layout == "expanded":
+            lu, piv = lu.expand(2, *lu.shape), piv.expand(2, *piv.shape)
+        return lu, piv, torch.randn(rhs, dtype=dtype)
+
+    return make
+
+
+def _linalg_calls() -> list[OpCall]:
+    """The LU and Cholesky kernels' info checks, pivot checks, clones and proxies (BatchLinearAlgebra.cpp,
+    LinearAlgebra.cpp), on batches, float64 and layouts the op sweep's 5x5 samples do not reach."""
+    calls: list[OpCall] = []
+    spd_shapes = (((5, 5), torch.float32, "contiguous"), ((2, 3, 4, 4), torch.float32, "contiguous"),
+                  ((1, 6, 6), torch.float64, "transposed"), ((3, 3), torch.float64, "transposed"))
+    for shape, dtype, layout in spd_shapes:
+        tag = f"{'x'.join(map(str, shape))}-{dtype}-{layout}"
+
+        def spd(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype, layout: str = layout) -> tuple[Any, ...]:
+            return (_spd(shape, dtype, layout),)
+
+        def factor(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            return (torch.linalg.cholesky(_spd(shape, dtype)),)
+
+        for upper in (False, True):
+            calls.append(OpCall(f"cholesky-{tag}-upper{upper}", "cholesky", _bound(aten.cholesky.default, upper), spd))
+            calls.append(OpCall(f"cholesky_inverse-{tag}-upper{upper}", "cholesky_inverse",
+                                _bound(aten.cholesky_inverse.default, upper), factor))
+        for check in (False, True):
+            calls.append(OpCall(f"linalg_cholesky_ex-{tag}-check{check}", "linalg_cholesky_ex",
+                                _bound(aten.linalg_cholesky_ex.default, check_errors=check), spd))
+            calls.append(OpCall(f"linalg_lu_factor_ex-{tag}-check{check}", "linalg_lu_factor_ex",
+                                _bound(aten.linalg_lu_factor_ex.default, check_errors=check), spd))
+            calls.append(OpCall(f"linalg_inv_ex-{tag}-check{check}", "linalg_inv_ex",
+                                _bound(aten.linalg_inv_ex.default, check_errors=check), spd))
+        calls.append(OpCall(f"_linalg_det-{tag}", "_linalg_det", aten._linalg_det.default, spd))
+        calls.append(OpCall(f"_linalg_slogdet-{tag}", "_linalg_slogdet", aten._linalg_slogdet.default, spd))
+    for b_shape, a_shape, dtype in (((5, 2), (5, 5), torch.float32), ((2, 4, 3), (4, 4), torch.float64),
+                                    ((3, 1, 4, 2), (2, 4, 4), torch.float32), ((4, 3), (2, 4, 4), torch.float64)):
+        def rhs_factor(b_shape: tuple[int, ...] = b_shape, a_shape: tuple[int, ...] = a_shape,
+                       dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            return torch.randn(b_shape, dtype=dtype), torch.linalg.cholesky(_spd(a_shape, dtype))
+
+        for upper in (False, True):
+            calls.append(OpCall(f"cholesky_solve-{'x'.join(map(str, b_shape))}-{'x'.join(map(str, a_shape))}-"
+                                f"{dtype}-upper{upper}", "cholesky_solve", _flag(aten.cholesky_solve.default, upper),
+                                rhs_factor))
+    calls.append(OpCall("_cholesky_solve_helper-2x4x3-2x4x4", "_cholesky_solve_helper",
+                        _flag(aten._cholesky_solve_helper.default, False),
+                        lambda: (torch.randn(2, 4, 3), torch.linalg.cholesky(_spd((2, 4, 4))))))
+    for shape, rhs, dtype, lu_layout in (((3, 3), (3, 4), torch.float32, "column-major"),
+                                         ((2, 5, 5), (2, 5, 1), torch.float64, "column-major"),
+                                         ((4, 4), (3, 4, 2), torch.float32, "column-major"),
+                                         ((4, 4), (4, 3), torch.float32, "row-major"),
+                                         ((4, 4), (2, 4, 3), torch.float64, "expanded")):
+        for left, adjoint in ((True, False), (True, True), (False, False)):
+            b = rhs if left else (*rhs[:-2], rhs[-1], rhs[-2])
+            calls.append(OpCall(f"linalg_lu_solve-{'x'.join(map(str, shape))}-{'x'.join(map(str, b))}-{dtype}-"
+                                f"{lu_layout}-left{left}-adjoint{adjoint}", "linalg_lu_solve",
+                                _flag(aten.linalg_lu_solve.default, left=left, adjoint=adjoint),
+                                _factored(shape, b, dtype, lu_layout)))
+    systems = (((5, 5), (5,), torch.float32, True), ((2, 5, 5), (2, 5), torch.float64, True),
+               ((1, 1), (1,), torch.float32, True), ((5, 5), (5, 3), torch.float32, True),
+               ((2, 4, 4), (4, 2), torch.float64, True), ((3, 3), (2, 3), torch.float32, False),
+               ((2, 3, 3), (2, 4, 3), torch.float64, False), ((4, 4), (3, 4, 2), torch.float32, True))
+    for a_shape, b_shape, dtype, left in systems:
+        for check in (False, True):
+            def system(a_shape: tuple[int, ...] = a_shape, b_shape: tuple[int, ...] = b_shape,
+                       dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+                return _spd(a_shape, dtype, "transposed" if len(a_shape) > 2 else "contiguous"), torch.randn(
+                    b_shape, dtype=dtype)
+
+            calls.append(OpCall(f"_linalg_solve_ex-{'x'.join(map(str, a_shape))}-{'x'.join(map(str, b_shape))}-{dtype}-"
+                                f"left{left}-check{check}", "_linalg_solve_ex",
+                                _flag(aten._linalg_solve_ex.default, left=left, check_errors=check), system))
+    for shape in ((3, 5), (5, 3), (4, 4), (2, 3, 5), (2, 5, 3), (3, 1, 4, 4)):
+        for pivot in (True,):
+            calls.append(OpCall(f"linalg_lu-{'x'.join(map(str, shape))}-pivot{pivot}", "linalg_lu",
+                                _bound(aten.linalg_lu.default, pivot=pivot), _made(shape, dtype=torch.float64)))
+    for shape, dtype in (((2, 5, 5), torch.float64), ((3, 2, 4, 4), torch.float32), ((7, 7), torch.float64)):
+        tag = f"{'x'.join(map(str, shape))}-{dtype}"
+        calls.append(OpCall(f"_linalg_det-{tag}", "_linalg_det", aten._linalg_det.default, _made(shape, dtype=dtype)))
+        calls.append(OpCall(f"_linalg_slogdet-{tag}", "_linalg_slogdet", aten._linalg_slogdet.default,
+                            _made(shape, dtype=dtype)))
+    return calls
+
+
+def _upsample_aa(op: Callable[..., Any], size: list[int], align: bool, scales: tuple[Any, Any]) -> Callable[..., Any]:
+    def f(x: Any) -> Any:
+        return op(x, size, align, *scales)
+
+    return f
+
+
+def _upsample_aa_calls() -> list[OpCall]:
+    """Antialiased resizing: down, up, one dimension or both, with scales given, corners aligned, float64."""
+    calls: list[OpCall] = []
+    for shape, size, align, scales, dtype in (((6, 3, 10, 20), [5, 10], False, (None, None), torch.float32),
+                                              ((6, 3, 10, 20), [20, 40], False, (None, None), torch.float32),
+                                              ((6, 3, 10, 20), [10, 7], False, (None, None), torch.float32),
+                                              ((2, 2, 9, 5), [4, 5], True, (None, None), torch.float64),
+                                              ((2, 3, 7, 11), [3, 4], False, (0.3, 0.4), torch.float32),
+                                              ((1, 1, 13, 6), [5, 17], True, (None, None), torch.float32),
+                                              ((2, 3, 8, 8), [8, 8], False, (None, None), torch.float32)):
+        for name, op in (("bilinear", aten._upsample_bilinear2d_aa.default),
+                         ("bicubic", aten._upsample_bicubic2d_aa.default)):
+            calls.append(OpCall(f"_upsample_{name}2d_aa-{'x'.join(map(str, shape))}-to-{'x'.join(map(str, size))}-"
+                                f"align{align}-scales{scales[0]}-{dtype}", f"_upsample_{name}2d_aa",
+                                _upsample_aa(op, size, align, scales), _made(shape, dtype=dtype)))
+    calls.append(OpCall("_upsample_bilinear2d_aa-channels-last", "_upsample_bilinear2d_aa",
+                        _upsample_aa(aten._upsample_bilinear2d_aa.default, [5, 10], False, (None, None)),
+                        lambda: (torch.randn(2, 3, 10, 20).contiguous(memory_format=torch.channels_last),)))
     return calls
 
 
