@@ -316,3 +316,33 @@ def test_inductor_gets_no_verdict_made_by_the_harness(cases_file: Path, tmp_path
     for r in records:
         assert r["status"] not in ("fail-run", "crash", "timeout", "fail-compile", "fail-parity"), r["reason"]
         assert "harness error" not in r["reason"]
+
+
+class _IntCountedLoop(torch.nn.Module):
+    """A ``while_loop`` counting with a Python int, trained: torch itself refuses it under autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        h = while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, torch.tanh(h @ self.w)), (0, x))[1]
+        return h.square().mean()
+
+
+def test_a_step_plain_pytorch_refuses_is_said_as_the_program_s_own_error() -> None:
+    """Not the tracer's words (a dispatch mode without a rule for ``while_loop``, a ``u0 < 4`` condition):
+    what plain PyTorch says when a user runs the step, which no backend can change."""
+    from conformance.api.step import ProgramError, plain_failure, trace_step
+
+    workload = Workload(_IntCountedLoop(), (torch.randn(2, 8),))
+    with pytest.raises(ProgramError) as caught:
+        trace_step(workload, trains=True)
+    text = str(caught.value)
+    assert text.startswith("the step fails in plain PyTorch, without any compiler: ")
+    assert "all carried_inputs must be tensors" in text and "_NativeFills" not in text, text
+    assert plain_failure(workload, trains=False) is None  # inference runs: the loop itself is fine
+    gm, _, _ = trace_step(workload, trains=False)  # and traces, through the native-fill watch too
+    assert any("while_loop" in str(n.target) for n in gm.graph.nodes)

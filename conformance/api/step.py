@@ -185,7 +185,14 @@ def trace_step(workload: Workload, trains: bool) -> tuple[torch.fx.GraphModule, 
     ISA; with it off, to the native cell's ATen ops, whose sizes the graph says."""
     step, args, names = functional_step(workload, trains)
     with reference_kernels():
-        gm = trace_graph(step, args, workload.model)
+        try:
+            gm = trace_graph(step, args, workload.model)
+        except Exception as trace_error:
+            plain = plain_failure(workload, trains)
+            if plain is not None:  # the program's own error, not the tracer's
+                raise ProgramError(f"the step fails in plain PyTorch, without any compiler: "
+                                   f"{_why(plain)}") from trace_error
+            raise
     return gm, args, names
 
 
@@ -211,6 +218,43 @@ def trace_graph(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.n
     if any(n.op == "get_attr" and isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes):
         _fake_values(gm, args)  # a constant's recorded value is a fake of its own, not the one its views share
     return gm
+
+
+class ProgramError(RuntimeError):
+    """The case's step fails when plain PyTorch runs it: the verdict is the program's, whatever the backend."""
+
+
+def _why(error: BaseException) -> str:
+    """An error's type and the line that says why: a Dynamo error's own message is one line ("RuntimeError
+    when making fake tensor call"); the error it wraps, its cause or context, has the ``Explanation:``."""
+    chain = [error]
+    while (inner := chain[-1].__cause__ or chain[-1].__context__) is not None and inner not in chain:
+        chain.append(inner)
+    for e in reversed(chain):
+        for line in str(e).splitlines():
+            if line.strip().startswith("Explanation:"):
+                return f"{type(error).__name__}: {line.strip().removeprefix('Explanation:').strip()}"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def plain_failure(workload: Workload, trains: bool) -> Exception | None:
+    """What the step raises when plain PyTorch runs it as a user does (``model(*inputs)``, then
+    ``loss.backward()`` for a step that trains), on copies of the model and inputs; ``None`` where it
+    runs.  Asked only when no trace could be made, to tell the program's own error from a tracer's (a
+    ``while_loop`` counting with a Python int under autograd, which torch refuses itself); the pair ends
+    with this error, so Dynamo's caches are reset first, as they are after every pair."""
+    torch._dynamo.reset()  # a trace that failed inside torch's own compile of the op (while_loop's) marked it to skip
+    try:
+        model = copy.deepcopy(workload.model)
+        inputs = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in workload.inputs]
+        with torch.random.fork_rng(), torch.set_grad_enabled(trains):
+            out = model(*inputs)
+            if trains:
+                out.backward()
+    except Exception as error:
+        return error
+    return None
 
 
 def _has_data_dependent_sizes(gm: torch.fx.GraphModule) -> bool:
@@ -291,6 +335,10 @@ class _NativeFills(TorchDispatchMode):
     (``at::tensor(int_list)`` is ``empty`` and a ``memcpy``: the lengths ``ctc_loss`` reads).  A trace
     records the ``empty``, not the values: ``values[k]`` is what the ``k``-th ``empty``-like op's result
     held when first read, where its bytes had changed since it was made."""
+
+    #: a higher-order op (``while_loop``) passes through as a call: without this, torch refuses it under the mode
+    #: and that refusal, not the program's own outcome, would be the verdict
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()
