@@ -146,3 +146,15 @@ def test_the_coverage_table_shows_a_dtype_as_a_row_of_its_own() -> None:
     text = op_markdown(table)
     assert "| `add [float64]` | eager | fail-parity: max abs err 1e-7 | pass |" in text
     assert "| `add` | eager | pass | - |" in text
+
+
+@pytest.mark.slow
+def test_inductor_runs_a_float64_op_case_in_float64() -> None:
+    """Inductor claims float64: a float64 case passes there against float64's references (its tolerance is
+    float64's, so a float32 computation would fail parity)."""
+    from conformance.backends.inductor import InductorBackend
+
+    assert "float64" in InductorBackend.capabilities.dtypes
+    (case,) = select_cases(["op-abs-0-float64-infer"])
+    result = run_case(case, InductorBackend())
+    assert result.status == Status.PASS, (result.status, result.reason)
