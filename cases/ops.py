@@ -68,6 +68,7 @@ from conformance.api.case import (
     register,
     unavailable,
 )
+from conformance.api.step import to_dtype
 from conformance.util.paths import cache_home
 
 FAMILY = "ops"
@@ -421,11 +422,22 @@ def _screen_sample(op: Any, sample: Any, trains: bool, dtype: str = FLOAT32) -> 
         return f"plain eager PyTorch cannot run it on the CPU ({_first_line(exc)})"
     if not trains and (problem := _output_problem(first)) is not None:
         return problem
+    if trains and dtype != FLOAT32 and not bool(first.isfinite().all()) and _finite_at_float64(op, sample, dtype):
+        return f"the training loss overflows {dtype} (finite at float64: the loss squares the outputs)"
     with _quiet(), _filling_uninitialised():
         second = _run(op, sample, trains, 2, dtype)
     if not _same(first, second):
         return "two eager runs of the same sample differ (uninitialised memory or unseeded random draws)"
     return None
+
+
+def _finite_at_float64(op: Any, sample: Any, dtype: str) -> bool:
+    """Whether the training step's loss is finite when the sample is computed at float64 (float16's mean square
+    overflows on outputs past 256, where the reference's is finite: the case could only fail)."""
+    with torch.random.fork_rng(), _quiet():
+        torch.manual_seed(1)
+        workload = to_dtype(_workload(op, sample, True, own=False, dtype=dtype), torch.float64)
+        return bool(workload.model(*workload.inputs).detach().isfinite().all())
 
 
 @contextlib.contextmanager
