@@ -122,11 +122,13 @@ def op_label(key: str, k: int | None = None, dtype: str = FLOAT32, step: str | N
 
 
 def dtypes_named(patterns: Sequence[str]) -> dict[str, list[str]]:
-    """The patterns by the dtype whose cases they name: a pattern holding another dtype's name (``op-*-float64-*``)
-    names that dtype's cases, any other pattern the float32 sweep's."""
+    """The patterns by the dtype whose cases they name: a pattern holding another dtype's name past the op's
+    (``op-*-float64-*``, not ``op-bfloat16-*``: the op ``Tensor.bfloat16``) names that dtype's cases, any other
+    pattern the float32 sweep's."""
     named: dict[str, list[str]] = {}
     for pattern in patterns:
-        for dtype in [d for d in OTHER_DTYPES if re.search(rf"(?<![A-Za-z]){d}(?![0-9])", pattern)] or [FLOAT32]:
+        past_op = "-".join(pattern.split("-")[2:])
+        for dtype in [d for d in OTHER_DTYPES if re.search(rf"(?<![A-Za-z]){d}(?![0-9])", past_op)] or [FLOAT32]:
             named.setdefault(dtype, []).append(pattern)
     return named
 

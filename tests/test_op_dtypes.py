@@ -62,9 +62,11 @@ def test_op_star_alone_does_not_register_another_dtype() -> None:
 
 
 def test_patterns_name_the_dtypes_they_hold() -> None:
-    named = ops.dtypes_named(["op-*", "op-*-float64-*", "op-abs-0-bfloat16-infer", "op-*-float16-*"])
-    assert named == {"float32": ["op-*"], "float64": ["op-*-float64-*"], "bfloat16": ["op-abs-0-bfloat16-infer"],
-                     "float16": ["op-*-float16-*"]}
+    named = ops.dtypes_named(["op-*", "op-*-float64-*", "op-abs-0-bfloat16-infer", "op-*-float16-*", "op-bfloat16-*",
+                              "op-bfloat16-0-bfloat16-train"])
+    assert named == {"float32": ["op-*", "op-bfloat16-*"], "float64": ["op-*-float64-*"],
+                     "bfloat16": ["op-abs-0-bfloat16-infer", "op-bfloat16-0-bfloat16-train"],
+                     "float16": ["op-*-float16-*"]}  # the op named bfloat16 (Tensor.bfloat16) is float32's
 
 
 def test_capabilities_claim_dtypes() -> None:
