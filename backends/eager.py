@@ -74,7 +74,7 @@ def _shapes(inputs: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
 
 class EagerBackend(Backend):
     name = "eager"
-    capabilities = Capabilities(exact_memory=True, dynamic_shapes=True)
+    capabilities = Capabilities(exact_memory=True, dynamic_shapes=True, dtypes=("float32", "float64"))
     node_hook: ClassVar[NodeHook | None] = None
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:

@@ -129,7 +129,7 @@ def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> 
 
 class InductorBackend(Backend):
     name = "inductor"
-    capabilities = Capabilities(dynamic_shapes=True)
+    capabilities = Capabilities(dynamic_shapes=True, dtypes=("float32", "float64"))
     cost_weight = 6.0
 
     def versions(self) -> dict[str, str]:

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-_ID = re.compile(r"^op-(?P<key>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+#: an op case's id (``op-add-0-infer``; another dtype than float32 named: ``op-add-0-float64-infer``)
+_ID = re.compile(r"^op-(?P<key>.+)-(?P<k>\d+)(?:-(?P<dtype>b?float\d+))?-(?P<step>infer|train)$")
 
 
 def family_size() -> str:
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = found.read_text(encoding="utf-8").splitlines() if found.exists() else []
     records = [json.loads(line) for line in lines]
     ids = [m for r in records if (m := _ID.match(r["case"]))]
-    ops_ran = {m["key"] for m in ids}
-    samples = {(m["key"], m["k"]) for m in ids}
+    ops_ran = {(m["key"], m["dtype"]) for m in ids}  # an op in two dtypes counts twice
+    samples = {(m["key"], m["k"], m["dtype"]) for m in ids}
     print(f"\nran {len(ops_ran)} ops, {len(samples)} samples, {len(records)} pairs "
           f"({', '.join(backends)}, -n {args.workers}{', shard ' + args.shard if args.shard else ''})")
     print(f"wall {wall:.1f}s, {wall / max(len(records), 1):.2f}s per pair")

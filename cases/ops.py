@@ -22,6 +22,14 @@ eager PyTorch cannot run on the CPU, or whose outputs are not tensors or differ 
 eager runs (uninitialised memory).  :func:`census` counts what ``op_db`` offers, so a test
 holds registered + left out = offered.
 
+**Other dtypes, opted in by name.**  ``op-<key>-<k>-<dtype>-{infer,train}`` (``op-add-0-float64-infer``) is
+the same case drawn from ``op.sample_inputs("cpu", <dtype>)`` for an OpInfo that supports the dtype on the CPU,
+screened the same way (left-out labels carry the dtype: ``op-<key>-<k>-float64``), registered only when a
+``--case`` pattern names the dtype (:func:`dtypes_named`: ``op-*`` stays the float32 sweep), cached apart
+(:func:`cache_path`), held to that dtype's tolerance (:data:`TOLERANCES`) and its ulp (the references read the
+dtype the case is written in), and requiring ``dtype:<name>``: a backend that does not claim the dtype
+(:attr:`conformance.api.adapter.Capabilities.dtypes`) skips it with that reason.
+
 ``op_db`` imports ``expecttest`` (``pip install 'torch-conformance[ops]'``) and costs seconds
 to import and screen, so the family registers lazily: only when a ``--case`` pattern could
 name an ``op-`` id (:func:`conformance.api.case.lazy_family`); a worker process resolves one
@@ -52,6 +60,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from conformance.api.case import (
     Case,
     CaseKind,
+    Tolerance,
     Workload,
     add_resolver,
     lazy_family,
@@ -59,6 +68,7 @@ from conformance.api.case import (
     register,
     unavailable,
 )
+from conformance.api.step import to_dtype
 from conformance.util.paths import cache_home
 
 FAMILY = "ops"
@@ -68,12 +78,59 @@ MAX_SAMPLES = 2
 SCAN = 200
 SAMPLE_SEED = 0
 DTYPE = torch.float32
+FLOAT32 = "float32"
+#: the other dtypes an op case can be in, opted in by name (``--case 'op-*-float64-*'``): torch's names
+OTHER_DTYPES = ("float64", "bfloat16", "float16")
+#: parity tolerance per dtype: float32 keeps the harness default; float64 the same ~840 ulps of its own (a backend
+#: computing a float64 case in float32 is ~1e-7 off); the half types generated.py's (a few ulps at 1.0)
+TOLERANCES = {FLOAT32: Tolerance(), "float64": Tolerance(rtol=1e-12, atol=1e-13),
+              "bfloat16": Tolerance(rtol=3e-2, atol=3e-2), "float16": Tolerance(rtol=4e-3, atol=4e-3)}
 STEPS = ("infer", "train")
 #: a constant of a step: what a case can carry besides tensors (baked into the step, as written)
 PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.memory_format, torch.layout, torch.device, slice,
          type(Ellipsis))
-_ID = re.compile(rf"^{PREFIX}(?P<key>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+_ID = re.compile(rf"^{PREFIX}(?P<key>.+)-(?P<k>\d+)(?:-(?P<dtype>{'|'.join(OTHER_DTYPES)}))?-(?P<step>infer|train)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]")
+
+
+@dataclass(frozen=True)
+class OpId:
+    """What an op case's id says: ``op-<key>-<k>[-<dtype>]-<step>`` (no dtype part: float32, the sweep's own)."""
+
+    key: str
+    k: int
+    dtype: str
+    step: str
+
+    @property
+    def trains(self) -> bool:
+        return self.step == STEPS[1]
+
+
+def parse_id(case_id: str) -> OpId | None:
+    """An op case's id taken apart, or ``None`` for another id (the coverage table and benchmarks read it)."""
+    m = _ID.match(case_id)
+    return None if m is None else OpId(m["key"], int(m["k"]), m["dtype"] or FLOAT32, m["step"])
+
+
+def op_label(key: str, k: int | None = None, dtype: str = FLOAT32, step: str | None = None) -> str:
+    """An op case's id (``k`` and ``step`` given), or a left-out line's label: ``op-<key>[-<k>][-<dtype>][-<step>]``,
+    the dtype named unless float32 (so ``op-*`` is the float32 sweep, as it always was)."""
+    parts = [f"{PREFIX}{key}", *([str(k)] if k is not None else []), *([dtype] if dtype != FLOAT32 else []),
+             *([step] if step is not None else [])]
+    return "-".join(parts)
+
+
+def dtypes_named(patterns: Sequence[str]) -> dict[str, list[str]]:
+    """The patterns by the dtype whose cases they name: a pattern holding another dtype's name past the op's
+    (``op-*-float64-*``, not ``op-bfloat16-*``: the op ``Tensor.bfloat16``) names that dtype's cases, any other
+    pattern the float32 sweep's."""
+    named: dict[str, list[str]] = {}
+    for pattern in patterns:
+        past_op = "-".join(pattern.split("-")[2:])
+        for dtype in [d for d in OTHER_DTYPES if re.search(rf"(?<![A-Za-z]){d}(?![0-9])", past_op)] or [FLOAT32]:
+            named.setdefault(dtype, []).append(pattern)
+    return named
 
 
 @dataclass(frozen=True)
@@ -168,7 +225,7 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def draw_samples(op: Any) -> list[Any]:
+def draw_samples(op: Any, dtype: str = FLOAT32) -> list[Any]:
     """The op's first samples whose tensors are not empty (among the first :data:`SCAN` it yields; its
     first one, empty, where none is), drawn under the random state in force (the case's seed sets it).
 
@@ -176,7 +233,7 @@ def draw_samples(op: Any) -> list[Any]:
     full: list[Any] = []
     empty: list[Any] = []
     with _quiet():
-        for n, sample in enumerate(op.sample_inputs("cpu", DTYPE, requires_grad=op.supports_autograd)):
+        for n, sample in enumerate(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=op.supports_autograd)):
             tensors = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
                        if isinstance(t, torch.Tensor)]
             (full if all(t.numel() for t in tensors) else empty).append(sample)
@@ -185,10 +242,10 @@ def draw_samples(op: Any) -> list[Any]:
     return full or empty[:1]
 
 
-def _seeded_samples(op: Any, seed: int = SAMPLE_SEED) -> list[Any]:
+def _seeded_samples(op: Any, seed: int = SAMPLE_SEED, dtype: str = FLOAT32) -> list[Any]:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return draw_samples(op)
+        return draw_samples(op, dtype)
 
 
 @dataclass(frozen=True)
@@ -244,12 +301,14 @@ class OpStep(nn.Module):
     the mean of each floating output, summed, with each differentiable input scaled by a learnable
     tensor of ones (the op has no parameters of its own; the scales' gradients are the inputs')."""
 
-    def __init__(self, op: Callable[..., Any], call: _Call, process: Callable[[Any], Any], trains: bool) -> None:
+    def __init__(self, op: Callable[..., Any], call: _Call, process: Callable[[Any], Any], trains: bool,
+                 dtype: str = FLOAT32) -> None:
         super().__init__()
         self.op, self.process, self.trains = op, process, trains
         self.call = _Shared(call.spec, call.leaves, call.positions)
         self.scaled = tuple(i for i, d in enumerate(call.differentiable) if d) if trains else ()
-        self.scales = nn.ParameterList([nn.Parameter(torch.ones(call.tensors[i].shape)) for i in self.scaled])
+        self.scales = nn.ParameterList([nn.Parameter(torch.ones(call.tensors[i].shape, dtype=getattr(torch, dtype)))
+                                        for i in self.scaled])
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         leaves = list(self.call.leaves)
@@ -281,25 +340,26 @@ def _identity(out: Any) -> Any:
 
 
 def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | None = None,
-              own: bool = True) -> Workload:
+              own: bool = True, dtype: str = FLOAT32) -> Workload:
     """The step on ``sample``; ``reached``: which of its differentiable inputs the loss reaches (only those
     are scaled: a scale the loss does not reach has no gradient, which a step's ``autograd.grad`` refuses);
-    ``own``: the op called itself (:func:`own_call`), not through OpInfo's reseeding wrapper."""
+    ``own``: the op called itself (:func:`own_call`), not through OpInfo's reseeding wrapper; ``dtype``: the case's
+    (its scales', so a float64 case computes in float64 throughout)."""
     call = _take_apart(sample)
     if trains:
-        reached = _reached(op, sample) if reached is None else reached
+        reached = _reached(op, sample, dtype) if reached is None else reached
         call = dataclasses.replace(call, differentiable=tuple(d and r for d, r in zip(
             call.differentiable, reached, strict=True)))
     process = sample.output_process_fn_grad or _identity
-    return Workload(OpStep(own_call(op.op) if own else op.op, call, process, trains), call.tensors)
+    return Workload(OpStep(own_call(op.op) if own else op.op, call, process, trains, dtype), call.tensors)
 
 
-def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
+def _reached(op: Any, sample: Any, dtype: str = FLOAT32) -> tuple[bool, ...]:
     """Per tensor of ``sample``: whether the training loss has a gradient for it (one trial step, its random
     draws forked away)."""
     call = _take_apart(sample)
     with torch.random.fork_rng(), _quiet():
-        step = OpStep(own_call(op.op), call, sample.output_process_fn_grad or _identity, True)
+        step = OpStep(own_call(op.op), call, sample.output_process_fn_grad or _identity, True, dtype)
         loss = step(*call.tensors)
         if not step.scaled or not loss.requires_grad:
             return tuple(False for _ in call.tensors)
@@ -308,15 +368,15 @@ def _reached(op: Any, sample: Any) -> tuple[bool, ...]:
     return tuple(used.get(n, False) for n in range(len(call.tensors)))
 
 
-def _builder(key: str, k: int, trains: bool) -> Callable[[int], Workload]:
+def _builder(key: str, k: int, trains: bool, dtype: str = FLOAT32) -> Callable[[int], Workload]:
     reached: list[tuple[bool, ...]] = []  # found once per process: the sample's structure is the seed's
 
     def build(seed: int) -> Workload:
         op = _by_key()[key]
-        sample = draw_samples(op)[k]  # Case.build / inputs_for seed the draw
+        sample = draw_samples(op, dtype)[k]  # Case.build / inputs_for seed the draw
         if trains and not reached:
-            reached.append(_reached(op, sample))
-        return _workload(op, sample, trains, reached[0] if trains else None)
+            reached.append(_reached(op, sample, dtype))
+        return _workload(op, sample, trains, reached[0] if trains else None, dtype=dtype)
 
     return build
 
@@ -334,12 +394,12 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:140] if text else ''}".rstrip(": ")
 
 
-def _run(op: Any, sample: Any, trains: bool, seed: int) -> Any:
+def _run(op: Any, sample: Any, trains: bool, seed: int, dtype: str = FLOAT32) -> Any:
     """The step as plain eager PyTorch runs it at the sample's seed (screening, not a case's run), through
     OpInfo's reseeding wrapper where the op has one: two runs of a random op then agree."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        workload = _workload(op, sample, trains, own=False)
+        workload = _workload(op, sample, trains, own=False, dtype=dtype)
         if not trains:
             with torch.no_grad():
                 return workload.model(*workload.inputs)
@@ -355,20 +415,31 @@ def _same(a: Any, b: Any) -> bool:
         for x, y in zip(fa, fb, strict=True))
 
 
-def _screen_sample(op: Any, sample: Any, trains: bool) -> str | None:
+def _screen_sample(op: Any, sample: Any, trains: bool, dtype: str = FLOAT32) -> str | None:
     """Why plain eager PyTorch cannot run this step on the CPU as a case, or ``None``."""
     try:
         with _quiet():
-            first = _run(op, sample, trains, 1)
+            first = _run(op, sample, trains, 1, dtype)
     except Exception as exc:
         return f"plain eager PyTorch cannot run it on the CPU ({_first_line(exc)})"
     if not trains and (problem := _output_problem(first)) is not None:
         return problem
+    if trains and dtype != FLOAT32 and not bool(first.isfinite().all()) and _finite_at_float64(op, sample, dtype):
+        return f"the training loss overflows {dtype} (finite at float64: the loss squares the outputs)"
     with _quiet(), _filling_uninitialised():
-        second = _run(op, sample, trains, 2)
+        second = _run(op, sample, trains, 2, dtype)
     if not _same(first, second):
         return "two eager runs of the same sample differ (uninitialised memory or unseeded random draws)"
     return None
+
+
+def _finite_at_float64(op: Any, sample: Any, dtype: str) -> bool:
+    """Whether the training step's loss is finite when the sample is computed at float64 (float16's mean square
+    overflows on outputs past 256, where the reference's is finite: the case could only fail)."""
+    with torch.random.fork_rng(), _quiet():
+        torch.manual_seed(1)
+        workload = to_dtype(_workload(op, sample, True, own=False, dtype=dtype), torch.float64)
+        return bool(workload.model(*workload.inputs).detach().isfinite().all())
 
 
 @contextlib.contextmanager
@@ -383,15 +454,15 @@ def _filling_uninitialised() -> Iterator[None]:
         torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
-def _train_problem(op: Any, sample: Any) -> str | None:
+def _train_problem(op: Any, sample: Any, dtype: str = FLOAT32) -> str | None:
     """Why a sample (that runs for inference) makes no training step, or ``None``."""
     if not any(_take_apart(sample).differentiable):
         return "no differentiable floating input"
     with _quiet():
-        if not any(_reached(op, sample)):
+        if not any(_reached(op, sample, dtype)):
             return "the loss reaches no differentiable input"
     with _quiet():
-        out = _run(op, sample, False, 1)
+        out = _run(op, sample, False, 1, dtype)
     if not loss_terms(out):
         floating = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
                     and (t.is_floating_point() or t.is_complex())]
@@ -399,71 +470,78 @@ def _train_problem(op: Any, sample: Any) -> str | None:
     return None
 
 
-def screen(op: Any) -> Screened:
-    """The op's cases and left-out lines (imports nothing; ``op`` is an OpInfo)."""
+def screen(op: Any, dtype: str = FLOAT32) -> Screened:
+    """The op's cases and left-out lines in ``dtype`` (imports nothing; ``op`` is an OpInfo)."""
     key = key_of(op)
-    label = f"{PREFIX}{key}"
-    if not op.supports_dtype(DTYPE, "cpu"):
-        return Screened(key, (), (LeftOut(label, key, None, "no float32 samples on the CPU"),), 0, False)
+    whole = op_label(key, dtype=dtype)
+    if not op.supports_dtype(getattr(torch, dtype), "cpu"):
+        return Screened(key, (), (LeftOut(whole, key, None, f"no {dtype} samples on the CPU"),), 0, False)
     try:
-        samples = _seeded_samples(op)
+        samples = _seeded_samples(op, dtype=dtype)
     except Exception as exc:
-        return Screened(key, (), (LeftOut(label, key, None, f"its samples do not generate ({_first_line(exc)})"),),
+        return Screened(key, (), (LeftOut(whole, key, None, f"its samples do not generate ({_first_line(exc)})"),),
                         0, False)
     if not samples:
-        return Screened(key, (), (LeftOut(label, key, None, "no CPU float32 samples"),), 0, False)
+        return Screened(key, (), (LeftOut(whole, key, None, f"no CPU {dtype} samples"),), 0, False)
     cases: list[Case] = []
     out: list[LeftOut] = []
     for k, sample in enumerate(samples):
         problem = _plain_problem(sample)
         if problem is not None:
-            out.append(LeftOut(f"{label}-{k}", key, k, problem))
+            out.append(LeftOut(op_label(key, k, dtype), key, k, problem))
             continue
         steps = (False, True) if op.supports_autograd else (False,)
         for trains in steps:
             step = STEPS[trains]
             try:
-                why = (_train_problem(op, sample) if trains else None) or _screen_sample(op, sample, trains)
+                why = ((_train_problem(op, sample, dtype) if trains else None)
+                       or _screen_sample(op, sample, trains, dtype))
             except Exception as exc:  # the sweep's own step around the op fails: named, not dropped
                 why = f"the step around the op fails ({_first_line(exc)})"
             if why is not None:
-                out.append(LeftOut(f"{label}-{k}" if not trains else f"{label}-{k}-{step}", key, k, why))
+                out.append(LeftOut(op_label(key, k, dtype, step if trains else None), key, k, why))
                 if not trains:
                     break  # a sample eager cannot run for inference is left out whole
                 continue
-            cases.append(_case(op, key, k, sample, trains))
+            cases.append(_case(op, key, k, sample, trains, dtype))
     return Screened(key, tuple(cases), tuple(out), len(samples), bool(op.supports_autograd))
 
 
-def _case(op: Any, key: str, k: int, sample: Any, trains: bool) -> Case:
+def _case(op: Any, key: str, k: int, sample: Any, trains: bool, dtype: str = FLOAT32) -> Case:
     shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in _take_apart(sample).tensors)
     return _make_case(key, k, trains,
                       f"torch op {op.name}{f' ({op.variant_test_name})' if op.variant_test_name else ''}, "
-                      f"OpInfo sample {k} ({shapes or 'no tensors'}){', training step' if trains else ''}")
+                      f"OpInfo sample {k} ({shapes or 'no tensors'}){f', {dtype}' if dtype != FLOAT32 else ''}"
+                      f"{', training step' if trains else ''}", dtype)
 
 
-def _make_case(key: str, k: int, trains: bool, description: str) -> Case:
+def _make_case(key: str, k: int, trains: bool, description: str, dtype: str = FLOAT32) -> Case:
+    """A case of the sweep; one in another dtype than float32 requires the backend to claim it (``dtype:<name>``)
+    and is held to that dtype's tolerance (its noise floor is that dtype's ulp: the reference reads the case's)."""
     kind: CaseKind = "train_step" if trains else "inference"
-    return Case(f"{PREFIX}{key}-{k}-{STEPS[trains]}", kind, FAMILY, SAMPLE_SEED, _builder(key, k, trains),
-                trains=trains, requires=frozenset({"training"}) if trains else frozenset(), in_default=False,
-                optimizer="none" if trains else None, description=description)
+    requires = ({"training"} if trains else set()) | ({f"dtype:{dtype}"} if dtype != FLOAT32 else set())
+    return Case(op_label(key, k, dtype, STEPS[trains]), kind, FAMILY, SAMPLE_SEED, _builder(key, k, trains, dtype),
+                trains=trains, requires=frozenset(requires), in_default=False,
+                optimizer="none" if trains else None, description=description, tolerance=TOLERANCES[dtype])
 
 
 @functools.cache
-def _screened(key: str) -> Screened:
-    return screen(_by_key()[key])
+def _screened(key: str, dtype: str = FLOAT32) -> Screened:
+    return screen(_by_key()[key], dtype)
 
 
-def sweep(keys: Sequence[str] | None = None) -> list[Screened]:
-    """Every op's screening (or the ops named by ``keys``), in ``op_db``'s order, screened here."""
+def sweep(keys: Sequence[str] | None = None, dtype: str = FLOAT32) -> list[Screened]:
+    """Every op's screening in ``dtype`` (or the ops named by ``keys``), in ``op_db``'s order, screened here."""
     names = list(_by_key()) if keys is None else list(keys)
-    return [_screened(key) for key in names]
+    return [_screened(key, dtype) for key in names]
 
 
-def cache_path() -> Path:
-    """Where the whole sweep's screening is kept: per torch release and version of this module."""
+def cache_path(dtype: str = FLOAT32) -> Path:
+    """Where the whole sweep's screening is kept: per torch release, version of this module and dtype (float32's
+    file has no dtype in its name)."""
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    return cache_home() / "op-sweep" / f"torch-{_UNSAFE.sub('_', torch.__version__)}-{digest}.json"
+    suffix = f"-{dtype}" if dtype != FLOAT32 else ""
+    return cache_home() / "op-sweep" / f"torch-{_UNSAFE.sub('_', torch.__version__)}-{digest}{suffix}.json"
 
 
 def _to_json(screened: Sequence[Screened]) -> dict[str, Any]:
@@ -478,9 +556,9 @@ def _from_json(data: dict[str, Any]) -> list[Screened]:
     for op in data["ops"]:
         cases = []
         for c in op["cases"]:
-            m = _ID.match(c["id"])
-            assert m is not None
-            cases.append(_make_case(m["key"], int(m["k"]), m["step"] == "train", c["description"]))
+            parsed = parse_id(c["id"])
+            assert parsed is not None
+            cases.append(_make_case(parsed.key, parsed.k, parsed.trains, c["description"], parsed.dtype))
         out.append(Screened(op["key"], tuple(cases), tuple(LeftOut(label, op["key"], k, reason)
                                                           for label, k, reason in op["left_out"]),
                             op["samples"], op["trains"]))
@@ -488,12 +566,12 @@ def _from_json(data: dict[str, Any]) -> list[Screened]:
 
 
 @functools.cache
-def whole_sweep() -> tuple[Screened, ...]:
-    """Every op's screening, from the cache where a run here made it (screening takes minutes)."""
-    path = cache_path()
+def whole_sweep(dtype: str = FLOAT32) -> tuple[Screened, ...]:
+    """Every op's screening in ``dtype``, from the cache where a run here made it (screening takes minutes)."""
+    path = cache_path(dtype)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AssertionError):
         return tuple(_from_json(json.loads(path.read_text())))
-    screened = sweep()
+    screened = sweep(dtype=dtype)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -502,9 +580,10 @@ def whole_sweep() -> tuple[Screened, ...]:
     return tuple(screened)
 
 
-def left_out(keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def left_out(keys: Sequence[str] | None = None, dtype: str = FLOAT32) -> list[tuple[str, str]]:
     """What the sweep leaves out, with why, as ``(label, reason)`` (machine-readable: the coverage table's)."""
-    found = [(lo.label, lo.reason) for s in (whole_sweep() if keys is None else sweep(keys)) for lo in s.left_out]
+    found = [(lo.label, lo.reason) for s in (whole_sweep(dtype) if keys is None else sweep(keys, dtype))
+             for lo in s.left_out]
     collisions = len(op_db()) - len(_by_key())
     if keys is None and collisions:
         found.append((f"{PREFIX}*", f"{collisions} OpInfos whose names sanitize to a key already taken"))
@@ -531,14 +610,15 @@ def census(keys: Sequence[str] | None = None) -> Census:
 
 def case_from_id(case_id: str) -> Case | None:
     """An op case by its id, building only its op (a worker resolves the one case it runs)."""
-    m = _ID.match(case_id)
-    if m is None or not available():
+    parsed = parse_id(case_id)
+    if parsed is None or not available():
         return None
-    if cache_path().is_file():
-        return next((c for s in whole_sweep() if s.key == m["key"] for c in s.cases if c.id == case_id), None)
-    if m["key"] not in _by_key():
+    if cache_path(parsed.dtype).is_file():
+        return next((c for s in whole_sweep(parsed.dtype) if s.key == parsed.key for c in s.cases if c.id == case_id),
+                    None)
+    if parsed.key not in _by_key():
         return None
-    return next((c for c in _screened(m["key"]).cases if c.id == case_id), None)
+    return next((c for c in _screened(parsed.key, parsed.dtype).cases if c.id == case_id), None)
 
 
 def keys_named(patterns: Sequence[str]) -> list[str] | None:
@@ -549,11 +629,11 @@ def keys_named(patterns: Sequence[str]) -> list[str] | None:
     return None if len(keys) == len(_by_key()) else keys
 
 
-def register_ops(keys: Sequence[str] | None = None) -> None:
-    """Register the sweep's cases and left-out lines (every op, or those named by ``keys``)."""
+def register_ops(keys: Sequence[str] | None = None, dtype: str = FLOAT32) -> None:
+    """Register the sweep's cases and left-out lines in ``dtype`` (every op, or those named by ``keys``)."""
     from conformance.api.case import _REGISTRY
 
-    for screened in whole_sweep() if keys is None or cache_path().is_file() else sweep(keys):
+    for screened in whole_sweep(dtype) if keys is None or cache_path(dtype).is_file() else sweep(keys, dtype):
         for case in screened.cases:
             if case.id not in _REGISTRY:
                 register(case)
@@ -570,9 +650,10 @@ def ci_sample(n: int = 10) -> list[str]:
 
 
 def _load(patterns: Sequence[str]) -> None:
-    """The lazy family's loader: the ops ``patterns`` could name (screening all of them takes minutes
-    once, then is read from :func:`cache_path`)."""
-    register_ops(keys_named(patterns))
+    """The lazy family's loader: the ops ``patterns`` could name, in the dtypes they name (screening all of them
+    takes minutes once per dtype, then is read from :func:`cache_path`)."""
+    for dtype, named in dtypes_named(patterns).items():
+        register_ops(keys_named(named), dtype)
 
 
 def ci_patterns(n: int = 10) -> list[str]:

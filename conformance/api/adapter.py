@@ -28,6 +28,8 @@ from conformance.util.text import did_you_mean
 
 ENTRY_POINT_GROUP = "conformance.backends"
 CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs", "dynamic_shapes")
+#: a case's requirement of one dtype: ``dtype:float64`` is met by a backend whose ``dtypes`` holds ``float64``
+DTYPE_REQUIREMENT = "dtype:"
 
 
 @dataclass(frozen=True)
@@ -42,13 +44,23 @@ class Capabilities:
     devices: tuple[str, ...] = ("cpu",)
     memory_domains: tuple[str, ...] = ("torch-cpu",)
     exact_memory: bool = False  # measured peak must equal the model's, not just stay below
+    #: the dtypes (torch names) whose cases it claims to run right: a case requiring ``dtype:<name>`` (the op
+    #: sweep's cases in another dtype than float32) runs only where ``<name>`` is claimed
+    dtypes: tuple[str, ...] = ("float32",)
+
+    def has(self, requirement: str) -> bool:
+        """Whether a case's requirement is met: a boolean capability, or ``dtype:<name>`` with ``<name>`` claimed."""
+        if requirement.startswith(DTYPE_REQUIREMENT):
+            return requirement.removeprefix(DTYPE_REQUIREMENT) in self.dtypes
+        return bool(getattr(self, requirement, False))
 
     def missing_for(self, case: Case) -> list[str]:
-        return [req for req in sorted(case.requires) if not getattr(self, req, False)]
+        return [req for req in sorted(case.requires) if not self.has(req)]
 
     def describe(self) -> list[str]:
         flags = [n for n in CAPABILITY_NAMES if getattr(self, n)]
-        return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains)]
+        return [*flags, *(f"device:{d}" for d in self.devices), *(f"memory:{m}" for m in self.memory_domains),
+                *(f"{DTYPE_REQUIREMENT}{d}" for d in self.dtypes)]
 
 
 class CompileError(RuntimeError):

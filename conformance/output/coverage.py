@@ -73,18 +73,21 @@ def markdown(table: Coverage) -> str:
     return "\n".join([*lines, "", totals])
 
 
-# --- the op sweep (op-<key>-<k>-{infer,train}: conformance.cases.ops) ---
+# --- the op sweep (op-<key>-<k>[-<dtype>]-{infer,train}: conformance.cases.ops) ---
 
 OP_FAMILY = "ops"
-_OP_CASE = re.compile(r"^op-(?P<op>.+)-(?P<k>\d+)-(?P<step>infer|train)$")
+#: an op case's id; a dtype part (``op-add-0-float64-infer``) names a case in another dtype than float32
+_OP_CASE = re.compile(r"^op-(?P<op>.+)-(?P<k>\d+)(?:-(?P<dtype>b?float\d+))?-(?P<step>infer|train)$")
 REASON_CHARS = 100
 
 
 @dataclass
 class OpRow:
-    op: str
+    op: str  # the op's key, and its dtype where not float32: ``add [float64]``, a row of its own
     #: backend -> step -> the pairs of its samples, in sample order
     cells: dict[str, dict[str, list[Result]]] = field(default_factory=dict)
+    key: str = ""  # the op's key (``add``)
+    dtype: str = "float32"
 
 
 @dataclass
@@ -122,7 +125,8 @@ def op_coverage(results: Iterable[Result], left_out: Iterable[tuple[str, str]] =
         m = _OP_CASE.match(r.case)
         if r.family != OP_FAMILY or m is None:
             continue
-        row = rows.setdefault(m["op"], OpRow(m["op"]))
+        name = f"{m['op']} [{m['dtype']}]" if m["dtype"] else m["op"]
+        row = rows.setdefault(name, OpRow(name, key=m["op"], dtype=m["dtype"] or "float32"))
         row.cells.setdefault(r.backend, {}).setdefault(m["step"], []).append(r)
         if r.backend not in backends:
             backends.append(r.backend)
@@ -183,5 +187,11 @@ def sweep_left_out(table: OpCoverage, every: bool = False) -> list[tuple[str, st
     ``(label, reason)``: from the screening a run here cached, else screened now (minutes for the whole sweep)."""
     from conformance.cases import ops as op_sweep
 
-    run = {row.op for row in table.rows}
-    return [(lo.label, lo.reason) for s in op_sweep.whole_sweep() for lo in s.left_out if every or s.key in run]
+    found: list[tuple[str, str]] = []
+    for dtype in dict.fromkeys([*(["float32"] if every else []), *(row.dtype for row in table.rows)]):
+        run = {row.key for row in table.rows if row.dtype == dtype}
+        # float32's screening as before; another dtype's, the run's ops only unless a run here cached it whole
+        whole = dtype == "float32" or every or op_sweep.cache_path(dtype).is_file()
+        screened = op_sweep.whole_sweep(dtype) if whole else op_sweep.sweep(sorted(run), dtype)
+        found += [(lo.label, lo.reason) for s in screened for lo in s.left_out if every or s.key in run]
+    return found

@@ -536,7 +536,8 @@ def op_left_out(table: OpCoverage) -> str:
         table.left_out = sweep_left_out(table)
     elif len(table.rows) <= SCREEN_AT_MOST:
         try:
-            table.left_out = op_sweep.left_out([row.op for row in table.rows])
+            table.left_out = [lo for dtype in dict.fromkeys(row.dtype for row in table.rows) for lo in
+                              op_sweep.left_out([row.key for row in table.rows if row.dtype == dtype], dtype)]
         except KeyError as exc:
             return f"op {exc} is not in this torch release's op_db"
     else:
