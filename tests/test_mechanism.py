@@ -30,6 +30,7 @@ from conformance.checks.mechanism import (
     extern_kernel_workspace,
     fused_kernel_outputs,
     layout_copy,
+    lowering_transients,
     mechanism_of,
     recognise,
     result_tuple_held,
@@ -366,6 +367,36 @@ def test_errors_and_runtime_findings_name_their_mechanism() -> None:
     held = Check(CheckName.BACKWARD_INPUTS, Status.FAIL_PEAK, "held", {"verdict": "held-for-call"}, [], 24)
     c = cause_of(Result("g", "iree", Status.FAIL_PEAK, checks=[held], excess_bytes=24))
     assert c is not None and c.parts == ("backward-inputs: backward-inputs-held",)
+
+
+@pytest.mark.parametrize(("error", "mechanism"), [
+    ("source.mlir:3:12: error: failed to legalize operation 'torch.constant.int'", "scalar-constant-import"),
+    ("error: failed to legalize operation 'torch.constant.bool'", "scalar-constant-import"),
+    ("AssertionError: Please convert all Tensors to FakeTensors first or instantiate FakeTensorMode with "
+     "'allow_non_fake_inputs'. Found in aten.where.self(FakeTensor(..., size=(1, 5), dtype=torch.bool), tensor(0.)",
+     "fake-retrace-constant"),
+    ("error: 'linalg.generic' op inferred input/output operand #1 has shape's dimension #0 to be 5, but found 3",
+     "generic-shape-mismatch"),
+    ("error: 'linalg.generic' op tiling is not supported for the semi-affine indexing map: tile size 1",
+     "semi-affine-tiling"),
+])
+def test_the_sweep_s_compile_errors_name_their_mechanism(error: str, mechanism: str) -> None:
+    """The classes the whole op sweep showed on IREE, read from the error a pair's record keeps."""
+    cause = cause_of(Result("op-x-0-infer", "iree", Status.FAIL_COMPILE, "IREE compile failed", notes=[error]))
+    assert cause is not None and cause.parts == (f"fail-compile: {mechanism}",), cause
+
+
+def test_a_call_s_transients_beyond_the_graph_s_intermediates_are_lowering_transients() -> None:
+    """IREE lowers addbmm into a transpose into a transient and a matmul (its stream IR): the call's transient
+    pack, which no graph-level model holds, is the whole excess."""
+    producer = "iree-hal call 1/1's transients: {} B allocated inside the call, {} B of intermediates in the model's " \
+               "schedule of it"
+    finding = {"bytes": 512, "producer": producer.format(512, 0), "identified_by": "runtime call's buffers"}
+    assert lowering_transients(_ev("peak", finding)) == "the call's transients (512 B) beyond the graph's " \
+                                                        "intermediates (0 B)"
+    within = {**finding, "producer": producer.format(256, 256)}
+    assert lowering_transients(_ev("peak", within)) is None  # the model's schedule holds them: not this
+    assert lowering_transients(_ev("residual", finding)) is None  # transients die with the call
 
 
 def test_every_mechanism_has_a_recogniser_that_can_answer() -> None:

@@ -393,6 +393,21 @@ def retained_result_pack(ev: Evidence) -> str | None:
     return "a freed result shares the retained results' buffer"
 
 
+_HAL_TRANSIENTS = re.compile(r"iree-hal call \d+/\d+'s transients: (\d+) B allocated inside the call, (\d+) B of "
+                             r"intermediates in the model's schedule")
+
+
+def lowering_transients(ev: Evidence) -> str | None:
+    """A peak over the model made by a compiled call's transient buffers beyond the intermediates the graph
+    has: IREE lowers an op the graph holds as one into several dispatches (addbmm: a transpose into a
+    transient, then a matmul; a pooling or convolution: a padded or unfolded copy), whose intermediates
+    live in the call's transient pack (``stream.resource.alloca ... transient`` in its stream IR)."""
+    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
+    if ev.source != "peak" or m is None or int(m[1]) <= int(m[2]):
+        return None
+    return f"the call's transients ({m[1]} B) beyond the graph's intermediates ({m[2]} B)"
+
+
 def _error(pattern: str, why: str) -> Recogniser:
     compiled = re.compile(pattern)
 
@@ -487,6 +502,23 @@ MECHANISMS: tuple[Mechanism, ...] = (
               _error(r"legalize operation '?torch\.operator\b", "an opaque torch.operator could not be legalized")),
     Mechanism("float-constant-import", "a float scalar argument imported as torch.constant.float fails to "
               "legalize", _error(r"legalize operation '?torch\.constant\.float", "torch.constant.float not legalized")),
+    Mechanism("scalar-constant-import", "an int or bool argument imported as torch.constant.int/bool stays "
+              "unlegalized: the op that takes it (diag's offset, a 0-d reduction's dim, copysign's scalar) has no "
+              "lowering for that form", _error(r"legalize operation '?torch\.constant\.(?:int|bool)'",
+                                               "torch.constant.int/bool not legalized")),
+    Mechanism("fake-retrace-constant", "turbine re-traces a graph that holds a real tensor constant (a backward's "
+              "0-d zero) under FakeTensorMode, which refuses it",
+              _error(r"Please convert all Tensors to FakeTensors first",
+                     "turbine's passes re-trace a real tensor constant under FakeTensorMode")),
+    Mechanism("generic-shape-mismatch", "IREE's lowering of a pooling window that overhangs the input (ceil_mode, "
+              "padding) builds a linalg.generic whose operand shapes disagree",
+              _error(r"'linalg\.generic' op inferred input/output operand #\d+ has shape's dimension",
+                     "a linalg.generic with disagreeing operand shapes")),
+    Mechanism("semi-affine-tiling", "a linalg.generic with a semi-affine indexing map (max_unpool's scatter) that "
+              "IREE's tiling does not support",
+              _error(r"tiling is not supported for the semi-affine indexing map", "semi-affine map not tiled")),
+    Mechanism("lowering-transients", "a compiled call's transient buffers (its lowering's intermediates) beyond "
+              "the intermediates the graph has", lowering_transients),
     Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
               "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
                                                        "the importer's while_loop lowering failed")),
