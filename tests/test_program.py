@@ -325,3 +325,17 @@ def test_a_layout_the_program_asserts_is_the_layout_it_returns(check: str) -> No
     unchecked = program(body.replace(f"{check}(buf0, (2, 3, 4, 4), (48, 1, 12, 3))", "pass"), extra=RENAMED_CHECKS)
     model_program(unchecked, inputs((2, 3, 4, 4)))
     assert unchecked.result_layouts == [((2, 3, 4, 4), (48, 16, 4, 1))]
+
+
+def test_an_input_view_keeps_its_storage_offset_for_the_wrapper_s_relative_reinterpret() -> None:
+    """The op sweep's as_strided.partial_views: the caller passes a view at offset 5, and inductor returns
+    ``reinterpret_tensor(arg0_1, (2, 2), (1, 2), -5)``, an offset counted from the input's own."""
+    with FakeTensorMode():
+        view = torch.empty(10)[5:]
+    body = """
+        arg0_1, = args
+        args.clear()
+        return (reinterpret_tensor(arg0_1, (2, 2), (1, 2), -5), )
+    """
+    model = model_program(program(body), [view], Observation([]))
+    assert model.peak_bytes == 0 and not [s for s in model.storages if s.role == "output" and s.nbytes]

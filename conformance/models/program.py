@@ -87,6 +87,16 @@ def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], of
     return t.as_strided(tuple(size), tuple(stride), t.storage_offset() + offset)
 
 
+def _at_offset(shape: tuple[int, ...], stride: tuple[int, ...], offset: int, like: torch.Tensor) -> torch.Tensor:
+    """An input's stand-in at its own storage offset: a view the caller passes (``x[5:]``) keeps it, and the
+    wrapper's ``reinterpret_tensor(arg0_1, ..., -5)`` counts from it (an offset relative to the input's)."""
+    if not offset:
+        return torch.empty_strided(shape, stride, dtype=like.dtype, device=like.device)
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    base = torch.empty(offset + span, dtype=like.dtype, device=like.device)
+    return base.as_strided(shape, stride, offset)
+
+
 _VIEWS: dict[str, Callable[..., Any]] = {"reinterpret_tensor": _reinterpret}
 _ALLOCATORS: dict[str, Callable[..., Any]] = {
     "empty_strided_cpu": _empty_strided("cpu"),
@@ -308,7 +318,7 @@ class _Interpreter:
                 if key in bases:
                     fake = bases[key].as_strided(shape, stride, concrete(val.storage_offset(), sym))
                 else:
-                    fake = torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
+                    fake = _at_offset(shape, stride, concrete(val.storage_offset(), sym), val)
                     bases[key] = fake
             if isinstance(value, Storage):
                 self.keys.setdefault(StorageWeakRef(fake.untyped_storage()), value)
