@@ -80,7 +80,7 @@ from conformance.probes.cpu import MemoryProbe, MemoryTrace
 from conformance.probes.hal import HalAllocatorProbe, active_probe
 
 from . import iree_cache as cache
-from .iree_cache import cached_module, jit_loader, turbine_module_cache
+from .iree_cache import cached_module, compiled_sources, jit_loader, turbine_module_cache
 from .iree_loops import (
     has_nested_loop,
     lift_loop_inputs,
@@ -90,6 +90,7 @@ from .iree_loops import (
     number_carries_as_tensors,
     views_for_view_copies,
 )
+from .iree_stream import declared_transients
 
 DRIVER = "local-sync"
 #: IREE allocates a function's results when it starts, packed at this alignment (stream resource alignment).
@@ -347,6 +348,24 @@ def label_invocations(invocations: list[dict[str, Any]], graphs: list[tuple[str,
                     entry["label"] = name
 
 
+def call_transients(call: dict[str, Any]) -> int:
+    """The bytes a recorded call allocated and freed inside itself (its peak over what it kept), as blame reads them."""
+    kept = max(0, int(call["live_after"]) - int(call["live_before"]))
+    return max(0, int(call["peak_rise"]) - kept)
+
+
+def add_program_transients(invocations: list[dict[str, Any]], sources: list[str | None], flags: list[str]) -> None:
+    """Where the call that reached the HAL peak allocated buffers of its own, the bytes its compiled program
+    declares as its own (:func:`conformance.backends.iree_stream.declared_transients`, read from the source
+    it ran: ``sources``, one per invocation), as ``program_transients``, for blame to hold them to."""
+    if not invocations or len(sources) != len(invocations):
+        return
+    k, top = max(enumerate(invocations), key=lambda kv: kv[1]["live_before"] + kv[1]["peak_rise"])
+    source = sources[k]
+    if source is not None and call_transients(top) > 0:
+        top["program_transients"] = declared_transients(source, flags)
+
+
 # -- the torch.compile route -----------------------------------------------------------
 
 
@@ -546,6 +565,8 @@ class IreeDynamoStep(DynamoStep):
         #: rewrites a received graph's snapshot into the program as IREE runs it, for the model (iree-boxed: a
         #: loop's number carries as the 0-d tensors the program carries)
         self.as_run = as_run
+        #: per received graph (its index), the MLIR source IREE compiled it from
+        self.sources: dict[int, str | None] = {}
         self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
         super().__init__(case, workload, self._backend(guarded(compile_graph, "forward graph"),
                                                        guarded(compile_graph, "backward graph")))
@@ -559,7 +580,10 @@ class IreeDynamoStep(DynamoStep):
                 received = self.recorder.record(gm, is_backward)
                 if self.as_run is not None:
                     self.as_run(received.gm)
-                compiled = self.recorder.dispatched(compile_graph(gm, example_inputs), received)
+                with compiled_sources() as sources:
+                    made = compile_graph(gm, example_inputs)
+                self.sources[len(self.recorder.graphs) - 1] = sources[-1] if sources else None
+                compiled = self.recorder.dispatched(made, received)
                 return self.recorder.watch(compiled, gm) if is_backward else compiled
 
             return compile_one
@@ -600,6 +624,8 @@ class IreeDynamoStep(DynamoStep):
         ran = self.recorder.log.calls[-1] if self.recorder.log.calls else []
         graphs = [self.recorder.graphs[d.graph] for d in ran]
         label_invocations(self.hal_probe.invocations, [("bw:" if g.is_backward else "fw:", g.gm) for g in graphs])
+        add_program_transients(self.hal_probe.invocations, [self.sources.get(d.graph) for d in ran],
+                               list(self.rt.device.compile_target_flags))
         if not self.case.trains:
             return found
         launches = [getattr(w.compiled, "compiled", w.compiled) for w in self.recorder.watches]  # under the log
@@ -674,16 +700,21 @@ class IreeAotStep(CompiledStep):
         self.state = {**dict(workload.model.named_parameters()), **dict(workload.model.named_buffers())}
         self.trainable = list(params_of(workload.model)) if case.trains else []
 
+        #: the MLIR source IREE compiled the step from
+        self.source: str | None = None
+
         def build() -> bytes:
             exported = aot.export(self.gm, *[a.detach() for a in args])
             flags = self.rt.device.compile_target_flags[1:]  # host CPU features, as turbine
             exported.session.set_flags(*flags)
+            self.source = str(exported.mlir_module)
             return cached_module(str(exported.mlir_module), ["llvm-cpu", *flags],
                                  lambda: _module_bytes(exported.compile(save_to=None, target_backends="llvm-cpu")))
 
         def build_boxed() -> Any:
             traced = snapshot(self.gm)  # the lifetime model keeps reading the step as traced
-            return jit_loader(boxed_source(traced, [a.detach() for a in args], passes=False).mlir)(self.rt.device)
+            self.source = boxed_source(traced, [a.detach() for a in args], passes=False).mlir
+            return jit_loader(self.source)(self.rt.device)
 
         cache_before = (cache.STATS.hits, cache.STATS.misses)
         if boxed:
@@ -734,6 +765,8 @@ class IreeAotStep(CompiledStep):
 
     def memory_findings(self, observation: Observation, traces: list[MemoryTrace]) -> dict[str, Any]:
         label_invocations(self.hal_probe.invocations, [("", self.gm)])
+        add_program_transients(self.hal_probe.invocations, [self.source] * len(self.hal_probe.invocations),
+                               list(self.rt.device.compile_target_flags))
         return {"iree_invocations": self.hal_probe.invocations}
 
     def notes(self) -> list[str]:

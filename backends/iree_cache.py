@@ -61,23 +61,18 @@ def module_key(source: str | bytes, flags: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def cached_module(source: str | bytes, flags: Sequence[str], compile_fn: Callable[[], bytes]) -> bytes:
-    """The compiled module for ``source``: read from the cache, or compiled and stored there.
-
-    A cache that cannot be read or written only makes the run slower."""
+def cached_file(source: str | bytes, flags: Sequence[str], suffix: str, compute: Callable[[], bytes]) -> bytes:
+    """What ``compute`` makes of ``source`` with ``flags``, read from the cache (``<key><suffix>``) or made and
+    stored there.  A cache that cannot be read or written only makes the run slower."""
     root = cache_root()
     if root is None:
-        return compile_fn()
-    path = root / f"{module_key(source, flags)}.vmfb"
+        return compute()
+    path = root / f"{module_key(source, flags)}{suffix}"
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError:
         pass
-    else:
-        STATS.hits += 1
-        return data
-    data = compile_fn()
-    STATS.misses += 1
+    data = compute()
     try:
         root.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -86,6 +81,41 @@ def cached_module(source: str | bytes, flags: Sequence[str], compile_fn: Callabl
     except OSError:
         pass
     return data
+
+
+def cached_module(source: str | bytes, flags: Sequence[str], compile_fn: Callable[[], bytes]) -> bytes:
+    """The compiled module for ``source``: read from the cache, or compiled and stored there."""
+    for collector in _COLLECTORS:
+        collector.append(source.decode() if isinstance(source, bytes) else source)
+    compiled = False
+
+    def compile_now() -> bytes:
+        nonlocal compiled
+        compiled = True
+        return compile_fn()
+
+    data = cached_file(source, flags, ".vmfb", compile_now)
+    if compiled:
+        STATS.misses += 1
+    else:
+        STATS.hits += 1
+    return data
+
+
+#: the lists :func:`compiled_sources` is filling, innermost last
+_COLLECTORS: list[list[str]] = []
+
+
+@contextmanager
+def compiled_sources() -> Iterator[list[str]]:
+    """Inside: every program source a module is compiled from (or read from the cache for) is appended to
+    the list yielded, so a backend can look at the program it ran again (:mod:`.iree_stream`)."""
+    found: list[str] = []
+    _COLLECTORS.append(found)
+    try:
+        yield found
+    finally:
+        _COLLECTORS.remove(found)
 
 
 def jit_loader(source: str) -> Callable[[Any], Any]:
@@ -115,15 +145,13 @@ def jit_loader(source: str) -> Callable[[Any], Any]:
 
 @contextmanager
 def turbine_module_cache() -> Iterator[None]:
-    """Inside: turbine's ``Launchable.jit_compile`` gets its modules through the cache; restored on exit.
+    """Inside: turbine's ``Launchable.jit_compile`` gets its modules through the cache (a straight compile
+    where the cache is off), and :func:`compiled_sources` sees their sources; restored on exit.
 
     Everything else turbine does (its passes, the importer, ``preload``, how it calls the
     module) is untouched: only where the module's bytes come from changes."""
     from iree.turbine.runtime.launch import Launchable
 
-    if cache_root() is None:
-        yield
-        return
     shipped = Launchable.__dict__["jit_compile"]
 
     def jit_compile(source: Any, *, parameter_providers: Sequence[Any] = (), entry_point: str = "main$async",

@@ -137,3 +137,56 @@ class LeakyLoopCarryBackend(IreeBoxedBackend):
 
     name = "planted-iree-leaky-loop-carry"
     compile_graph: ClassVar[CompileFn] = staticmethod(carry_keeping_compile)
+
+
+# -- a buffer the runtime allocates inside the call, beyond what the program declares -------------
+
+SCRATCH = "conformance_scratch"
+#: bytes the planted host call allocates (and frees) inside each call of the program
+SCRATCH_BYTES = 4096
+
+
+class _Scratch:
+    def __init__(self, iface: Any) -> None:
+        pass
+
+    def scratch(self) -> None:
+        from iree.runtime import BufferUsage, MemoryType
+
+        buffer = runtime().allocator.allocate_buffer(memory_type=MemoryType.DEVICE_LOCAL,
+                                                     allowed_usage=BufferUsage.DEFAULT,
+                                                     allocation_size=SCRATCH_BYTES)
+        del buffer  # freed before the call returns: a transient, but not one the program allocates
+
+
+def call_scratch_first(mlir: str) -> str:
+    """The imported program's entry calls the host's ``scratch`` before its first op."""
+    entry = re.search(r"func\.func @main\([^\n]*\{\n", mlir)
+    assert entry, "no main function in the imported program"
+    return (f"{mlir[:entry.end()]}    func.call @{SCRATCH}.scratch() : () -> ()\n{mlir[entry.end():]}"
+            .replace("module {\n", f"module {{\n  func.func private @{SCRATCH}.scratch()\n", 1))
+
+
+@dataclass
+class _ScratchLaunch(_KeeperLaunch):
+    def _resolve_target_binary(self, device: Any) -> tuple[Any, Any]:
+        from iree.runtime import PyModuleInterface, VmContext
+
+        iface = PyModuleInterface(SCRATCH, _Scratch)
+        iface.export("scratch", "0v_v", _Scratch.scratch)
+        context = VmContext(device.vm_instance, [device.create_hal_module(), iface.create(), self.module])
+        return context, self.module.lookup_function(self.entry_point)
+
+
+def scratch_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    source = boxed_source(gm, example_inputs)
+    module = jit_loader(call_scratch_first(source.mlir))(runtime().device)
+    return BoxedLaunch(_ScratchLaunch(module, source.entry_point), source.none_positions)
+
+
+class RuntimeScratchBackend(IreeBoxedBackend):
+    """iree-boxed with a host call inside each program call that allocates 4 KiB and frees it: transients
+    beyond what the compiled program itself allocates."""
+
+    name = "planted-iree-runtime-scratch"
+    compile_graph: ClassVar[CompileFn] = staticmethod(scratch_compile)

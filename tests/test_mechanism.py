@@ -20,7 +20,7 @@ from torch import nn
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status
 from conformance.checks.cause import cause_of, fill_cause
-from conformance.checks.manifest import Manifest, apply, load_manifest
+from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.checks.mechanism import (
     NAMES,
     Evidence,
@@ -387,16 +387,60 @@ def test_the_sweep_s_compile_errors_name_their_mechanism(error: str, mechanism: 
 
 
 def test_a_call_s_transients_beyond_the_graph_s_intermediates_are_lowering_transients() -> None:
-    """IREE lowers addbmm into a transpose into a transient and a matmul (its stream IR): the call's transient
-    pack, which no graph-level model holds, is the whole excess."""
+    """IREE lowers addbmm into a transpose into a transient and a matmul (its stream IR): the call's own buffers,
+    which no graph-level model holds, are the whole excess, and exactly what its compiled program allocates."""
     producer = "iree-hal call 1/1's transients: {} B allocated inside the call, {} B of intermediates in the model's " \
-               "schedule of it"
-    finding = {"bytes": 512, "producer": producer.format(512, 0), "identified_by": "runtime call's buffers"}
-    assert lowering_transients(_ev("peak", finding)) == "the call's transients (512 B) beyond the graph's " \
+               "schedule of it; its compiled program allocates {} B of its own (stream IR)"
+    finding = {"bytes": 512, "producer": producer.format(512, 0, 512), "identified_by": "runtime call's buffers"}
+    assert lowering_transients(_ev("peak", finding)) == "the call's own buffers (512 B) are its compiled program's " \
+                                                        "(it allocates 512 B of them), beyond the graph's " \
                                                         "intermediates (0 B)"
-    within = {**finding, "producer": producer.format(256, 256)}
+    within = {**finding, "producer": producer.format(256, 256, 512)}
     assert lowering_transients(_ev("peak", within)) is None  # the model's schedule holds them: not this
+    beyond = {**finding, "producer": producer.format(1024, 0, 512)}
+    assert lowering_transients(_ev("peak", beyond)) is None  # more than the program asks for: unexplained
+    unread = {**finding, "producer": producer.format(512, 0, 512).split("; its")[0] + "; its compiled program's own "
+                                                                                   "could not be read"}
+    assert lowering_transients(_ev("peak", unread)) is None  # no figure to hold them to
     assert lowering_transients(_ev("residual", finding)) is None  # transients die with the call
+
+
+def _hal_peak(excess: int, blamed: list[tuple[int, str]]) -> Result:
+    check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "received-graphs"},
+                  [{"bytes": n, "producer": text, "identified_by": "runtime call's buffers"} for n, text in blamed],
+                  excess)
+    memory = MemoryFigures(model_peak_bytes=1000, model_source="received-graphs")
+    return Result("op-x-0-train", "iree-boxed", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
+
+
+TRANSIENTS = ("iree-hal call 2/2's transients: {} B allocated inside the call, 16 B of intermediates in the model's "
+              "schedule of it; its compiled program allocates 192 B of its own (stream IR)")
+PACK = ("iree-hal call 1/2's result buffer (128 B allocated; alive in it when call 2/2 started: fw:add_2 4 B; the "
+        "model has freed fw:add 4 B)")
+
+
+def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(tmp_path: Path) -> None:
+    """lowering-transients is held to what the compiled program allocates beyond the model's intermediates
+    (192 - 16 B), shared-result-buffer to the bytes blame put on the buffer: an entry gives no bound, and an
+    excess beyond either figure still fails."""
+    path = tmp_path / "iree-boxed.toml"
+    path.write_text('[[expect]]\nmechanism = "lowering-transients"\nstatus = "fail-peak"\nreason = "r"\n\n'
+                    '[[expect]]\nmechanism = "shared-result-buffer"\nstatus = "fail-peak"\nreason = "r"\n')
+    manifest = load_manifest("iree-boxed", path)
+    both = apply(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]), manifest)
+    assert both.status == Status.XFAIL, both.reason
+    cause = cause_of(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]))
+    assert cause is not None and cause.evidence_bound("peak: lowering-transients") == 192 - 16
+    assert cause.evidence_bound("peak: shared-result-buffer") == 64
+    unexplained = apply(_hal_peak(64 + 500, [(64, PACK)]), manifest)  # 500 B more than the buffer accounts for
+    assert unexplained.status == Status.FAIL_PEAK and "beyond its bound" in unexplained.reason, unexplained.reason
+    whole_program = apply(_hal_peak(176, [(176, TRANSIENTS.format(192))]), manifest)
+    assert whole_program.status == Status.XFAIL, whole_program.reason
+    beyond = apply(_hal_peak(200, [(176, TRANSIENTS.format(192))]), manifest)  # 24 B no program buffer holds
+    assert beyond.status == Status.FAIL_PEAK, beyond.reason
+    with pytest.raises(ManifestError, match="needs its bound"):  # any other memory mechanism still needs one
+        path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
+        load_manifest("iree-boxed", path)
 
 
 def test_every_mechanism_has_a_recogniser_that_can_answer() -> None:

@@ -308,11 +308,13 @@ def _runtime_entry(nbytes: int, producer: str, measured: str, model_death: str) 
 
 
 def _explaining_or_smallest(candidates: list[dict[str, Any]], excess: int) -> list[dict[str, Any]]:
-    """:func:`explaining`, else the smallest candidate that alone accounts for the excess."""
+    """:func:`explaining` where it names the whole excess, else the smallest candidate that alone accounts
+    for it (a buffer over the model's schedule of its call by more than the peak-to-peak excess: the model's
+    own peak was elsewhere), else what :func:`explaining` named."""
     chosen = explaining(candidates, excess)
-    if not chosen:
+    if sum(c["bytes"] for c in chosen) < excess:
         over = [c for c in candidates if c["bytes"] >= excess]
-        chosen = [min(over, key=lambda c: c["bytes"])] if over else []
+        chosen = [min(over, key=lambda c: c["bytes"])] if over else chosen
     return chosen
 
 
@@ -467,8 +469,11 @@ def _peak_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> li
     values = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B"
                        for j, r in enumerate(top["results"]) if "same_buffer_as" not in r)
     where = f"iree-hal call {k + 1}/{n}"
+    declared = top.get("program_transients")
+    program = (f"; its compiled program allocates {declared} B of its own (stream IR)" if declared is not None
+               else "; its compiled program's own could not be read" if "program_transients" in top else "")
     parts = [(transient, model_inner, f"{where}'s transients: {transient} B allocated inside the call, "
-                                      f"{model_inner} B of intermediates in the model's schedule of it"),
+                                      f"{model_inner} B of intermediates in the model's schedule of it{program}"),
              (kept, model_results, f"{where}'s results: {kept} B allocated for {values or 'none'}, "
                                    f"{model_results} B in the model"),
              (copies, model_copies, f"{where}'s input copies: {copies} B, {model_copies} B in the model")]

@@ -58,6 +58,8 @@ class Cause:
     why: tuple[tuple[str, str], ...] = ()
     #: bytes a bound's percentage covers beside the model peak, per part whose mechanism says (Mechanism.scale)
     scales: tuple[tuple[str, int], ...] = ()
+    #: the most bytes each part can show where its evidence says (Mechanism.bound: the backend's program declares it)
+    bounds: tuple[tuple[str, int], ...] = ()
 
     @property
     def signature(self) -> str:
@@ -76,6 +78,10 @@ class Cause:
     def scale(self, part: str) -> int:
         """Bytes ``part``'s manifest bound covers beside the model peak (0 for most mechanisms)."""
         return dict(self.scales).get(part, 0)
+
+    def evidence_bound(self, part: str) -> int | None:
+        """The most bytes ``part`` can show as its evidence declares it (``None``: its manifest entry says)."""
+        return dict(self.bounds).get(part)
 
     def share(self, part: str) -> int | None:
         """``part``'s bytes of the excess; ``None`` when the check did not split it."""
@@ -426,6 +432,7 @@ def cause_of(result: Result) -> Cause | None:
     parts: dict[str, int | None] = {}
     why: dict[str, str] = {}
     scales: dict[str, int] = {}
+    bounds: dict[str, int] = {}
     for f in found:
         seen = recognise(replace(base, part=f.detail, finding=f.entry or {}))
         part = f"{source}: {seen.mechanism if seen else f.detail}"
@@ -433,6 +440,8 @@ def cause_of(result: Result) -> Cause | None:
             why[part] = seen.why
         if seen and seen.scale:
             scales[part] = max(scales.get(part, 0), seen.scale)
+        if seen and seen.bound is not None:
+            bounds[part] = bounds.get(part, 0) + seen.bound
         if f.share is not None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
@@ -440,7 +449,7 @@ def cause_of(result: Result) -> Cause | None:
     shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())),
-                 tuple(sorted(scales.items())))
+                 tuple(sorted(scales.items())), tuple(sorted(bounds.items())))
 
 
 def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:

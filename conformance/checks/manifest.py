@@ -26,7 +26,9 @@ An entry may name a *mechanism* (:mod:`conformance.checks.mechanism`): ``mechani
 "layout-copy"`` expects every part that names it, whichever check found it (``peak: layout-copy``,
 ``program: layout-copy``), on every case, with the same keys and bounds as a cause entry.  This is
 how a known backend behaviour on a program nobody here wrote (a user's own model) is ``xfail``
-with the mechanism's reason, while growth beyond the bound still fails.
+with the mechanism's reason, while growth beyond the bound still fails.  A mechanism whose evidence
+declares its own bound (``lowering-transients``: what the backend's compiled program allocates of its
+own, read from its stream IR) needs none in the entry: each instance is held to that figure.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from conformance.api.result import FAILURES, Result
 from conformance.api.verdict import Status
 from conformance.checks.cause import Cause, cause_of
 from conformance.checks.mechanism import NAMES as MECHANISMS
-from conformance.checks.mechanism import mechanism_of
+from conformance.checks.mechanism import SELF_BOUNDED, mechanism_of
 from conformance.util.paths import inside, safe_name
 from conformance.util.text import printable
 
@@ -260,7 +262,8 @@ def load_manifest(backend: str, path: str | Path | None = None,
         if excess is not None and max_excess is not None:
             raise ManifestError(f"{entry_at}: give 'excess' or 'max_excess', not both")
         pct = _parse_pct(item, named, excess, f"{where} ({named or case})")
-        if named and Status(status).is_memory and max_excess is None and pct is None:
+        self_bounded = mechanism in SELF_BOUNDED
+        if named and Status(status).is_memory and max_excess is None and pct is None and not self_bounded:
             raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
                                 "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
         when = _parse_when(item["when"], f"{entry_at}") if "when" in item else ()
@@ -375,6 +378,10 @@ def _beyond_bounds(result: Result, cause: Cause, known: Mapping[str, Expectation
     for part, entry in known.items():
         assert entry is not None
         share, bound = cause.share(part), entry.bound(peak, cause.scale(part))
+        if bound is None and entry.max_excess is None and entry.max_excess_pct is None:
+            bound = cause.evidence_bound(part)  # the mechanism's own figure (Mechanism.bound)
+            if bound is None:
+                return f"{part!r}: its bound is the figure its evidence declares, and none was read"
         if bound is None:
             return f"{part!r}: its bound is a share of the model peak, and no model peak was measured"
         if share is None:
@@ -382,7 +389,7 @@ def _beyond_bounds(result: Result, cause: Cause, known: Mapping[str, Expectation
         elif share > bound:
             over.append(f"{part!r} {share} B > {bound} B")
     if unsplit:
-        total = sum(e.bound(peak, cause.scale(p)) or 0 for p, e in unsplit)
+        total = sum(e.bound(peak, cause.scale(p)) or cause.evidence_bound(p) or 0 for p, e in unsplit)
         observed = result.excess_bytes
         if observed is None or observed > total:
             over.append(f"excess {observed if observed is not None else '?'} B > {total} B")

@@ -381,6 +381,14 @@ def result_buffer_packing(ev: Evidence) -> str | None:
     return "saved activations dropped but still allocated" if _watch(ev, "released-late") else None
 
 
+def saved_still_allocated(ev: Evidence) -> int:
+    """The bytes of saved activations the watch saw dropped but still allocated: all this mechanism can keep."""
+    if ev.source == "backward-inputs":
+        return int(ev.figures.get("still_allocated_bytes") or 0)
+    staging = ev.runtime.get("backward_inputs_staging")
+    return int(staging.get("still_allocated_bytes") or 0) if isinstance(staging, Mapping) else 0
+
+
 _RETAINED_PACK = re.compile(r"result buffer(?: \d+ of \d+)? \(\d+ B allocated, \d+ B of it the retained results'; "
                             r"the model has freed ")
 
@@ -393,19 +401,48 @@ def retained_result_pack(ev: Evidence) -> str | None:
     return "a freed result shares the retained results' buffer"
 
 
+_SHARED_RESULT_BUFFER = re.compile(r"result buffer(?: \d+ of \d+)? \((\d+) B allocated; alive in it when call "
+                                  r"\d+/\d+ started: [^;]*; the model has freed (?!none of it)")
+
+
+def shared_result_buffer(ev: Evidence) -> str | None:
+    """A peak over the model made by an earlier call's result buffer: the results the model frees stay allocated
+    while another result in the same buffer is alive (IREE packs a call's results into one HAL allocation; the
+    loss beside the saved activations keeps them all through the backward)."""
+    m = _SHARED_RESULT_BUFFER.search(str(ev.finding.get("producer") or ""))
+    if ev.source != "peak" or m is None:
+        return None
+    return f"freed results stay allocated in their call's {m[1]} B result buffer beside a live one"
+
+
+def blamed_bytes(ev: Evidence) -> int:
+    """The bytes blame put on the part's buffer: the instance may show no more than that buffer accounts for."""
+    return int(ev.finding.get("bytes") or 0)
+
+
 _HAL_TRANSIENTS = re.compile(r"iree-hal call \d+/\d+'s transients: (\d+) B allocated inside the call, (\d+) B of "
-                             r"intermediates in the model's schedule")
+                             r"intermediates in the model's schedule of it; its compiled program allocates (\d+) B "
+                             r"of its own")
 
 
 def lowering_transients(ev: Evidence) -> str | None:
-    """A peak over the model made by a compiled call's transient buffers beyond the intermediates the graph
-    has: IREE lowers an op the graph holds as one into several dispatches (addbmm: a transpose into a
-    transient, then a matmul; a pooling or convolution: a padded or unfolded copy), whose intermediates
-    live in the call's transient pack (``stream.resource.alloca ... transient`` in its stream IR)."""
+    """A peak over the model made by a compiled call's own buffers beyond the intermediates the graph has,
+    at or under what its compiled program declares: IREE lowers an op the graph holds as one into several
+    dispatches (addbmm: a transpose into a transient, then a matmul; a constant: a copy of it), whose
+    intermediates the program allocates and frees itself (``stream.resource.alloca``/``dealloca`` in its
+    stream IR, :mod:`conformance.backends.iree_stream`).  More than the program declares is not this."""
     m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
-    if ev.source != "peak" or m is None or int(m[1]) <= int(m[2]):
+    if ev.source != "peak" or m is None or int(m[1]) <= int(m[2]) or int(m[1]) > int(m[3]):
         return None
-    return f"the call's transients ({m[1]} B) beyond the graph's intermediates ({m[2]} B)"
+    return (f"the call's own buffers ({m[1]} B) are its compiled program's (it allocates {m[3]} B of them), "
+            f"beyond the graph's intermediates ({m[2]} B)")
+
+
+def program_transients_over_model(ev: Evidence) -> int:
+    """The most a call's own buffers can put over the model: what its compiled program allocates of its own
+    beyond the intermediates the model's schedule of the call has."""
+    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
+    return max(0, int(m[3]) - int(m[2])) if m else 0
 
 
 def _error(pattern: str, why: str) -> Recogniser:
@@ -456,6 +493,9 @@ class Mechanism:
     #: bytes a manifest bound's percentage covers beside the model peak, for a mechanism whose storage
     #: scales with something the model's peak does not hold (``None``: the model peak alone)
     scale: Callable[[Evidence], int] | None = None
+    #: the most bytes over the contract one instance can show, read from the evidence where the backend's own
+    #: program declares it (``None``: the manifest entry gives the bound); such an entry needs no bound of its own
+    bound: Callable[[Evidence], int] | None = None
 
 
 #: every mechanism, asked in this order (the more specific first)
@@ -479,7 +519,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("backward-inputs-held", "the compiled backward holds its saved inputs for the whole call",
               backward_inputs_held),
     Mechanism("result-buffer-packing", "a call's results share one runtime buffer that keeps dropped ones "
-              "allocated", result_buffer_packing),
+              "allocated", result_buffer_packing, bound=saved_still_allocated),
     Mechanism("retained-result-pack", "a result the caller drops shares one runtime buffer with the results it "
               "keeps (a loss packed with the gradients), so it stays allocated with them", retained_result_pack),
     Mechanism("aten-op-no-lowering", "an aten op the graph holds has no lowering in the compiler (it does not "
@@ -517,8 +557,11 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("semi-affine-tiling", "a linalg.generic with a semi-affine indexing map (max_unpool's scatter) that "
               "IREE's tiling does not support",
               _error(r"tiling is not supported for the semi-affine indexing map", "semi-affine map not tiled")),
-    Mechanism("lowering-transients", "a compiled call's transient buffers (its lowering's intermediates) beyond "
-              "the intermediates the graph has", lowering_transients),
+    Mechanism("shared-result-buffer", "results the model frees stay allocated in their call's one result buffer "
+              "while another result in it is alive", shared_result_buffer, bound=blamed_bytes),
+    Mechanism("lowering-transients", "a compiled call's own buffers (its lowering's intermediates) beyond the "
+              "intermediates the graph has, within what its compiled program declares", lowering_transients,
+              bound=program_transients_over_model),
     Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
               "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
                                                        "the importer's while_loop lowering failed")),
@@ -527,6 +570,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
 )
 
 NAMES = frozenset(m.name for m in MECHANISMS)
+#: the mechanisms whose evidence bounds each instance (Mechanism.bound): an entry expecting one needs no bound
+SELF_BOUNDED = frozenset(m.name for m in MECHANISMS if m.bound is not None)
 
 
 def summary(name: str) -> str:
@@ -538,6 +583,7 @@ class Recognised:
     mechanism: str
     why: str
     scale: int = 0  # bytes its manifest bound's percentage covers beside the model peak (Mechanism.scale)
+    bound: int | None = None  # the most bytes over the contract it can show, from the evidence (Mechanism.bound)
 
 
 def recognise(ev: Evidence) -> Recognised | None:
@@ -545,7 +591,8 @@ def recognise(ev: Evidence) -> Recognised | None:
     for m in MECHANISMS:
         why = m.recognise(ev)
         if why:
-            return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0)
+            return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0,
+                              m.bound(ev) if m.bound is not None else None)
     return None
 
 
