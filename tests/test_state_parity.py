@@ -23,6 +23,7 @@ from conformance.run.options import DEFAULT_STEPS, RunOptions
 from conformance.run.repro import failing_check, failing_state, write_repro
 from tests.faults import MIDDLE_CALL, backend_classes, planted
 from tests.planted_repro_backends import FAULT_OFF, ToggleLostBufferBackend
+from tests.sweep_sample import swept
 
 EAGER = backend_classes()["eager"]
 
@@ -150,7 +151,8 @@ def test_parameters_and_optimizer_state_change_every_call_and_are_checked() -> N
     } <= set(compared), compared
 
 
-TRAINING = [c for c in all_cases() if c.trains and not EagerBackend.capabilities.missing_for(c)]
+#: every training case with CONFORMANCE_TESTS_FULL=1; CI: a fixed sample of mod-* and zoo-* (tests/sweep_sample.py)
+TRAINING = swept(c for c in all_cases() if c.trains and not EagerBackend.capabilities.missing_for(c))
 
 
 @pytest.mark.parametrize("optimizer", ["adam"])  # SGD-momentum, the default: tests/test_backends_clean.py
