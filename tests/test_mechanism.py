@@ -543,6 +543,30 @@ def test_compiler_and_importer_errors_of_the_op_sweep_name_their_mechanism() -> 
     assert parts("KeyError: 'weight'")[0] != "fail-compile: dtype-import"
 
 
+
+def test_the_op_sweep_s_iree_link_verify_and_run_errors_name_their_mechanism() -> None:
+    """Error texts as the op sweep's records keep them (each with a standalone repro in docs/findings)."""
+
+    def parts(status: Status, error: str) -> tuple[str, ...]:
+        cause = cause_of(Result("op-x-0-infer", "iree", status, error))
+        assert cause is not None
+        return cause.parts
+
+    compiled = "CompileError: IREE compile of the forward graph failed: RuntimeError: JIT compilation failed. [{}]"
+    assert parts(Status.FAIL_COMPILE, compiled.format("iree-lld: error: undefined symbol: log10f")) == (
+        "fail-compile: libm-symbol-link",)
+    assert parts(Status.FAIL_COMPILE, compiled.format("source.mlir:6:25: error: 'tm_tensor.topk' op region block must "
+                                                      "end with a linalg_ext.yield i1!")) == (
+        "fail-compile: topk-region-yield",)
+    for run_error in ("ValueError: signalling fence: c/runtime/src/iree/async/semaphore.c:598: INVALID_ARGUMENT; "
+                      "semaphore already signaled past 61",
+                      "IndexError: Error invoking function: c/runtime/src/iree/hal/buffer_view.c:47: OUT_OF_RANGE; "
+                      "buffer view byte length 200 exceeds backing buffer byte length 100"):
+        assert parts(Status.FAIL_RUN, run_error) == ("fail-run: float64-result-buffer",)
+    assert parts(Status.FAIL_RUN, "AssertionError: expected 0 outputs, got 1") == ("fail-run: returned-input-view",)
+    assert parts(Status.FAIL_RUN, "AssertionError: expected a tensor")[0] != "fail-run: returned-input-view"
+
+
 def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -> None:
     """The residual blame of IREE's result pack (a loss beside the gradients) names a mechanism; a result buffer
     nothing retained keeps (a leak of results), or the same words from the peak, do not."""

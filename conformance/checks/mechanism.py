@@ -554,6 +554,19 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "padding) builds a linalg.generic whose operand shapes disagree",
               _error(r"'linalg\.generic' op inferred input/output operand #\d+ has shape's dimension",
                      "a linalg.generic with disagreeing operand shapes")),
+    Mechanism("libm-symbol-link", "a dispatch lowered to a libm call the llvm-cpu target's embedded ELF does not "
+              "define (log10 -> log10f), so the executable does not link",
+              _error(r"undefined symbol: \w+", "a libm symbol the executable cannot link")),
+    Mechanism("topk-region-yield", "torch-mlir's tm_tensor.topk (kthvalue's lowering) has a comparator region the "
+              "IREE verifier refuses", _error(r"'tm_tensor\.topk' op region block must end with a linalg_ext\.yield",
+                                             "tm_tensor.topk's region refused")),
+    Mechanism("float64-result-buffer", "a float64 result over a buffer of float32's byte length (the input pipeline "
+              "demotes float64), failing the call or its fence",
+              _error(r"buffer view byte length \d+ exceeds backing buffer byte length|semaphore already signaled",
+                     "a float64 result's buffer has float32's length")),
+    Mechanism("returned-input-view", "turbine's call path asserts on the output count of a graph that returns only a "
+              "view of its input, regenerated outside it", _error(r"AssertionError: expected \d+ outputs, got \d+",
+                                                                  "a returned view of the input, no graph result")),
     Mechanism("semi-affine-tiling", "a linalg.generic with a semi-affine indexing map (max_unpool's scatter) that "
               "IREE's tiling does not support",
               _error(r"tiling is not supported for the semi-affine indexing map", "semi-affine map not tiled")),
