@@ -505,9 +505,13 @@ def _gen_dyn(ch: _Choose, train: bool, max_ops: int) -> Program:
 
 
 def _runs_at_every_batch(program: Program) -> bool:
-    """Does the program run (on the meta device: shapes only) at each batch of its schedule?"""
-    ns = load_source(program_source(program), "<dyn check>")
-    with torch.device("meta"):
+    """Does the program run at each batch of its schedule?  Run on the CPU without autograd, its custom ops
+    as the plain functions they wrap: the programs are tiny, and both the meta device's reference kernels
+    and a custom op's first call import ``torch._dynamo`` (0.7 s in every process that registers the
+    cases); the draws are the same as on the meta device (checked on 800 seeds of each kind)."""
+    source = program_source(program).replace("torch.ops.conformance_gen.", "_plain_ops.")
+    ns = load_source("from conformance.cases.gen_ops import plain as _plain_ops\n" + source, "<dyn check>")
+    with torch.no_grad():
         model = ns["make_model"]()
         for batch in program.batches:
             try:
