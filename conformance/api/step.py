@@ -428,7 +428,7 @@ def eager_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The modules of ``model`` that ``torch.compile`` leaves to eager PyTorch: Dynamo does not trace
     into an ``nn.RNNBase`` (LSTM, GRU, RNN) unless ``torch._dynamo.config.allow_rnn`` is set; it
     breaks the graph there and the module runs its own kernels (oneDNN's, ATen's C++ composites)."""
-    rnns = [m for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
+    rnns: list[torch.nn.Module] = [m for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
     if not rnns:  # asked only then: importing Dynamo's config imports Dynamo (0.7 s)
         return []
     import torch._dynamo.config as dynamo_config
