@@ -565,18 +565,50 @@ def _from_json(data: dict[str, Any]) -> list[Screened]:
     return out
 
 
+def _cached_sweep(path: Path) -> tuple[Screened, ...] | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AssertionError):
+        return tuple(_from_json(json.loads(path.read_text())))
+    return None
+
+
+@contextlib.contextmanager
+def _one_screener(path: Path) -> Iterator[None]:
+    """Held while this process screens for ``path``: the processes of a run (``-n 2``, its isolation workers)
+    that all find no cache wait for the first one's file instead of each screening the whole sweep again.
+    Without a lock file (an unwritable cache, no ``fcntl``) each screens on its own, as before."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a")  # held across the yield
+    except (ImportError, OSError):
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @functools.cache
 def whole_sweep(dtype: str = FLOAT32) -> tuple[Screened, ...]:
     """Every op's screening in ``dtype``, from the cache where a run here made it (screening takes minutes)."""
     path = cache_path(dtype)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AssertionError):
-        return tuple(_from_json(json.loads(path.read_text())))
-    screened = sweep(dtype=dtype)
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_to_json(screened)))
-        tmp.replace(path)
+    cached = _cached_sweep(path)
+    if cached is not None:
+        return cached
+    with _one_screener(path):
+        cached = _cached_sweep(path)  # another process screened while this one waited
+        if cached is not None:
+            return cached
+        screened = sweep(dtype=dtype)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_to_json(screened)))
+            tmp.replace(path)
     return tuple(screened)
 
 

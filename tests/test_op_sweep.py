@@ -205,3 +205,31 @@ def test_a_random_op_is_judged_on_its_own_memory_on_inductor(case_id: str) -> No
     assert result.status == Status.PASS, (result.status, result.reason)
     assert result.memory is not None and result.memory.model_source == "received-graphs"
     assert result.memory.measured_peak_bytes < 5056
+
+
+def test_processes_that_find_no_screening_wait_for_the_first_one_s(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """A cold cache (a fresh CI machine): the run's processes that all need the whole sweep screen it once,
+    the others wait on the lock and read its file.  Two callers here, each with its own lock file handle."""
+    import threading
+    import time
+
+    from conformance.cases import ops
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    screenings: list[int] = []
+
+    def slow_sweep(keys: object = None, dtype: str = ops.FLOAT32) -> list[ops.Screened]:
+        screenings.append(1)
+        time.sleep(0.5)  # the other caller arrives while this one screens
+        return []
+
+    monkeypatch.setattr(ops, "sweep", slow_sweep)
+    found: list[object] = []
+    callers = [threading.Thread(target=lambda: found.append(ops.whole_sweep.__wrapped__())) for _ in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert len(screenings) == 1 and found == [(), ()]
+    assert ops.cache_path().exists()
