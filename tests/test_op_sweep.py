@@ -1,6 +1,6 @@
 """The op sweep (``op-*``, :mod:`conformance.cases.ops`): ids stable and readable, every step ``op_db``
 offers registered or left out with a reason, the family lazy, eager exact on a handful of op cases
-through the CLI (two shards merged), the coverage table, and planted faults caught on op cases."""
+through the CLI, the coverage table, and planted faults caught on op cases."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from tests.planted_backends import PerturbGradBackend
 #: ops this torch release leaves out in part or whole, one per kind of reason (uninitialised memory,
 #: a Python result, an options object as an argument), with the CI sample, for the accounting test
 LEFT_OUT_EXAMPLES = ["new_empty", "equal", "nn.functional.linear_cross_entropy.chunked"]
-#: a handful of op cases eager runs exactly (run through the CLI, in two shards)
+#: a handful of op cases eager runs exactly (run through the CLI; the nightly recipe's test runs op cases in
+#: two shards and merges them, tests/test_nightly_recipe.py)
 EAGER_CASES = ["op-abs-0-infer", "op-abs-0-train", "op-cummin-1-train", "op-narrow-0-infer",
                "op-nn.functional.pixel_unshuffle-0-train", "op-new_empty-1-infer"]
 
@@ -101,15 +102,12 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """EAGER_CASES on eager in two shards, merged (``merged``)."""
-    root = tmp_path_factory.mktemp("op-shards")
-    select = ["--backend", "eager", "--workers", "1", *[a for c in EAGER_CASES for a in ("--case", c)]]
-    for i in (1, 2):
-        shard = _cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}", cwd=root)
-        assert shard.returncode == 0, shard.stdout[-3000:] + shard.stderr[-3000:]
-    merged = _cli("merge", "s1", "s2", "-o", "merged", cwd=root)
-    assert merged.returncode == 0, merged.stderr
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """EAGER_CASES on eager, one ``conformance run`` (``results``)."""
+    root = tmp_path_factory.mktemp("op-run")
+    done = _cli("run", "--backend", "eager", "--workers", "0", *[a for c in EAGER_CASES for a in ("--case", c)],
+                "--out", "results", "--no-report", "--no-history", cwd=root)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root
 
 
@@ -117,24 +115,17 @@ def _records(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
 
 
-def test_two_shards_merge_to_the_unsharded_pairs(sharded: Path) -> None:
-    shards = [{(r["case"], r["backend"]) for r in _records(sharded / f"s{i}")} for i in (1, 2)]
-    assert all(shards) and not shards[0] & shards[1]
-    unsharded = {(c.id, "eager") for c in select_cases(EAGER_CASES)}
-    assert {(r["case"], r["backend"]) for r in _records(sharded / "merged")} == unsharded == shards[0] | shards[1]
-
-
-def test_eager_is_exact_on_a_handful_of_op_cases(sharded: Path) -> None:
-    records = _records(sharded / "merged")
-    assert len(records) == len(EAGER_CASES)
+def test_eager_is_exact_on_a_handful_of_op_cases(ran: Path) -> None:
+    records = _records(ran / "results")
+    assert sorted(r["case"] for r in records) == sorted(c.id for c in select_cases(EAGER_CASES))
     for r in records:
         assert r["status"] == "pass", (r["case"], r["status"], r["reason"])
         memory = r["memory"]
         assert isinstance(memory, dict) and memory["measured_peak_bytes"] == memory["model_peak_bytes"], r["case"]
 
 
-def test_conformance_coverage_gives_op_backend_step_and_the_left_out(sharded: Path) -> None:
-    done = _cli("coverage", "merged", cwd=sharded)
+def test_conformance_coverage_gives_op_backend_step_and_the_left_out(ran: Path) -> None:
+    done = _cli("coverage", "results", cwd=ran)
     assert done.returncode == 0, done.stderr
     assert "| `abs` | eager | pass | pass |" in done.stdout
     assert "| `narrow` | eager | pass | - |" in done.stdout
