@@ -121,11 +121,12 @@ def test_installed_case_package_runs_isolated_with_xdist_and_shards(tmp_path: Pa
     full = cli("run", *select, "-n", "2", "--out", "full")
     assert full.returncode == 0, full.stdout + full.stderr
     assert _verdicts(tmp_path / "full") == {"pkg-convnet-train@eager": "pass", "pkg-mlp-infer@eager": "pass"}
-    shards = [cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}") for i in (1, 2)]
-    assert all(s.returncode == 0 for s in shards), [s.stderr for s in shards]
-    assert all("case plugin broken" in s.stderr for s in shards)  # reported, not fatal
-    parts = [_verdicts(tmp_path / f"s{i}") for i in (1, 2)]
-    assert all(parts) and {**parts[0], **parts[1]} == _verdicts(tmp_path / "full")
+    # one shard of two: its process loads the package's cases too (tests/test_sharding.py merges shards)
+    shard = cli("run", *select, "--shard", "2/2", "--out", "s2")
+    assert shard.returncode == 0, shard.stderr
+    assert "case plugin broken" in shard.stderr  # reported, not fatal
+    part = _verdicts(tmp_path / "s2")
+    assert len(part) == 1 and part.items() <= _verdicts(tmp_path / "full").items()
 
 
 def test_unloadable_cases_source_is_a_usage_error(tmp_path: Path) -> None:
