@@ -45,6 +45,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import random
 import re
 import types
 import warnings
@@ -225,6 +226,47 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _sample_iteration() -> Iterator[None]:
+    """OpInfo's sample iterators, without the costs of a test suite's scaffolding; the same samples.
+
+    Each iterator looks for the unittest test drawing it (``extract_test_fn``, whose name would seed it):
+    ``inspect.stack()`` over every frame, and for each frame whose file is no module's, a scan of
+    ``sys.modules``.  No ``unittest.TestCase`` calls a case's steps, so the lookup finds nothing; here it
+    is not made.  Before each sample it seeds torch (``set_rng_seed``): ``torch.manual_seed`` also queues
+    the seed for the CUDA, XPU and MTIA generators not yet started, with the formatted stack of the call.
+    Here it seeds the CPU's generator (the samples are drawn on the CPU, from it), Python's and NumPy's.
+    In a ``conformance run`` process (pytest's frames, thousands of modules), the two cost most of a
+    second per op case's references."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    def set_rng_seed(seed: int | None = None) -> None:
+        seed = common_utils.SEED if seed is None else seed
+        torch.random.default_generator.manual_seed(seed)
+        random.seed(seed)
+        if common_utils.TEST_NUMPY:
+            import numpy
+
+            numpy.random.seed(seed)
+
+    def no_test() -> None:
+        return None
+
+    # the names where torch's sample iteration looks them up (OpInfo's module imported its own binding)
+    patched = [(common_utils, "extract_test_fn", no_test), (core, "extract_test_fn", no_test),
+               (common_utils, "set_rng_seed", set_rng_seed)]
+    real = [(module, name, getattr(module, name)) for module, name, _ in patched if hasattr(module, name)]
+    for module, name, value in patched:
+        if hasattr(module, name):
+            setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in real:
+            setattr(module, name, value)
+
+
 def draw_samples(op: Any, dtype: str = FLOAT32) -> list[Any]:
     """The op's first samples whose tensors are not empty (among the first :data:`SCAN` it yields; its
     first one, empty, where none is), drawn under the random state in force (the case's seed sets it).
@@ -232,7 +274,7 @@ def draw_samples(op: Any, dtype: str = FLOAT32) -> list[Any]:
     OpInfos often yield an empty tensor first: a case on it computes nothing and holds no memory."""
     full: list[Any] = []
     empty: list[Any] = []
-    with _quiet():
+    with _quiet(), _sample_iteration():
         for n, sample in enumerate(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=op.supports_autograd)):
             tensors = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
                        if isinstance(t, torch.Tensor)]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._pytree import tree_flatten
 
 pytest.importorskip("expecttest", reason="the op sweep needs expecttest (pip install 'torch-conformance[ops]')")
 
@@ -224,3 +225,32 @@ def test_processes_that_find_no_screening_wait_for_the_first_one_s(monkeypatch: 
         t.join()
     assert len(screenings) == 1 and found == [(), ()]
     assert ops.cache_path().exists()
+
+
+@pytest.mark.parametrize("key", ["abs", "searchsorted", "bernoulli", "nn.functional.dropout", "histc"])
+def test_samples_are_opinfos_own_without_its_test_scaffolding(key: str) -> None:
+    """The sweep draws OpInfo's samples without the test-suite lookups it skips (``extract_test_fn``, the
+    device generators' seeding): the same tensors, the same random state after, and torch's functions back."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    op = ops._by_key()[key]
+    scaffolding = common_utils.extract_test_fn, common_utils.set_rng_seed, core.extract_test_fn
+
+    def opinfos_own() -> list[torch.Tensor]:
+        drawn = []
+        for n, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd)):
+            drawn.append(sample)
+            if n + 1 == ops.SCAN:
+                break
+        return [t for s in drawn for t in tree_flatten((s.input, s.args, s.kwargs))[0] if isinstance(t, torch.Tensor)]
+
+    torch.manual_seed(5)
+    expected, after = opinfos_own(), torch.rand(3)
+    torch.manual_seed(5)
+    with ops._sample_iteration():
+        got, got_after = opinfos_own(), torch.rand(3)
+    assert (common_utils.extract_test_fn, common_utils.set_rng_seed, core.extract_test_fn) == scaffolding
+    assert len(got) == len(expected) > 0
+    assert all(torch.equal(a, b) and a.requires_grad == b.requires_grad for a, b in zip(got, expected, strict=True))
+    assert torch.equal(got_after, after)
