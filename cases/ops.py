@@ -3,8 +3,8 @@
 A vendor bringing up a backend asks first which operators it gets right.  PyTorch's
 ``torch.testing._internal.common_methods_invocations.op_db`` holds, for each operator, sample
 inputs its own tests run; this family makes the first :data:`MAX_SAMPLES` CPU float32
-samples of each OpInfo (drawn after ``torch.manual_seed(0)``, in the order the OpInfo yields
-them) a case for inference, ``op-<name>[.<variant>]-<k>-infer``, and, where the op supports
+samples of each OpInfo (as its own tests draw them, each seeded with their fixed seed, in the order the
+OpInfo yields them) a case for inference, ``op-<name>[.<variant>]-<k>-infer``, and, where the op supports
 autograd and the sample has a differentiable input, a training step ``op-...-<k>-train``:
 each differentiable input scaled elementwise by a learnable tensor of ones (so the step has
 parameters whose gradients are the inputs' gradients) and the loss the mean square plus the
@@ -14,8 +14,8 @@ unique, e.g. an eigenvector's sign) is applied to the outputs.  A training step 
 backward (``optimizer="none"``): an optimizer step would move inputs out of an op's domain.
 
 Every tensor of a sample (also inside lists and keyword arguments) is an input of the case,
-drawn again from the call's seed on every call; every other argument (ints, dtypes, strings)
-is a constant of the step.  What the sweep cannot run is listed, never dropped
+drawn again from the call's seed on every later call (:func:`_later_inputs`); every other argument
+(ints, dtypes, strings) is a constant of the step.  What the sweep cannot run is listed, never dropped
 (:func:`left_out`): an OpInfo without float32 on the CPU, a sample holding a value that is
 not a plain tensor or number (a sparse tensor, a module, an options object), a sample plain
 eager PyTorch cannot run on the CPU, or whose outputs are not tensors or differ between two
@@ -267,15 +267,18 @@ def _sample_iteration() -> Iterator[None]:
             setattr(module, name, value)
 
 
-def draw_samples(op: Any, dtype: str = FLOAT32) -> list[Any]:
+def draw_samples(op: Any, dtype: str = FLOAT32, fresh: bool = False) -> list[Any]:
     """The op's first samples whose tensors are not empty (among the first :data:`SCAN` it yields; its
-    first one, empty, where none is), drawn under the random state in force (the case's seed sets it).
+    first one, empty, where none is).  OpInfo seeds each sample itself (its test suite's fixed seed): the
+    samples of a case's first call.  ``fresh``: drawn from the random state in force instead (a later
+    call's, :func:`_later_inputs`).
 
     OpInfos often yield an empty tensor first: a case on it computes nothing and holds no memory."""
     full: list[Any] = []
     empty: list[Any] = []
     with _quiet(), _sample_iteration():
-        for n, sample in enumerate(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=op.supports_autograd)):
+        for n, sample in enumerate(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=op.supports_autograd,
+                                                    set_seed=not fresh)):
             tensors = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
                        if isinstance(t, torch.Tensor)]
             (full if all(t.numel() for t in tensors) else empty).append(sample)
@@ -423,6 +426,57 @@ def _builder(key: str, k: int, trains: bool, dtype: str = FLOAT32) -> Callable[[
     return build
 
 
+def _later_inputs(key: str, k: int, dtype: str = FLOAT32) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """A later call's inputs (``Case.make_inputs``): the sample drawn again, from the call's seed.
+
+    OpInfo seeds every sample with its test suite's fixed seed, so the first call's draw would give every
+    call the same values, and a backend returning a stale result would pass.  A later call draws the
+    same sample function from the call's seed (``Case.inputs_for`` sets torch's; Python's and NumPy's, which
+    some sample functions draw from, are seeded from it here and put back after): values in the op's
+    domain, as OpInfo makes them.  Where that draw is not the first call's sample with other values (its
+    constants, shapes or dtypes differ: a sample function that draws them), the call gets the first call's
+    values again."""
+    first: list[_Call] = []  # the first call's sample, taken apart (once per process)
+
+    def inputs(call: int) -> tuple[torch.Tensor, ...]:
+        op = _by_key()[key]
+        with _python_rngs(torch.initial_seed()):
+            samples = draw_samples(op, dtype, fresh=True)
+        if not first:
+            with torch.random.fork_rng(), _python_rngs(0):
+                first.append(_take_apart(draw_samples(op, dtype)[k]))
+        if len(samples) > k and _same_structure(drawn := _take_apart(samples[k]), first[0]):
+            return drawn.tensors
+        return tuple(t.clone() for t in first[0].tensors)
+
+    return inputs
+
+
+@contextlib.contextmanager
+def _python_rngs(seed: int) -> Iterator[None]:
+    """Python's and NumPy's global generators seeded from ``seed`` inside, as they were after."""
+    state = random.getstate()
+    numpy = importlib.import_module("numpy") if importlib.util.find_spec("numpy") is not None else None
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    random.seed(seed)
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
+
+
+def _same_structure(a: _Call, b: _Call) -> bool:
+    """Two draws of a sample that differ in their tensors' values only."""
+    return (a.spec == b.spec and a.positions == b.positions and repr(a.leaves) == repr(b.leaves)
+            and a.differentiable == b.differentiable
+            and all(x.shape == y.shape and x.dtype == y.dtype and x.stride() == y.stride()
+                    for x, y in zip(a.tensors, b.tensors, strict=True)))
+
+
 def _output_problem(out: Any) -> str | None:
     leaves = tree_flatten(out)[0]
     other = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
@@ -563,7 +617,7 @@ def _make_case(key: str, k: int, trains: bool, description: str, dtype: str = FL
     kind: CaseKind = "train_step" if trains else "inference"
     requires = ({"training"} if trains else set()) | ({f"dtype:{dtype}"} if dtype != FLOAT32 else set())
     return Case(op_label(key, k, dtype, STEPS[trains]), kind, FAMILY, SAMPLE_SEED, _builder(key, k, trains, dtype),
-                trains=trains, requires=frozenset(requires), in_default=False,
+                make_inputs=_later_inputs(key, k, dtype), trains=trains, requires=frozenset(requires), in_default=False,
                 optimizer="none" if trains else None, description=description, tolerance=TOLERANCES[dtype])
 
 

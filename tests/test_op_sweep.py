@@ -4,6 +4,7 @@ through the CLI, the coverage table, and planted faults caught on op cases."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -24,6 +25,7 @@ from conformance.backends.inductor import InductorBackend
 from conformance.cases import ops
 from conformance.output.coverage import op_coverage, op_markdown
 from conformance.run.engine import run_case
+from tests.faults import planted
 from tests.planted import LeakyEagerBackend
 from tests.planted_backends import PerturbGradBackend
 
@@ -254,3 +256,26 @@ def test_samples_are_opinfos_own_without_its_test_scaffolding(key: str) -> None:
     assert len(got) == len(expected) > 0
     assert all(torch.equal(a, b) and a.requires_grad == b.requires_grad for a, b in zip(got, expected, strict=True))
     assert torch.equal(got_after, after)
+
+
+@pytest.mark.parametrize("case_id", ["op-abs-0-infer", "op-searchsorted-0-infer", "op-nn.functional.embedding-0-train"])
+def test_every_call_of_an_op_case_gets_fresh_inputs_in_the_ops_domain(case_id: str) -> None:
+    """OpInfo seeds each sample with its test suite's fixed seed; a later call draws it from the call's seed:
+    other values, the same shapes, the same in every process (drawn again, equal)."""
+    (case,) = select_cases([case_id])
+    calls = [case.inputs_for(call) for call in range(4)]
+    for a, b in itertools.combinations(calls, 2):
+        assert [t.shape for t in a] == [t.shape for t in b]
+        assert not all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), case_id
+    assert all(torch.equal(x, y) for x, y in zip(calls[2], case.inputs_for(2), strict=True))
+    if case_id == "op-searchsorted-0-infer":  # its sorted sequence stays sorted: the op's domain
+        assert all(bool((inputs[0].diff() >= 0).all()) for inputs in calls)
+    if case_id == "op-nn.functional.embedding-0-train":  # indices stay in the table
+        assert all(int(inputs[1].max()) < inputs[0].shape[0] for inputs in calls)
+
+
+def test_stale_results_are_caught_on_an_op_case() -> None:
+    """A backend returning its first call's results on every call: caught only where calls' inputs differ."""
+    (case,) = select_cases(["op-abs-0-infer"])
+    result = run_case(case, planted(EagerBackend, "stale-results")())
+    assert result.status == Status.FAIL_PARITY, (result.status, result.reason)
