@@ -320,3 +320,20 @@ def test_values_native_code_writes_into_an_empty_tensor_are_not_random() -> None
     assert reports[0].to_json()["random"] == []
     wrong = {**calls[0], "grad[scale]": calls[0]["grad[scale]"] * (1 + 1e-3)}
     assert [t.name for t in _judged(case, wrong).tensors if not t.ok] == ["grad[scale]"]
+
+
+def test_an_integer_result_in_another_dtype_fails_even_where_its_values_match() -> None:
+    """IREE returns ``x.byte()`` as int8 (docs/findings/iree-repro-uint8-result-signed.py): 7 reads the same in
+    both, 205 reads -51.  The dtype is the fault on every call, not only where a value shows it."""
+    from conformance.checks.parity import tensor_parity
+
+    ref = torch.tensor([7, 100], dtype=torch.uint8)
+    same_values = tensor_parity("output[0]", ref.to(torch.int8), ref, ref, TOL)
+    assert not same_values.ok and "dtype int8 where the reference's is uint8" in same_values.note
+    assert tensor_parity("output[0]", ref.clone(), ref, ref, TOL).ok
+    wide = tensor_parity("output[0]", torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2]), None, TOL)
+    assert not wide.ok  # int32 for an int64 result
+    floats = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert tensor_parity("output[0]", floats.float(), floats, floats.float(), TOL).ok  # precision is the case's
+    assert not tensor_parity("output[0]", torch.tensor([1, 2]), floats, None, TOL).ok  # integer for floating
+    assert not tensor_parity("x", torch.tensor([True]), torch.tensor([1]), None, TOL, random=True).ok

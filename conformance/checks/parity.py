@@ -173,11 +173,26 @@ def noise_floor(eps: float, scale: float, spread: float) -> float:
     return eps * scale + NOISE_MULTIPLE * spread
 
 
+def dtype_problem(got: torch.Tensor, ref: torch.Tensor) -> str | None:
+    """Why ``got`` is not of the reference's dtype, or ``None``.  An integer or boolean result must have
+    the reference's dtype exactly: another one reads its values otherwise (a uint8 result returned as
+    int8 reads 205 as -51, and equal values on one call hide it).  A floating (or complex) result only
+    needs to be floating (complex): its precision is the case's, and the float64 reference's is not."""
+    if got.dtype == ref.dtype:
+        return None
+    if (got.is_floating_point() and ref.is_floating_point()) or (got.is_complex() and ref.is_complex()):
+        return None
+    named = [str(d).removeprefix("torch.") for d in (got.dtype, ref.dtype)]
+    return f"dtype {named[0]} where the reference's is {named[1]}"
+
+
 def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor | None,
                   tol: Tolerance, spread: float = 0.0, random: bool = False, eps: float | None = None) -> TensorParity:
     """One tensor against its reference (pure); ``spread``: how far the perturbed references moved it
     (:class:`Noise`); ``random``: computed from random values; ``eps``: the resolution of the dtype the case
     computes in (default: ``got``'s dtype's)."""
+    if (kind := dtype_problem(got, ref)) is not None:
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, kind)
     if random:
         return _random_parity(name, got, ref)
     if tuple(got.shape) != tuple(ref.shape):
