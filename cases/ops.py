@@ -401,11 +401,12 @@ def _workload(op: Any, sample: Any, trains: bool, reached: tuple[bool, ...] | No
 
 def _reached(op: Any, sample: Any, dtype: str = FLOAT32) -> tuple[bool, ...]:
     """Per tensor of ``sample``: whether the training loss has a gradient for it (one trial step, its random
-    draws forked away)."""
+    draws forked away, on copies of the sample's tensors: an op that updates an input in place, batch norm's
+    running statistics, would otherwise leave the first build of each process an input updated once)."""
     call = _take_apart(sample)
     with torch.random.fork_rng(), _quiet():
         step = OpStep(own_call(op.op), call, sample.output_process_fn_grad or _identity, True, dtype)
-        loss = step(*call.tensors)
+        loss = step(*(t.clone() for t in call.tensors))
         if not step.scaled or not loss.requires_grad:
             return tuple(False for _ in call.tensors)
         grads = torch.autograd.grad(loss, list(step.scales), allow_unused=True)
