@@ -11,6 +11,10 @@ shows a whole tensor more than the documented slack (``conformance.api.pools``).
   the tree's pool costs ``max(mem(A,B), mem(A,B'))``, not the sum.
 - ``cudagraph-pool-reuse``: A returns ``p, q``; the caller drops ``p`` before B:
   B reuses its memory (pool smaller by ``p``'s bytes than when ``p`` is kept).
+  B returns two tensors, so that B's recording, not A's, sets the pool's size: A's
+  recording also holds the tree's pool copy of its input ``x`` (a non-static input),
+  three tensors in all, and with a one-output B both paths' pools were A's three
+  (measured on an H200, torch 2.11: 48 MiB each way).
 - ``cudagraph-pool-survive``: B recorded with ``p`` dropped, then ``p`` kept while B
   runs: ``p``'s values must survive B (parity on ``p``, copied after B), which
   needs B recorded again for that liveness.
@@ -107,25 +111,30 @@ class Share(PoolScenarioModule):
 
 
 class KeepOrDrop(PoolScenarioModule):
-    """A returns ``p, q``; B reads only ``q``.  ``drop`` lets ``p`` die before B, ``keep`` holds it."""
+    """A returns ``p, q``; B reads only ``q`` and returns ``r, s``.  ``drop`` lets ``p`` die before B,
+    ``keep`` holds it.
+
+    The pool is the larger of A's recording (the input's pool copy, ``p``, ``q``: three tensors)
+    and B's (``q``, ``r``, ``s``, and ``p`` when kept: three or four), so keeping ``p`` costs one
+    tensor more only where B can take ``p``'s memory when it is dropped."""
 
     compile_units = ("a", "b")
 
     def __init__(self) -> None:
         super().__init__()
         self.a = Affine(2, "tanh")
-        self.b = Affine(1, "sigmoid")
+        self.b = Affine(2, "sigmoid")
 
     def path_drop(self, x: torch.Tensor) -> list[torch.Tensor]:
         p, q = self.unit("a", x)
         del p  # dead before B runs: B may take its memory
-        r = self.unit("b", q)
-        return [r.clone()]
+        r, s = self.unit("b", q)
+        return [r.clone(), s.clone()]
 
     def path_keep(self, x: torch.Tensor) -> list[torch.Tensor]:
         p, q = self.unit("a", x)
-        r = self.unit("b", q)  # p is alive here: B must not write over it
-        return [p.clone(), r.clone()]
+        r, s = self.unit("b", q)  # p is alive here: B must not write over it
+        return [p.clone(), r.clone(), s.clone()]
 
 
 class Reuse(KeepOrDrop):

@@ -353,7 +353,7 @@ def test_pool_scenarios_have_a_reference_on_cpu(case) -> None:
     """What the engine computes on CPU before the GPU runs (reference, lifetime model) works."""
     ref = reference_step(case, torch.float64)
     model = case.build().model
-    per_path = {"ab": 2, "ab_prime": 2, "drop": 1, "keep": 2}
+    per_path = {"ab": 2, "ab_prime": 2, "drop": 2, "keep": 3}
     assert len(ref.outputs) == sum(per_path[p] for p in model.paths)
     user_model, _ = user_level_model(case)
     assert user_model.peak_bytes >= TENSOR_BYTES
@@ -378,7 +378,7 @@ def test_survive_scenario_records_b_with_p_dead_before_keeping_it() -> None:
     with torch.no_grad():
         outs = model(torch.randn(ROWS, COLS))
     assert p_alive_at_b == [False, False, True]
-    assert len(outs) == 4
+    assert len(outs) == 2 + 2 + 3
 
 
 def test_shipped_pool_cases_implement_the_scenario_interface() -> None:
@@ -460,6 +460,11 @@ def test_contract_verdicts() -> None:
     assert status == Status.FAIL_PEAK and "2 private pools" in reason
     eager = RunInfo("eager", 0, 0, 0, {})
     assert _step_with_runs([eager, eager], plain).contract_check() is None  # not a pool case: a note only
+    # no recording by this thread's tree manager, yet pools made: graphs recorded elsewhere, held to the contracts
+    elsewhere = RunInfo("eager", 0, 0, 4 * T, {(0, 3): 2 * T, (0, 4): 2 * T})
+    status, reason = verdict(_step_with_runs([elsewhere, elsewhere], plain))
+    assert status == Status.FAIL_PEAK and "2 private pools" in reason
+    assert "recorded elsewhere" in _step_with_runs([elsewhere, elsewhere], plain).notes()[0]
     survive = _step_with_runs([warm, rec, replay, replay], Survive())
     survive.unit_recordings = {"a": 1, "b": 1}
     status, reason = verdict(survive)
@@ -503,19 +508,31 @@ def test_cudagraph_pool_cases_pass(case_id: str) -> None:
 @pytest.mark.cuda
 @needs_cuda
 def test_cudagraph_catches_a_pool_per_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planted fault: a tree manager that records every graph into a fresh private pool (no sharing)."""
+    """Planted fault: every graph (each unit, forward or backward) recorded by a graph-tree manager of its
+    own, hence into a private pool of its own: no sharing.
+
+    Each manager is whole, made as torch makes its one per device.  (Swapping the one manager's pool
+    handle before each recording is no such backend: torch 2.11 on an H200 refused it with its own
+    asserts, "storage data ptrs are not allocated in pool", before any contract was checked.)  The
+    thread's manager then records nothing, which the backend must not read as eager."""
     from torch._inductor import cudagraph_trees
 
-    original = cudagraph_trees.CUDAGraphTreeManager.record_function
+    original = cudagraph_trees.cudagraphify
+    own_trees: list[Any] = []
 
-    def own_pool(self: Any, new_inputs: Any, function_id: Any) -> Any:
-        self.cuda_graphs_thread_pool = torch.cuda.graph_pool_handle()
-        return original(self, new_inputs, function_id)
+    def own_tree(*args: Any, **kwargs: Any) -> Any:
+        container = cudagraph_trees.TreeManagerContainer(kwargs["device_index"])
+        own_trees.append(container)
+        with monkeypatch.context() as local:
+            local.setattr(cudagraph_trees, "get_container", lambda device_index: container)
+            return original(*args, **kwargs)
 
-    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", own_pool)
+    monkeypatch.setattr(cudagraph_trees, "cudagraphify", own_tree)
     result = run_case(select_cases(["cudagraph-pool-share"])[0], CudaGraphBackend())
+    assert own_trees, "the fault was not planted: no graph went through cudagraphify"
     assert result.status == "fail-peak", result.reason
     assert result.reason.startswith("cudagraph contract ")
+    assert len(result.memory.findings["private_pools"]) > 1
 
 
 @pytest.mark.cuda
