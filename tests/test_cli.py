@@ -42,7 +42,7 @@ def test_run_writes_results_and_junit(tmp_path: Path) -> None:
 def test_junit_testcases_name_backend_and_family(tmp_path: Path) -> None:
     """Each pair's junit testcase is classed ``conformance.<backend>.<family>``, also with two workers."""
     proc = _run("run", "--backend", "eager", "--case", "mlp-s-infer", "--case", "customop-early-late-s",
-                "--workers", "2", "--out", "out", cwd=tmp_path)
+                "--workers", "2", "--no-isolate", "--out", "out", cwd=tmp_path)  # the xdist workers run the pairs
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     families = {r["case"]: r["family"] for r in records}
@@ -95,7 +95,8 @@ def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) ->
 
 
 def test_pytest_flags_pass_through(tmp_path: Path) -> None:
-    proc = _run("run", "--backend", "eager", "--case", "mlp-s-*", "--out", "out", "-k", "infer", cwd=tmp_path)
+    proc = _run("run", "--backend", "eager", "--case", "mlp-s-*", "--no-isolate", "--out", "out", "-k", "infer",
+                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     records = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert len(records) == 1 and "mlp-s-infer" in records[0]

@@ -46,23 +46,23 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=900)
 
 
-def test_three_shards_merged_equal_the_unsharded_run(tmp_path: Path) -> None:
+def test_shards_merged_equal_the_unsharded_run(tmp_path: Path) -> None:
     # in-process pairs: isolation is not what sharding changes, and each run would start a worker
     select = ["--backend", "eager", "--case", "mlp-*", "--case", "customop-early-late-s", "--no-isolate"]
     # the unsharded run's verdicts: eager passes every one of these pairs (its byte-exact contract,
     # tests/test_backends_clean.py), so the merge must give exactly these
     full = {(c.id, "eager"): "pass" for c in select_cases(["mlp-*", "customop-early-late-s"])}
-    for i in (1, 2, 3):
-        shard = _cli("run", *select, "--shard", f"{i}/3", "--out", f"s{i}", cwd=tmp_path)
+    for i in (1, 2):
+        shard = _cli("run", *select, "--shard", f"{i}/2", "--out", f"s{i}", cwd=tmp_path)
         assert shard.returncode == 0, shard.stderr
-    merged = _cli("merge", "s1", "s2", "s3", "-o", "merged", cwd=tmp_path)
+    merged = _cli("merge", "s1", "s2", "-o", "merged", cwd=tmp_path)
     assert merged.returncode == 0, merged.stderr
 
     def verdicts(d: str) -> dict[tuple[str, str], str]:
         lines = (tmp_path / d / "results.jsonl").read_text().splitlines()
         return {(r["case"], r["backend"]): r["status"] for r in map(json.loads, lines)}
 
-    shard_sets = [set(verdicts(f"s{i}")) for i in (1, 2, 3)]
+    shard_sets = [set(verdicts(f"s{i}")) for i in (1, 2)]
     assert all(shard_sets) and sum(map(len, shard_sets)) == len(set().union(*shard_sets))
     assert verdicts("merged") == full
     assert len(full) == 7

@@ -46,7 +46,7 @@ def test_the_report_env_command_makes_one_dashboard_of_the_matrix(tmp_path: Path
     root = tmp_path / "conformance"
     for env, case in (("eager", "mlp-s-infer"), ("torch215", "customop-early-late-s")):
         proc = _cli("run", "--backend", "eager", "--case", case, "--out", str(root / env), "--overwrite",
-                    "--no-history", "--no-report", cwd=tmp_path)
+                    "--no-history", "--no-report", "--no-isolate", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     command = _tox()["testenv:report"]["commands"].strip()
     command = (command.replace("{[conformance]results}", str(root))
