@@ -21,6 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from conformance.api.step import trace_graph
 from conformance.models.transients import (
     GRAD_ENABLED,
+    LAPACK_QUERIED,
     STORAGE_SLACK,
     TABLE,
     kernel_storage_slack,
@@ -28,6 +29,7 @@ from conformance.models.transients import (
     kernel_transient_bytes,
     reference_kernels,
 )
+from conformance.probes import workspace
 from conformance.probes.cpu import CpuAllocatorProbe
 
 aten = torch.ops.aten
@@ -410,6 +412,7 @@ def _module_sweep_calls() -> list[OpCall]:
     calls.extend(_composite_calls())
     calls.extend(_op_sweep_calls())
     calls.extend(_linalg_calls())
+    calls.extend(_lapack_calls())
     calls.extend(_upsample_aa_calls())
     return calls
 
@@ -745,6 +748,67 @@ def _linalg_calls() -> list[OpCall]:
     return calls
 
 
+def _symmetric(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    a = torch.randn(shape, dtype=dtype)
+    return a + a.mT
+
+
+def _lapack_calls() -> list[OpCall]:
+    """The kernels whose workspace LAPACK's query sizes (``LAPACK_QUERIED``): their entry is the meter's
+    measurement on stand-ins (its own values), held here to the kernel on these (other) values, over
+    shapes, batches, flags, drivers and float64."""
+    calls: list[OpCall] = []
+    for shape, dtype in (((3, 3), torch.float32), ((5, 2), torch.float32), ((2, 4, 3), torch.float64)):
+        tag = f"{'x'.join(map(str, shape))}-{dtype}"
+        for full, uv in ((False, True), (True, True), (False, False)):
+            calls.append(OpCall(f"_linalg_svd-{tag}-full{full}-uv{uv}", "_linalg_svd",
+                                _flag(aten._linalg_svd.default, full, uv), _made(shape, dtype=dtype)))
+        for mode in ("reduced", "complete", "r"):
+            calls.append(OpCall(f"linalg_qr-{tag}-{mode}", "linalg_qr", _flag(aten.linalg_qr.default, mode),
+                                _made(shape, dtype=dtype)))
+        calls.append(OpCall(f"geqrf-{tag}", "geqrf", aten.geqrf.default, _made(shape, dtype=dtype)))
+        calls.append(OpCall(f"linalg_lstsq-{tag}", "linalg_lstsq", aten.linalg_lstsq.default,
+                            lambda shape=shape, dtype=dtype: (torch.randn(shape, dtype=dtype),
+                                                              torch.randn((*shape[:-1], 2), dtype=dtype))))
+    for driver in ("gelsy", "gelsd", "gelss"):
+        calls.append(OpCall(f"linalg_lstsq-4x3-{driver}", "linalg_lstsq", _flag(aten.linalg_lstsq.default, None,
+                                                                               driver=driver),
+                            lambda: (torch.randn(4, 3), torch.randn(4, 2))))
+    for shape, dtype in (((5, 5), torch.float32), ((2, 3, 3), torch.float64)):
+        tag = f"{'x'.join(map(str, shape))}-{dtype}"
+        calls.append(OpCall(f"linalg_eig-{tag}", "linalg_eig", aten.linalg_eig.default, _made(shape, dtype=dtype)))
+        for uplo, vectors in (("L", True), ("U", False)):
+            calls.append(OpCall(f"_linalg_eigh-{tag}-{uplo}-vectors{vectors}", "_linalg_eigh",
+                                _flag(aten._linalg_eigh.default, uplo, vectors),
+                                lambda shape=shape, dtype=dtype: (_symmetric(shape, dtype),)))
+        calls.append(OpCall(f"linalg_ldl_factor_ex-{tag}", "linalg_ldl_factor_ex", aten.linalg_ldl_factor_ex.default,
+                            lambda shape=shape, dtype=dtype: (_symmetric(shape, dtype),)))
+
+        def ldl_system(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            ld, pivots = torch.linalg.ldl_factor(_symmetric(shape, dtype))
+            return ld, pivots, torch.randn((*shape[:-1], 2), dtype=dtype)
+
+        calls.append(OpCall(f"linalg_ldl_solve-{tag}", "linalg_ldl_solve", aten.linalg_ldl_solve.default, ldl_system))
+    for shape, dtype in (((5, 3), torch.float32), ((2, 4, 2), torch.float64)):
+        tag = f"{'x'.join(map(str, shape))}-{dtype}"
+
+        def reflectors(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype) -> tuple[Any, ...]:
+            return tuple(torch.geqrf(torch.randn(shape, dtype=dtype)))
+
+        calls.append(OpCall(f"linalg_householder_product-{tag}", "linalg_householder_product",
+                            aten.linalg_householder_product.default, reflectors))
+        for left, transpose in ((True, False), (False, True)):
+            def ormqr_args(shape: tuple[int, ...] = shape, dtype: torch.dtype = dtype,
+                           left: bool = left) -> tuple[Any, ...]:
+                a, tau = torch.geqrf(torch.randn(shape, dtype=dtype))
+                m = shape[-2]
+                return a, tau, torch.randn((*shape[:-2], m, 3) if left else (*shape[:-2], 3, m), dtype=dtype)
+
+            calls.append(OpCall(f"ormqr-{tag}-left{left}-transpose{transpose}", "ormqr",
+                                _flag(aten.ormqr.default, left, transpose), ormqr_args))
+    return calls
+
+
 def _upsample_aa(op: Callable[..., Any], size: list[int], align: bool, scales: tuple[Any, Any]) -> Callable[..., Any]:
     def f(x: Any) -> Any:
         return op(x, size, align, *scales)
@@ -875,6 +939,25 @@ def test_an_entry_that_is_wrong_fails() -> None:
     call = next(c for c in CALLS if c.name == "conv-3x3-bias1")
     measured, modelled = _measured_extra(call)
     assert modelled > 0 and measured != 0
+
+
+def test_the_workspace_meter_leaves_the_callers_window_and_generators_alone() -> None:
+    """The meter runs the kernel in a thread of its own: a probe window open on the modelling thread
+    records none of it, and the caller's random draws are the ones it would have made anyway."""
+    call = next(c for c in CALLS if c.name == "_linalg_svd-5x2-torch.float32-fullTrue-uvTrue")
+    node = _node(call)
+    assert node.target.overloadpacket.__name__ in LAPACK_QUERIED
+    torch.manual_seed(7)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(7)
+    workspace._measured.cache_clear()  # measured now, inside the window, not earlier in this module
+    with CpuAllocatorProbe() as probe:
+        bytes_ = kernel_transient_bytes(node)
+        mine = torch.empty(1000, dtype=torch.uint8)  # the window still records its own thread
+    assert workspace._measured.cache_info().misses == 1
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert bytes_ > 0 and probe.trace.peak_bytes == 1000 and [a.nbytes for a in probe.trace.allocations] == [1000]
+    del mine
 
 
 # --------------------------------------------------------------------------- oneDNN's LSTM (the users' kernels)

@@ -1368,6 +1368,35 @@ ONEDNN_TABLE: dict[str, OneDnnEntry] = {
 
 Entry = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
 
+#: LAPACK-backed kernels whose workspace LAPACK itself sizes: the kernel asks the routine (``lwork = -1``)
+#: how much ``work`` / ``rwork`` / ``iwork`` it wants, and the answer is the library's (OpenBLAS's or
+#: MKL's blocking, ``ilaenv``), not a function of the shapes this table could write down.  Their entry
+#: is a measurement of the kernel on stand-ins of the same shapes, strides and dtypes, made once per
+#: layout by the meter :mod:`conformance.probes` registers (the workspace depends on the layout and the
+#: flags, not on the values: tests/test_transients.py measures each on other values than the meter's).
+LAPACK_QUERIED = frozenset({
+    "_linalg_svd", "linalg_qr", "geqrf", "linalg_eig", "_linalg_eigh", "linalg_householder_product",
+    "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_lstsq", "ormqr",
+})
+
+#: measures one call's workspace on stand-ins: ``meter(target, operands, out)`` -> bytes beyond the outputs
+WorkspaceMeter = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
+_METERS: list[WorkspaceMeter] = []
+
+
+def register_workspace_meter(meter: WorkspaceMeter) -> None:
+    """Set the meter :func:`lapack_queried` measures with (the probes layer's; models cannot measure)."""
+    _METERS[:] = [meter]
+
+
+def lapack_queried(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """A kernel of :data:`LAPACK_QUERIED`: what it allocates beyond its outputs, measured by the meter."""
+    if not _METERS:
+        raise KernelNotModelled(f"{target}: LAPACK sizes its workspace, and no meter is registered "
+                                "(import conformance.probes)")
+    return _METERS[0](target, operands, out)
+
+
 #: op name (the overload packet's) -> its entry.
 TABLE: dict[str, Entry] = {
     **{name: binary_elementwise for name in ELEMENTWISE_BINARY_OPS},
@@ -1435,6 +1464,7 @@ TABLE: dict[str, Entry] = {
     "linalg_lu": linalg_lu,
     "_upsample_bilinear2d_aa": upsample_aa,
     "_upsample_bicubic2d_aa": upsample_aa,
+    **dict.fromkeys(LAPACK_QUERIED, lapack_queried),
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)

@@ -1,0 +1,101 @@
+"""The workspace meter: what a kernel allocates beyond its outputs, measured on stand-ins.
+
+Some kernels' workspace is decided by the library they call, not by anything a table can
+write from the shapes: LAPACK routines are asked (``lwork = -1``) how much scratch they want,
+and OpenBLAS and MKL answer from their own blocking.  For those
+(:data:`conformance.models.transients.LAPACK_QUERIED`) the model's entry is this measurement:
+the kernel run once per layout (shapes, strides, dtypes, flags) on stand-in operands, in a
+thread of its own and through the profiler, so that a probe window open on the caller's thread
+records none of it (the native observer keeps one recording for the process, the profiler's
+memory events are the enabling thread's) and the caller's random number generators are not
+touched.  A kernel that refuses the stand-ins is the harness's gap, said as one
+(``KernelNotModelled``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from conformance.models.transients import KernelNotModelled, register_workspace_meter
+from conformance.probes.cpu import CpuAllocatorProbe
+
+Layout = tuple[Any, ...]
+
+
+def _layout(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(int(d) for d in value.shape), tuple(int(s) for s in value.stride()), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_layout(v) for v in value)
+    return value  # a flag, a mode string, a number: passed as it is (and hashable, for the cache)
+
+
+def _stand_in(layout: Any, generator: torch.Generator) -> Any:
+    """A CPU tensor of the layout: floating values from a private generator; integers as LAPACK pivots
+    (1..n along the last dimension, no interchange: a valid pivot vector for any factor)."""
+    if isinstance(layout, tuple) and not (layout and layout[0] == "tensor"):
+        return [_stand_in(item, generator) for item in layout]
+    if not isinstance(layout, tuple):
+        return layout
+    _, shape, stride, dtype = layout
+    out = torch.empty_strided(shape, stride, dtype=dtype)
+    if out.numel() == 0:
+        return out
+    if dtype.is_floating_point or dtype.is_complex:
+        dense = torch.randn(shape, generator=generator, dtype=dtype)
+    elif dtype == torch.bool:
+        dense = torch.zeros(shape, dtype=dtype)
+    else:
+        dense = torch.arange(1, shape[-1] + 1, dtype=dtype).expand(shape) if shape else torch.ones((), dtype=dtype)
+    return out.copy_(dense) if all(s != 0 for s in stride) or out.dim() == 0 else dense.as_strided(shape, stride)
+
+
+def _bytes_of(out: Any) -> int:
+    storages = {}
+    for t in torch.utils._pytree.tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided:
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+@lru_cache(maxsize=4096)
+def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
+    result: dict[str, Any] = {}
+
+    def measure() -> None:
+        try:
+            generator = torch.Generator().manual_seed(0)
+            operands = [_stand_in(layout, generator) for layout in layouts]
+            args, kwargs = [], {}
+            for argument, value in zip(target._schema.arguments, operands):
+                if argument.kwarg_only:
+                    kwargs[argument.name] = value
+                else:
+                    args.append(value)
+            with torch.no_grad(), CpuAllocatorProbe(recorder="profiler") as probe:
+                out = target(*args, **kwargs)
+            result["bytes"] = max(0, probe.trace.peak_bytes - _bytes_of(out))
+        except Exception as exc:  # the kernel refused the stand-ins, or no probe could record here
+            result["error"] = exc
+
+    worker = threading.Thread(target=measure, name="conformance-workspace-meter")
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise KernelNotModelled(f"{target}: its LAPACK workspace could not be measured on stand-ins: "
+                                f"{type(result['error']).__name__}: {result['error']}")
+    return int(result["bytes"])
+
+
+def measure_workspace(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """Bytes ``target`` allocates beyond its outputs on operands laid out as ``operands`` (cached per layout)."""
+    return _measured(target, tuple(_layout(v) for v in operands))
+
+
+register_workspace_meter(measure_workspace)
