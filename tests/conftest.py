@@ -3,6 +3,12 @@
 Hypothesis keeps a cache (``.hypothesis/``) in the current directory, which for a test
 run is the repository.  Point it, for this process and every subprocess it starts, at a
 temporary directory removed when the session ends.
+
+Each torch process of the session takes one intra-op thread: ``-n 2`` already runs two test
+workers on two cores, and every CLI run and isolation worker a test starts would add an
+OpenMP thread per core beside them (about 6% of the suite's CPU time went to that).  The
+kernels' per-thread buffers are modelled with the process's own thread count, so verdicts do
+not change; ``tests/test_transients.py`` measures those entries with two threads.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import pytest
 
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="conformance-tests-hypothesis-")
 os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes this one starts (xdist workers, CLI runs)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -35,6 +35,16 @@ from conformance.probes.cpu import CpuAllocatorProbe
 aten = torch.ops.aten
 
 
+@pytest.fixture(autouse=True)
+def two_threads() -> Any:
+    """Two intra-op threads (the test session's processes take one, tests/conftest.py): the entries whose
+    kernels keep per-thread buffers or take a serial path on one thread are measured on their parallel path."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 @dataclass(frozen=True)
 class OpCall:
     name: str
