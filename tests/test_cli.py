@@ -8,6 +8,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,65 @@ def test_xdist_workers_run_the_controllers_selection(tmp_path: Path) -> None:
     records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["case"] for r in records) == ["order-a", "order-b", "order-c"]
     assert all(r["status"] == "pass" for r in records), records
+
+
+THREADS_SEEN = """
+import os
+import torch
+from conformance.api.case import Case, register, resolve
+
+base = resolve("mlp-s-infer")
+
+
+def build(seed):
+    with open(os.environ["THREADS_SEEN"], "a") as seen:  # who builds: the CLI (checking), an xdist worker's own
+        seen.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {torch.get_num_threads()}\\n")
+    return base.builder(seed)
+
+
+for i in ("threads-a", "threads-b"):
+    register(Case(i, base.kind, "threads", base.seed, build))
+"""
+
+
+def test_workers_share_the_cores(tmp_path: Path) -> None:
+    """Under ``-n 2`` each process that runs pairs takes half the cores' intra-op threads (one on two cores),
+    not one per core each: the isolation workers building the pairs see it."""
+    from conformance.run.plugin import THREADS_VARIABLE, usable_cores
+
+    (tmp_path / "threads_cases.py").write_text(THREADS_SEEN)
+    seen = tmp_path / "seen.txt"
+    env = {k: v for k, v in os.environ.items() if k != THREADS_VARIABLE}  # the test session sets one; a user need not
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["THREADS_SEEN"] = str(seen)
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--cases", "threads_cases.py", "--backend",
+                           "eager", "--case", "threads-*", "-n", "2", "--out", "out", "--no-report", "--no-history"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    builds = [line.split() for line in seen.read_text().splitlines()]
+    in_workers = {threads for worker, threads in builds if worker != "-"}  # the pairs' builds, under the workers
+    assert {worker for worker, _ in builds} >= {"gw0", "gw1"}
+    assert in_workers == {str(max(1, usable_cores() // 2))}, builds
+
+
+def test_sharing_the_cores_leaves_a_users_choice_and_the_workers_alone() -> None:
+    from types import SimpleNamespace
+
+    from conformance.run.plugin import share_cores
+
+    def controller(workers: object) -> Any:
+        return SimpleNamespace(getoption=lambda name, default=None: workers)
+
+    for workers, cores, expected in ((2, 2, "1"), (4, 16, "4"), (3, 8, "2"), (8, 2, "1")):
+        environ: dict[str, str] = {}
+        assert share_cores(controller(workers), environ, cores) == expected
+        assert environ == {"OMP_NUM_THREADS": expected}
+    for workers in (None, 0, 1, "auto"):  # no workers, or a count xdist has not resolved: nothing to share
+        assert share_cores(controller(workers), environ := {}, 2) is None and environ == {}
+    mine = {"OMP_NUM_THREADS": "3"}
+    assert share_cores(controller(2), mine, 2) is None and mine == {"OMP_NUM_THREADS": "3"}
+    worker = SimpleNamespace(getoption=lambda name, default=None: 2, workerinput={"workerid": "gw0"})
+    assert share_cores(worker, environ := {}, 2) is None and environ == {}
 
 
 def test_failing_backend_gives_nonzero_exit_and_keeps_results(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ Any other session (the project's own ``pytest tests``) is left alone.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,33 @@ def is_active(config: pytest.Config) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("conformance") or options.given(options.Values.of_config(config)):
+        share_cores(config, os.environ)
         _activate(config)
+
+
+#: the variable torch's intra-op thread pool (OpenMP) reads its size from when a process starts
+THREADS_VARIABLE = "OMP_NUM_THREADS"
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def share_cores(config: pytest.Config, environ: Any, cores: int | None = None) -> str | None:
+    """Under ``-n N`` (N >= 2), give each process that runs pairs ``cores // N`` intra-op threads (at least
+    one), by the environment the xdist workers, and their isolation workers, start with.
+
+    By default every torch process takes a thread per core, so N workers on C cores run N x C threads, and
+    OpenMP's threads spin while they wait for a core (a run of the default matrix with ``-n 2`` on 2 cores:
+    117 s and 227 CPU-seconds, against 99 s and 187 with one thread each; the same 250 verdicts).  Left alone
+    on an xdist worker (it inherits the controller's choice), without workers, and where the user set
+    ``OMP_NUM_THREADS``.  The kernels' per-thread buffers are modelled with the process's own count, and a
+    run's shared references are keyed by it, so every process of the run takes the same.  Returns what it set."""
+    workers = config.getoption("numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 2 or THREADS_VARIABLE in environ:
+        return None
+    environ[THREADS_VARIABLE] = str(max(1, (cores or usable_cores()) // workers))
+    return environ[THREADS_VARIABLE]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
