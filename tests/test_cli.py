@@ -106,7 +106,8 @@ def test_workers_share_the_cores(tmp_path: Path) -> None:
 
     (tmp_path / "threads_cases.py").write_text(THREADS_SEEN)
     seen = tmp_path / "seen.txt"
-    env = {k: v for k, v in os.environ.items() if k != THREADS_VARIABLE}  # the test session sets one; a user need not
+    # a user's shell: no thread count (the test session sets one), not inside an xdist worker (this test may be)
+    env = {k: v for k, v in os.environ.items() if k != THREADS_VARIABLE and not k.startswith("PYTEST_XDIST")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env["THREADS_SEEN"] = str(seen)
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--cases", "threads_cases.py", "--backend",
