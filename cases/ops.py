@@ -486,6 +486,18 @@ def _output_problem(out: Any) -> str | None:
     return None
 
 
+def _layout_problem(op: Any, sample: Any) -> str | None:
+    """Why the op's own result (before OpInfo's ``output_process_fn_grad``, which may densify it) is outside
+    the lifetime model, or ``None``: the model follows strided tensors' storages."""
+    with torch.no_grad():
+        raw = op.op(sample.input, *sample.args, **sample.kwargs)
+    other = next((t for t in tree_flatten(raw)[0] if isinstance(t, torch.Tensor) and t.layout != torch.strided), None)
+    if other is not None:
+        return (f"makes a {str(other.layout).removeprefix('torch.')} tensor: the lifetime model follows strided "
+                "tensors' storages")
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:140] if text else ''}".rstrip(": ")
@@ -519,7 +531,7 @@ def _screen_sample(op: Any, sample: Any, trains: bool, dtype: str = FLOAT32) -> 
             first = _run(op, sample, trains, 1, dtype)
     except Exception as exc:
         return f"plain eager PyTorch cannot run it on the CPU ({_first_line(exc)})"
-    if not trains and (problem := _output_problem(first)) is not None:
+    if not trains and (problem := _output_problem(first) or _layout_problem(op, sample)) is not None:
         return problem
     if trains and dtype != FLOAT32 and not bool(first.isfinite().all()) and _finite_at_float64(op, sample, dtype):
         return f"the training loss overflows {dtype} (finite at float64: the loss squares the outputs)"

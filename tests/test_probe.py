@@ -15,7 +15,7 @@ from torch.profiler import record_function
 
 from conformance.api.adapter import discover
 from conformance.api.case import resolve
-from conformance.api.step import clear_grads
+from conformance.api.step import clear_grads, host_copies
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryTrace, build_trace
 from conformance.probes.observer import OPEN_END, ObserverError, ObserverWindow, decode
 
@@ -182,3 +182,22 @@ def test_without_a_compiler_the_profiler_records_and_the_result_says_why(tmp_pat
     result = json.loads((tmp_path / "out" / "results.jsonl").read_text())
     assert result["status"] == "pass"
     assert any("recorded by the profiler" in n and "no C++ compiler" in n for n in result["notes"]), result["notes"]
+
+
+def test_copies_of_lazy_results_are_their_values_and_allocate_nothing_the_probe_sees() -> None:
+    """A step's results are copied inside the window through NumPy; torch keeps some lazy (a conjugate or
+    negative view, autograd's zero gradient) or in a dtype NumPy lacks (complex32): each copy has the
+    tensor's values, and resolving it allocates nothing through torch's allocator."""
+    z = torch.tensor([1 + 2j, -3 - 0.5j], dtype=torch.complex64)
+    lazy = {"conj": z.conj(), "neg": z.conj().imag, "zero": torch._efficientzerotensor(2, 3),
+            "complex32": z.to(torch.complex32), "bfloat16": torch.tensor([1.5, -2.0], dtype=torch.bfloat16)}
+    expected = {"conj": torch.tensor([1 - 2j, -3 + 0.5j]), "neg": torch.tensor([-2.0, 0.5]), "zero": torch.zeros(2, 3),
+                "complex32": z, "bfloat16": torch.tensor([1.5, -2.0])}
+    gc.collect()
+    with CpuAllocatorProbe("observer") as probe:
+        copies = host_copies(lazy)
+    assert probe.trace.peak_bytes == 0
+    for name, want in expected.items():
+        got = copies[name]
+        assert got.dtype == lazy[name].dtype and not got.is_conj() and not got.is_neg(), name
+        assert not got._is_zerotensor() and torch.equal(got.to(want.dtype), want), (name, got)

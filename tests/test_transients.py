@@ -402,6 +402,11 @@ def _module_sweep_calls() -> list[OpCall]:
     calls.append(OpCall("rrelu-eval", "rrelu_with_noise",
                         lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, False),
                         lambda: (torch.randn(6, 10), torch.empty(6, 10))))
+    for name, x_of in (("contiguous", lambda: torch.randn(6, 10)), ("transposed", lambda: torch.randn(10, 6).t()),
+                       ("float64", lambda: torch.randn(3, 4, 5, dtype=torch.float64))):
+        calls.append(OpCall(f"rrelu-train-{name}", "rrelu_with_noise",
+                            lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, True),
+                            lambda x_of=x_of: (x := x_of(), torch.empty(x.shape, dtype=x.dtype))))
     for n, s, bias, groups in ((2, 2, True, 1), (1, 2, False, 1), (2, 1, True, 1), (2, 2, True, 2),
                                (1, 1, False, 2), (3, 2, False, 4)):
         for dims in (1, 2, 3):

@@ -51,19 +51,35 @@ def snapshot(out: StepOutput) -> dict[str, torch.Tensor]:
 def host_copies(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Copies of ``named`` made outside torch's allocators (through NumPy; another device's through
     a copy to the CPU, which that device's probe does not see), so taking them disturbs no probe."""
-    import numpy as np
-
     copies: dict[str, torch.Tensor] = {}
     for name, t in named.items():
         t = t.detach()
         if t.device.type != "cpu":
             copies[name] = t.to("cpu", copy=True)  # another device's probe does not see CPU memory
             continue
-        if t.dtype in (torch.bfloat16, torch.float16):
-            copies[name] = torch.from_numpy(np.array(t.view(torch.int16).numpy(), copy=True)).view(t.dtype)
-        else:
-            copies[name] = torch.from_numpy(np.array(t.numpy(), copy=True))
+        copies[name] = _host_copy(t)
     return copies
+
+
+#: Dtypes NumPy has no type for, copied as the integer dtype of their width (their bits, unchanged).
+_AS_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.complex32: torch.int32}
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """One CPU tensor's values, copied through NumPy. A lazy tensor (a conjugate or negative view, autograd's
+    zero tensor) is resolved on the NumPy side: torch's own ``resolve_conj`` would allocate in the window."""
+    import numpy as np
+
+    if t._is_zerotensor():
+        zeros = np.zeros(t.numel() * t.element_size(), dtype=np.uint8)  # any dtype's zero is all zero bits
+        return torch.from_numpy(zeros).view(t.dtype).reshape(t.shape)
+    if t.is_conj():
+        return torch.from_numpy(np.conj(t.conj().numpy()))  # .conj() of a conjugate view clears the bit: no copy
+    if t.is_neg():
+        return torch.from_numpy(np.negative(t._neg_view().numpy()))
+    if t.dtype in _AS_BITS:
+        return torch.from_numpy(np.array(t.view(_AS_BITS[t.dtype]).numpy(), copy=True)).view(t.dtype)
+    return torch.from_numpy(np.array(t.numpy(), copy=True))
 
 
 def params_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

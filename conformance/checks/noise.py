@@ -58,6 +58,14 @@ def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
     return written
 
 
+def _fresh(func: Any, out: Any, written: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors an op made, apart from those it wrote in place: all its results where none aliases an
+    operand (``rrelu_with_noise`` writes ``noise`` and returns a new tensor), none where one does."""
+    if _aliases(func):
+        return []
+    return [t for t in _tensors(out) if not any(t is w for w in written)]
+
+
 def _aliases(func: Any) -> bool:
     """Whether the op's results alias its operands (a view, or an in-place op's result)."""
     return any(r.alias_info is not None for r in func._schema.returns)
@@ -127,12 +135,13 @@ class RoundingNoise(_StepMode):
                 out = None
         if out is None:
             out = func(*args, **kwargs)
-        if written:  # in place: move what it wrote, in place
+        if written:  # in place: move what it wrote, in place, and what it made besides (batch norm's outputs)
             with torch.no_grad():
                 for t in written:
                     if self._moves(t):
                         t.copy_(self._move(t))
-            return out
+            fresh = {id(t) for t in _fresh(func, out, written)}
+            return tree_map(lambda t: self._move(t) if id(t) in fresh and self._moves(t) else t, out)
         return tree_map(lambda t: self._move(t) if self._moves(t) else t, out)
 
 
@@ -216,7 +225,7 @@ class RandomValues(_StepMode):
         drawn = is_random(func) and not random and _name(func) not in UNDEFINED
         before = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)) if drawn else None
         out = func(*args, **kwargs)
-        made = written if written else ([] if _aliases(func) else list(_tensors(out)))
+        made = written + _fresh(func, out, written)
         if drawn:  # random unless no other draw changes its values (dropout with p=0, bernoulli of ones)
             assert before is not None
             random = any(not torch.equal(a, b) for other in _other_draws(func, *before)

@@ -99,10 +99,11 @@ class BackwardWatch:
 
 
 def _weak_storages(tensors: list[Any]) -> dict[int, tuple[StorageWeakRef, int]]:
-    """Weak references to the tensors' storages, so watching keeps nothing alive."""
+    """Weak references to the tensors' storages, so watching keeps nothing alive (autograd's zero
+    tensors hold no memory, and their storage has no data pointer)."""
     refs: dict[int, tuple[StorageWeakRef, int]] = {}
     for t in tensors:
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and not t._is_zerotensor():
             storage = t.untyped_storage()
             refs.setdefault(storage.data_ptr(), (StorageWeakRef(storage), storage.nbytes()))
     return refs

@@ -40,7 +40,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from conformance.models.lifetime import LifetimeModel, ModelBuilder, ModelError, Observation, Storage, concrete
+from conformance.models.lifetime import (
+    LifetimeModel,
+    ModelBuilder,
+    ModelError,
+    Observation,
+    Storage,
+    concrete,
+    storage_nbytes,
+)
 from conformance.models.lifetime.accumulate import Layout, layout_of
 from conformance.models.transients import storage_slack
 
@@ -627,7 +635,7 @@ class _Interpreter:
             key = StorageWeakRef(t.untyped_storage())
             if key in self.keys:
                 continue
-            nbytes = int(t.untyped_storage().nbytes()) + (slack(t) if slack is not None else 0)
+            nbytes = storage_nbytes(t, {}) + (slack(t) if slack is not None else 0)
             s = self.builder.new_storage(nbytes, f"{self.prefix}{name}", name, t, "intermediate")
             s.op_writer = "" if name in _ALLOCATORS else _op_label(name, self.program.comments.get(node.lineno, ""))
             s.modelled_by_program = True

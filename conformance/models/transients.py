@@ -1091,12 +1091,14 @@ def upsample_aa(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
 
 
 def rrelu_eval(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """``rrelu_with_noise`` in eval mode is a leaky ReLU of slope ``(lower + upper) / 2``, computed
-    on wrapped float64 scalars: six 8-byte tensors."""
+    """``rrelu_with_noise``. In eval mode a leaky ReLU of slope ``(lower + upper) / 2``, computed on
+    wrapped float64 scalars: six 8-byte tensors. In training the slopes are drawn into ``noise`` and the
+    output element by element, over ``self.contiguous()``: a copy only where ``self`` is not contiguous."""
     training = bool(operands[4]) if len(operands) > 4 else False
-    if training:
-        raise KernelNotModelled("rrelu_with_noise in training draws its slopes at random")
-    return 48
+    if not training:
+        return 48
+    x = operands[0]
+    return 0 if x.is_contiguous() else x.numel() * x.element_size()
 
 
 def reduced_loss_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:

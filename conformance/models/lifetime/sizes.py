@@ -16,7 +16,10 @@ Symbols = dict[Any, int]
 
 
 def storage_nbytes(t: torch.Tensor, symbols: Symbols) -> int:
-    """The bytes of ``t``'s storage, resolving symbolic sizes with observed values."""
+    """The bytes ``t``'s storage holds, resolving symbolic sizes with observed values. Autograd's zero
+    tensor (``_efficientzerotensor``: a zero gradient) states a size but its allocator allocates nothing."""
+    if t._is_zerotensor():
+        return 0
     n = t.untyped_storage().nbytes()
     if isinstance(n, int):
         return n
