@@ -74,7 +74,9 @@ from conformance.util.paths import cache_home
 
 FAMILY = "ops"
 PREFIX = "op-"
-MAX_SAMPLES = 2
+#: samples per op (its first ones): 2, or ``CONFORMANCE_OP_SAMPLES`` (a wider sweep: later samples keep their
+#: ids, ``op-<key>-<k>-...`` with ``k`` their place among the op's samples)
+MAX_SAMPLES = max(1, int(os.environ.get("CONFORMANCE_OP_SAMPLES", "2") or 2))
 #: how many of an op's samples are looked at to find MAX_SAMPLES whose tensors are not empty
 SCAN = 200
 SAMPLE_SEED = 0
@@ -649,7 +651,7 @@ def cache_path(dtype: str = FLOAT32) -> Path:
     """Where the whole sweep's screening is kept: per torch release, version of this module and dtype (float32's
     file has no dtype in its name)."""
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    suffix = f"-{dtype}" if dtype != FLOAT32 else ""
+    suffix = (f"-{dtype}" if dtype != FLOAT32 else "") + (f"-{MAX_SAMPLES}samples" if MAX_SAMPLES != 2 else "")
     return cache_home() / "op-sweep" / f"torch-{_UNSAFE.sub('_', torch.__version__)}-{digest}{suffix}.json"
 
 

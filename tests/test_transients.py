@@ -22,6 +22,7 @@ from conformance.api.step import trace_graph
 from conformance.models.transients import (
     GRAD_ENABLED,
     LAPACK_QUERIED,
+    SUB_OP_KERNELS,
     STORAGE_SLACK,
     TABLE,
     kernel_storage_slack,
@@ -161,7 +162,8 @@ def _calls() -> list[OpCall]:
         c = shape[1]
         return torch.randn(shape), torch.randn(c), torch.randn(c), torch.randn(c), torch.rand(c) + 0.5
 
-    for shape in ((2, 64, 8, 8), (2, 24, 4, 4), (1, 16, 1, 1), (2, 96, 1, 1), (8, 16, 1, 1), (8, 576, 1, 1)):
+    for shape in ((2, 64, 8, 8), (2, 24, 4, 4), (1, 16, 1, 1), (2, 96, 1, 1), (8, 16, 1, 1), (8, 576, 1, 1),
+                  (3, 1), (8, 5), (2, 16), (1, 7), (5, 3, 4)):
         for train in (False, True):
             if train and shape[0] == 1:
                 continue
@@ -172,7 +174,15 @@ def _calls() -> list[OpCall]:
             if train:  # without running statistics, only training normalizes (eval crashes the kernel)
                 calls.append(OpCall(f"batch-norm-legit-no-stats-{shape}", "_native_batch_norm_legit",
                                     _bn_legit_no_stats(train), lambda shape=shape: bn_args(shape)[:3]))
+                calls.append(OpCall(f"batch-norm-with-update-{shape}", "_batch_norm_with_update",
+                                    lambda x, w, b, rm, rv: aten._batch_norm_with_update.default(x, w, b, rm, rv,
+                                                                                               0.1, 1e-5),
+                                    lambda shape=shape: bn_args(shape)))
             else:  # composite (torch 2.8's eval graphs): its body calls _native_batch_norm_legit
+                calls.append(OpCall(f"batch-norm-no-update-{shape}", "_batch_norm_no_update",
+                                    lambda x, w, b, rm, rv: aten._batch_norm_no_update.default(x, w, b, rm, rv,
+                                                                                             0.1, 1e-5),
+                                    lambda shape=shape: bn_args(shape)))
                 calls.append(OpCall(f"batch-norm-no-training-{shape}", "_native_batch_norm_legit_no_training",
                                     _bn_no_training, lambda shape=shape: bn_args(shape)))
             for mask in ((True, True, True), (False, True, True), (True, False, False)):
@@ -428,6 +438,7 @@ def _module_sweep_calls() -> list[OpCall]:
     calls.extend(_op_sweep_calls())
     calls.extend(_linalg_calls())
     calls.extend(_lapack_calls())
+    calls.extend(_sub_op_calls())
     calls.extend(_upsample_aa_calls())
     return calls
 
@@ -824,6 +835,68 @@ def _lapack_calls() -> list[OpCall]:
     return calls
 
 
+def _sub_op_calls() -> list[OpCall]:
+    """The kernels whose temporaries are the sub-ops they dispatch (``SUB_OP_KERNELS``): their entry is the
+    meter's measurement on stand-ins (positive increasing floats, zero indices), held here to the kernel on
+    other values (signed, unsorted, random indices with repeats), over shapes, flags and float64."""
+    calls: list[OpCall] = []
+    f64 = torch.float64
+    for tag, mean, std in (("tensors", (3, 4), (3, 4)), ("broadcast", (3, 1), (4,)), ("float64", (2, 5), (2, 5))):
+        dtype = f64 if tag == "float64" else torch.float32
+        calls.append(OpCall(f"normal-{tag}", "normal", aten.normal.Tensor_Tensor,
+                            lambda mean=mean, std=std, dtype=dtype: (torch.randn(mean, dtype=dtype) * 3,
+                                                                     torch.rand(std, dtype=dtype) * 2)))
+    calls.append(OpCall("normal-tensor-float", "normal", _flag(aten.normal.Tensor_float, 0.5),
+                        lambda: (torch.randn(7, 3),)))
+    calls.append(OpCall("normal-float-tensor", "normal", lambda std: aten.normal.float_Tensor(-1.0, std),
+                        lambda: (torch.rand(4, 6) + 1,)))
+    for shape, n, replacement, dtype in (((10,), 3, False, torch.float32), ((4, 6), 2, True, torch.float32),
+                                         ((5,), 1, False, torch.float32), ((3, 8), 4, False, f64)):
+        calls.append(OpCall(f"multinomial-{shape}-{n}-{replacement}-{dtype}", "multinomial",
+                            _flag(aten.multinomial.default, n, replacement),
+                            lambda shape=shape, dtype=dtype: (torch.rand(shape, dtype=dtype) + 0.01,)))
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            for self_shape, dim, index_len in (((5, 3), 0, 4), ((6,), 0, 4), ((2, 7), 1, 9)):
+                def reduce_args(self_shape: Any = self_shape, dim: int = dim, n: int = index_len) -> tuple[Any, ...]:
+                    source_shape = list(self_shape)
+                    source_shape[dim] = n
+                    return (torch.randn(self_shape), torch.randint(0, self_shape[dim], (n,)),
+                            torch.randn(source_shape))
+
+                calls.append(OpCall(f"index_reduce-{reduce}-{include_self}-{self_shape}-dim{dim}", "index_reduce",
+                                    lambda x, index, source, dim=dim, reduce=reduce, include_self=include_self:
+                                    aten.index_reduce.default(x, dim, index, source, reduce,
+                                                              include_self=include_self),
+                                    reduce_args))
+    calls.append(OpCall("histogram-bin-ct", "histogram", _flag(aten.histogram.bin_ct, 5),
+                        lambda: (torch.randn(20),)))
+    calls.append(OpCall("histogram-bin-ct-weighted-density", "histogram",
+                        lambda x, w: aten.histogram.bin_ct(x, 7, weight=w, density=True),
+                        lambda: (torch.randn(4, 6, dtype=f64), torch.rand(4, 6, dtype=f64))))
+    calls.append(OpCall("histogram-bins-tensor", "histogram", aten.histogram.bins_tensor,
+                        lambda: (torch.randn(3, 5), torch.tensor([-2.0, -0.5, 0.0, 0.3, 2.0]))))
+    calls.append(OpCall("histogramdd-bin-edges", "_histogramdd_bin_edges",
+                        _flag(aten._histogramdd_bin_edges.default, [3, 4]), lambda: (torch.randn(10, 2),)))
+    calls.append(OpCall("histogramdd-from-bin-cts", "_histogramdd_from_bin_cts",
+                        _flag(aten._histogramdd_from_bin_cts.default, [3, 4, 2]), lambda: (torch.randn(12, 3),)))
+    calls.append(OpCall("histogramdd-from-bin-tensors", "_histogramdd_from_bin_tensors",
+                        lambda x, a, b: aten._histogramdd_from_bin_tensors.default(x, [a, b]),
+                        lambda: (torch.randn(9, 2), torch.tensor([-1.0, 0.0, 1.0]),
+                                 torch.tensor([-3.0, -1.0, 0.5, 2.0]))))
+    for tag, seq, values, right in (("rows", (3, 5), (3, 4), False), ("1d", (6,), (2, 5), True),
+                                    ("float64", (2, 8), (2, 3), False)):
+        dtype = f64 if tag == "float64" else torch.float32
+        calls.append(OpCall(f"searchsorted-{tag}-right{right}", "searchsorted",
+                            lambda s, v, right=right: aten.searchsorted.Tensor(s, v, right=right),
+                            lambda seq=seq, values=values, dtype=dtype: (torch.randn(seq, dtype=dtype).sort(-1).values,
+                                                                         torch.randn(values, dtype=dtype))))
+    calls.append(OpCall("searchsorted-sorter", "searchsorted",
+                        lambda s, v, sorter: aten.searchsorted.Tensor(s, v, sorter=sorter),
+                        lambda: (s := torch.randn(7), torch.randn(3), s.argsort())[::-1][::-1]))
+    return calls
+
+
 def _upsample_aa(op: Callable[..., Any], size: list[int], align: bool, scales: tuple[Any, Any]) -> Callable[..., Any]:
     def f(x: Any) -> Any:
         return op(x, size, align, *scales)
@@ -956,12 +1029,14 @@ def test_an_entry_that_is_wrong_fails() -> None:
     assert modelled > 0 and measured != 0
 
 
-def test_the_workspace_meter_leaves_the_callers_window_and_generators_alone() -> None:
+@pytest.mark.parametrize("name", ["_linalg_svd-5x2-torch.float32-fullTrue-uvTrue",
+                                  "multinomial-(10,)-3-False-torch.float32"])  # a random kernel: its own generator
+def test_the_workspace_meter_leaves_the_callers_window_and_generators_alone(name: str) -> None:
     """The meter runs the kernel in a thread of its own: a probe window open on the modelling thread
     records none of it, and the caller's random draws are the ones it would have made anyway."""
-    call = next(c for c in CALLS if c.name == "_linalg_svd-5x2-torch.float32-fullTrue-uvTrue")
+    call = next(c for c in CALLS if c.name == name)
     node = _node(call)
-    assert node.target.overloadpacket.__name__ in LAPACK_QUERIED
+    assert node.target.overloadpacket.__name__ in LAPACK_QUERIED | SUB_OP_KERNELS
     torch.manual_seed(7)
     expected_draw = torch.rand(3)
     torch.manual_seed(7)

@@ -836,7 +836,22 @@ def batch_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any)
     accumulation type); in training the batch statistics are its outputs, and on the
     channels-last path (see :func:`_channels_last`) they are reduced through a
     ``threads x C`` buffer when there are more rows (``numel / C``) than threads."""
-    x, train = operands[0], _argument(target, operands, "training")
+    return _batch_norm_transients(operands[0], bool(_argument(target, operands, "training")))
+
+
+def batch_norm_with_update(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_batch_norm_with_update`` (what ``batch_norm`` in training with running statistics decomposes to,
+    torch >= 2.4): the CPU kernel is ``native_batch_norm``'s in training (:func:`batch_norm`); its
+    ``reserve`` output is empty."""
+    return _batch_norm_transients(operands[0], True)
+
+
+def batch_norm_no_update(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_batch_norm_no_update``: ``native_batch_norm``'s kernel outside training (:func:`batch_norm`)."""
+    return _batch_norm_transients(operands[0], False)
+
+
+def _batch_norm_transients(x: torch.Tensor, train: bool) -> int:
     channels, acc = x.shape[1], _acc_itemsize(x)
     threads = torch.get_num_threads()
     stats = threads * channels * acc if train and _channels_last(x) and x.numel() // channels > threads else 0
@@ -869,8 +884,9 @@ def layer_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], 
 
 def _channels_last(x: torch.Tensor) -> bool:
     """Whether the batch-norm kernels take their channels-last path: a channels-last input, or
-    one with a single element per channel and sample ("NC11 is also channels last")."""
-    if x.dim() < 3:
+    one with a single element per channel and sample ("NC11 is also channels last": an ``N x C``
+    input too)."""
+    if x.dim() < 2:
         return False
     if math.prod(x.shape[2:]) == 1:
         return True
@@ -1381,20 +1397,35 @@ LAPACK_QUERIED = frozenset({
     "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_lstsq", "ormqr",
 })
 
+#: Kernels whose temporaries are the sub-ops they dispatch inside themselves: argument checks reduced to a
+#: scalar and read back (``std.min().ge(0).item()``: the reduction, a wrapped Scalar, its cast, the bool),
+#: counts (``index_reduce``'s ``mean``), sorted copies and index buffers (``searchsorted``),
+#: ``multinomial``'s exponential draws and top-k, the histograms' edges and bin indices.  What they allocate
+#: is decided by the layout and the flags, and the sequence is each release's source, so their entry is the
+#: meter's measurement on stand-ins (positive increasing floats: valid probabilities, deviations, bins and
+#: sorted sequences; zero indices), made once per layout; tests/test_transients.py holds each to the kernel
+#: run on other values.  Kernels whose temporaries follow the values are not here (``isin``: the number of
+#: unique elements, as ``_unique2``'s; ``matrix_exp``: the degree its norm picks; a boolean-mask ``index_put``).
+SUB_OP_KERNELS = frozenset({
+    "normal", "multinomial", "index_reduce", "histogram", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts",
+    "_histogramdd_from_bin_tensors", "searchsorted",
+})
+
 #: measures one call's workspace on stand-ins: ``meter(target, operands, out)`` -> bytes beyond the outputs
 WorkspaceMeter = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]
 _METERS: list[WorkspaceMeter] = []
 
 
 def register_workspace_meter(meter: WorkspaceMeter) -> None:
-    """Set the meter :func:`lapack_queried` measures with (the probes layer's; models cannot measure)."""
+    """Set the meter :func:`measured_on_stand_ins` measures with (the probes layer's; models cannot measure)."""
     _METERS[:] = [meter]
 
 
-def lapack_queried(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """A kernel of :data:`LAPACK_QUERIED`: what it allocates beyond its outputs, measured by the meter."""
+def measured_on_stand_ins(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """A kernel of :data:`LAPACK_QUERIED` or :data:`SUB_OP_KERNELS`: what it allocates beyond its outputs,
+    measured by the meter."""
     if not _METERS:
-        raise KernelNotModelled(f"{target}: LAPACK sizes its workspace, and no meter is registered "
+        raise KernelNotModelled(f"{target}: its workspace is measured on stand-ins, and no meter is registered "
                                 "(import conformance.probes)")
     return _METERS[0](target, operands, out)
 
@@ -1407,6 +1438,8 @@ TABLE: dict[str, Entry] = {
     "convolution": convolution,
     "convolution_backward": convolution_backward,
     "native_batch_norm": batch_norm,
+    "_batch_norm_with_update": batch_norm_with_update,
+    "_batch_norm_no_update": batch_norm_no_update,
     "_native_batch_norm_legit": batch_norm,  # what _native_batch_norm_legit_no_training's body calls (torch 2.8)
     "native_batch_norm_backward": batch_norm_backward,
     "native_layer_norm_backward": layer_norm_backward,
@@ -1466,7 +1499,7 @@ TABLE: dict[str, Entry] = {
     "linalg_lu": linalg_lu,
     "_upsample_bilinear2d_aa": upsample_aa,
     "_upsample_bicubic2d_aa": upsample_aa,
-    **dict.fromkeys(LAPACK_QUERIED, lapack_queried),
+    **dict.fromkeys(LAPACK_QUERIED | SUB_OP_KERNELS, measured_on_stand_ins),
 }
 
 #: outputs whose kernel allocates a larger storage than their shape (see :func:`kernel_storage_slack`)

@@ -2,8 +2,10 @@
 
 Some kernels' workspace is decided by the library they call, not by anything a table can
 write from the shapes: LAPACK routines are asked (``lwork = -1``) how much scratch they want,
-and OpenBLAS and MKL answer from their own blocking.  For those
-(:data:`conformance.models.transients.LAPACK_QUERIED`) the model's entry is this measurement:
+and OpenBLAS and MKL answer from their own blocking.  Others allocate through the sub-ops they
+dispatch inside themselves (argument checks read back as scalars, counts, sorted copies), a
+sequence each release's source decides.  For those
+(:data:`conformance.models.transients.LAPACK_QUERIED`, ``SUB_OP_KERNELS``) the model's entry is this measurement:
 the kernel run once per layout (shapes, strides, dtypes, flags) on stand-in operands, in a
 thread of its own and through the profiler, so that a probe window open on the caller's thread
 records none of it (the native observer keeps one recording for the process, the profiler's
@@ -21,7 +23,7 @@ from typing import Any
 
 import torch
 
-from conformance.models.transients import KernelNotModelled, register_workspace_meter
+from conformance.models.transients import LAPACK_QUERIED, KernelNotModelled, register_workspace_meter
 from conformance.probes.cpu import CpuAllocatorProbe
 
 Layout = tuple[Any, ...]
@@ -35,20 +37,27 @@ def _layout(value: Any) -> Any:
     return value  # a flag, a mode string, a number: passed as it is (and hashable, for the cache)
 
 
-def _stand_in(layout: Any, generator: torch.Generator) -> Any:
-    """A CPU tensor of the layout: floating values from a private generator; integers as LAPACK pivots
-    (1..n along the last dimension, no interchange: a valid pivot vector for any factor)."""
+def _stand_in(layout: Any, generator: torch.Generator, lapack: bool) -> Any:
+    """A CPU tensor of the layout.  For a LAPACK kernel: floating values from a private generator, integers
+    as pivots (1..n along the last dimension, no interchange: a valid pivot vector for any factor).  For
+    the others: positive floats increasing along the last dimension (valid probabilities, deviations, bin
+    edges and sorted sequences), integers 0 (a valid index into any non-empty dimension)."""
     if isinstance(layout, tuple) and not (layout and layout[0] == "tensor"):
-        return [_stand_in(item, generator) for item in layout]
+        return [_stand_in(item, generator, lapack) for item in layout]
     if not isinstance(layout, tuple):
         return layout
     _, shape, stride, dtype = layout
     out = torch.empty_strided(shape, stride, dtype=dtype)
     if out.numel() == 0:
         return out
-    if dtype.is_floating_point or dtype.is_complex:
+    if (dtype.is_floating_point or dtype.is_complex) and lapack:
         dense = torch.randn(shape, generator=generator, dtype=dtype)
-    elif dtype == torch.bool:
+    elif dtype.is_floating_point:
+        dense = torch.rand(shape, generator=generator, dtype=torch.float64).add_(0.5)
+        dense = (dense.cumsum(-1) if dense.dim() else dense).to(dtype)
+    elif dtype.is_complex:
+        dense = torch.randn(shape, generator=generator, dtype=dtype)
+    elif dtype == torch.bool or not lapack:
         dense = torch.zeros(shape, dtype=dtype)
     else:
         dense = torch.arange(1, shape[-1] + 1, dtype=dtype).expand(shape) if shape else torch.ones((), dtype=dtype)
@@ -71,13 +80,16 @@ def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
     def measure() -> None:
         try:
             generator = torch.Generator().manual_seed(0)
-            operands = [_stand_in(layout, generator) for layout in layouts]
+            lapack = target.overloadpacket.__name__ in LAPACK_QUERIED
+            operands = [_stand_in(layout, generator, lapack) for layout in layouts]
             args, kwargs = [], {}
             for argument, value in zip(target._schema.arguments, operands):
                 if argument.kwarg_only:
                     kwargs[argument.name] = value
                 else:
                     args.append(value)
+            if any(a.name == "generator" and a.kwarg_only for a in target._schema.arguments):
+                kwargs["generator"] = torch.Generator().manual_seed(0)  # the caller's generator stays as it was
             with torch.no_grad(), CpuAllocatorProbe(recorder="profiler") as probe:
                 out = target(*args, **kwargs)
             result["bytes"] = max(0, probe.trace.peak_bytes - _bytes_of(out))
@@ -88,7 +100,7 @@ def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
     worker.start()
     worker.join()
     if "error" in result:
-        raise KernelNotModelled(f"{target}: its LAPACK workspace could not be measured on stand-ins: "
+        raise KernelNotModelled(f"{target}: its workspace could not be measured on stand-ins: "
                                 f"{type(result['error']).__name__}: {result['error']}")
     return int(result["bytes"])
 
