@@ -22,8 +22,8 @@ from conformance.api.step import trace_graph
 from conformance.models.transients import (
     GRAD_ENABLED,
     LAPACK_QUERIED,
-    SUB_OP_KERNELS,
     STORAGE_SLACK,
+    SUB_OP_KERNELS,
     TABLE,
     kernel_storage_slack,
     kernel_transient_bounds,
