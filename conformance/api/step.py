@@ -329,7 +329,7 @@ def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: tor
     for name, value in list(vars(gm).items()) + list(gm._buffers.items()):
         if isinstance(value, torch.Tensor) and id(value) in originals:
             setattr(gm, name, originals[id(value)][1])
-    _fake_values(gm, args)
+    _fake_values(gm, args, filled.storages)
     gm.meta[DEPENDS_ON_DATA] = True
     return gm
 
@@ -344,6 +344,10 @@ def _undefined(func: Any) -> bool:
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+#: per op, per call in order, each result's (shape, storage bytes) as the real kernel made it (``None``: no storage)
+StorageSizes = dict[Any, list[list[tuple[tuple[int, ...], int] | None]]]
 
 
 class _NativeFills(TorchDispatchMode):
@@ -361,6 +365,8 @@ class _NativeFills(TorchDispatchMode):
         self.values: dict[int, torch.Tensor] = {}
         self._made: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # storage -> (k, tensor, bytes)
         self._count = 0
+        #: per op, per call in order: each result's (shape, storage bytes) as the real kernel made it
+        self.storages: StorageSizes = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -371,6 +377,10 @@ class _NativeFills(TorchDispatchMode):
                     if made is not None and not torch.equal(_storage_bytes(made[1]), made[2]):
                         self.values[made[0]] = made[1].detach().clone()
         out = func(*args, **kwargs)
+        if isinstance(func, torch._ops.OpOverload):
+            self.storages.setdefault(func, []).append(
+                [(tuple(t.shape), t.untyped_storage().nbytes()) if isinstance(t, torch.Tensor)
+                 and t.layout == torch.strided and not t._is_zerotensor() else None for t in pytree.tree_leaves(out)])
         if _undefined(func):
             if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr():
                 with _disable_current_modes():
@@ -401,11 +411,13 @@ def _keep_native_fills(gm: torch.fx.GraphModule, values: dict[int, torch.Tensor]
     gm.recompile()
 
 
-def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:
+def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor], traced: StorageSizes | None = None) -> None:
     """Each node's ``meta["val"]`` as fake tensors of one mode, run from the arguments' fakes, so values
     share storages exactly where the real ones did (a real trace records each value in a mode of its
     own).  An op whose result fake tensors cannot say (a data-dependent size, a scalar read from a
-    tensor, an op with no fake kernel) gets the traced value's sizes and strides in a fresh storage."""
+    tensor, an op with no fake kernel) gets the traced value's sizes and strides in a fresh storage, as
+    large as the real kernel's where ``traced`` says (the ``k``-th call of an op is its ``k``-th node):
+    ``lstsq``'s solution is a view into a copy of ``b``, ``unique``'s result a storage resized down."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -413,12 +425,23 @@ def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:
     def fake(v: Any) -> Any:
         return mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
 
-    def fresh(v: Any) -> Any:
+    def fresh(v: Any, real: tuple[tuple[int, ...], int] | None = None) -> Any:
         if not isinstance(v, torch.Tensor):
             return v
         with mode:
-            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+            made = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+            if real is not None and real[0] == tuple(v.shape) and real[1] > made.untyped_storage().nbytes():
+                made.untyped_storage().resize_(real[1])
+            return made
 
+    def fresh_values(node: torch.fx.Node) -> Any:
+        calls = (traced or {}).get(node.target, [])
+        k = seen[node.target] = seen.get(node.target, -1) + 1
+        leaves, spec = pytree.tree_flatten(node.meta.get("val"))
+        real = calls[k] if k < len(calls) and len(calls[k]) == len(leaves) else [None] * len(leaves)
+        return pytree.tree_unflatten([fresh(v, r) for v, r in zip(leaves, real, strict=True)], spec)
+
+    seen: dict[Any, int] = {}
     env: dict[torch.fx.Node, Any] = {}
     pending = iter(args)
     with torch.no_grad():
@@ -433,8 +456,9 @@ def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:
                 try:
                     with mode:
                         env[node] = node.target(*call_args, **call_kwargs)  # type: ignore[operator]
+                    seen[node.target] = seen.get(node.target, -1) + 1
                 except Exception:  # what fake tensors cannot say, the traced value says
-                    env[node] = pytree.tree_map(fresh, node.meta.get("val"))
+                    env[node] = fresh_values(node)
             else:
                 continue
             node.meta["val"] = env[node]
