@@ -306,3 +306,18 @@ def test_the_first_build_of_a_training_case_is_not_stepped_once_already() -> Non
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     result = run_case(select_cases(["op-_batch_norm_with_update-0-train"])[0], EagerBackend())
     assert result.status == Status.PASS, (result.status, result.reason)
+
+
+def test_a_reference_keeps_the_storage_a_partial_view_reads_beyond() -> None:
+    """OpInfo's ``as_strided`` partial views pass a view of part of a storage and read past it: the float64
+    reference casts the whole storage and takes the same view (a compact copy made it a harness error)."""
+    from conformance.api.step import cast
+
+    storage = torch.randn(20)
+    view = storage[2:12]
+    wide = cast(view, torch.float64)
+    assert wide.dtype == torch.float64 and wide.shape == view.shape and wide.storage_offset() == 2
+    read_beyond = torch.as_strided(wide, (2, 2), (1, 2), 10)
+    assert torch.equal(read_beyond, torch.as_strided(view, (2, 2), (1, 2), 10).double())
+    whole = torch.randn(3, 4).t()
+    assert torch.equal(cast(whole, torch.float64), whole.double())

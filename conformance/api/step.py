@@ -701,7 +701,17 @@ def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 def cast(value: Any, dtype: torch.dtype) -> Any:
     """``value``'s tensors (through lists, tuples, dicts) copied, floating ones cast to ``dtype``."""
-    return _map_tensors(value, lambda t: t.to(dtype) if t.is_floating_point() else t.clone())
+    return _map_tensors(value, lambda t: _cast_view(t, dtype) if t.is_floating_point() else t.clone())
+
+
+def _cast_view(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` cast to ``dtype``; a view of part of its storage (an OpInfo's partial view, which ``as_strided``
+    reads beyond) as the same view of its whole storage cast."""
+    nbytes = t.untyped_storage().nbytes()
+    if t.dtype == dtype or t.layout != torch.strided or (t.storage_offset() == 0 and nbytes == t.nbytes):
+        return t.to(dtype)
+    whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (nbytes // t.element_size(),))
+    return whole.to(dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def to_dtype(workload: Workload, dtype: torch.dtype) -> Workload:
