@@ -1026,9 +1026,20 @@ def multilabel_margin(target: torch._ops.OpOverload, operands: Sequence[Any], ou
 
 
 def im2col(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """``im2col`` (``nn.Unfold``) unfolds from a contiguous copy of its input, made even when the
-    input is contiguous already."""
-    return _nbytes(operands[0])
+    """``im2col`` (``nn.Unfold``) makes its result as ``empty_like(input)`` and resizes it to the columns:
+    growing it, the input-sized storage is alive while the new one is made (the common case, a kernel of
+    more than one element); unfolding reads ``input.contiguous()``, a copy where the input is not."""
+    x = operands[0]
+    copy = 0 if x.is_contiguous() else _nbytes(x)
+    grows = isinstance(out, torch.Tensor) and _nbytes(out) > x.numel() * x.element_size()
+    return copy + (x.numel() * x.element_size() if grows else 0)
+
+
+def im2col_storage(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``im2col``'s result, resized down from ``empty_like(input)`` (columns fewer than the input's
+    elements: a stride past the kernel), keeps the input-sized storage."""
+    x = operands[0]
+    return max(x.numel() * x.element_size() - _nbytes(t), 0) if out is t else 0
 
 
 def col2im(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -1508,5 +1519,6 @@ STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, An
     "_embedding_bag_forward_only": embedding_bag_offset2bag,
     **dict.fromkeys(("mse_loss", "smooth_l1_loss", "soft_margin_loss", "binary_cross_entropy"), reduced_loss_storage),
     "col2im": col2im_storage,
+    "im2col": im2col_storage,
     "unique_consecutive": unique_consecutive_storage,
 }
