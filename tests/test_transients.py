@@ -385,9 +385,11 @@ def _module_sweep_calls() -> list[OpCall]:
                             lambda shape=shape: (torch.randn(shape),)))
     # fewer columns than input elements (a stride past the kernel: the result keeps the input-sized storage),
     # and a transposed input (unfolded from a contiguous copy)
-    calls.append(OpCall("im2col-strided-down", "im2col", lambda x: aten.im2col.default(x, [2, 2], [1, 1], [0, 0], [3, 3]),
+    calls.append(OpCall("im2col-strided-down", "im2col",
+                        lambda x: aten.im2col.default(x, [2, 2], [1, 1], [0, 0], [3, 3]),
                         lambda: (torch.randn(2, 3, 9, 9),)))
-    calls.append(OpCall("im2col-transposed", "im2col", lambda x: aten.im2col.default(x, [3, 3], [1, 1], [1, 1], [1, 1]),
+    calls.append(OpCall("im2col-transposed", "im2col",
+                        lambda x: aten.im2col.default(x, [3, 3], [1, 1], [1, 1], [1, 1]),
                         lambda: (torch.randn(2, 4, 7, 6).transpose(2, 3),)))
     for shape in ((2, 4, 8, 8), (2, 1, 8, 8), (2, 3, 5, 7)):
         size = [2 * shape[2], 2 * shape[3]]
