@@ -710,7 +710,8 @@ def _cast_view(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     nbytes = t.untyped_storage().nbytes()
     if t.dtype == dtype or t.layout != torch.strided or (t.storage_offset() == 0 and nbytes == t.nbytes):
         return t.to(dtype)
-    whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (nbytes // t.element_size(),))
+    elements = nbytes // t.element_size()
+    whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (elements,), (1,))
     return whole.to(dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
