@@ -337,3 +337,24 @@ def test_an_integer_result_in_another_dtype_fails_even_where_its_values_match() 
     assert tensor_parity("output[0]", floats.float(), floats, floats.float(), TOL).ok  # precision is the case's
     assert not tensor_parity("output[0]", torch.tensor([1, 2]), floats, None, TOL).ok  # integer for floating
     assert not tensor_parity("x", torch.tensor([True]), torch.tensor([1]), None, TOL, random=True).ok
+
+
+def test_values_a_step_computes_in_a_coarser_dtype_move_by_that_dtypes_ulp() -> None:
+    """A float32 case whose step casts to bfloat16 (``op-bfloat16-*``) rounds there at bfloat16's ulp in the
+    reference too: the noise moves such values by that ulp, whole numbers included (bfloat16 holds few
+    others); a 0/1 mask stays as it is."""
+    from conformance.checks.noise import RoundingNoise
+
+    x = torch.randn(256, dtype=torch.float64) * 4
+    plain = x.bfloat16().square()
+    whole = torch.full((64,), 3.0, dtype=torch.bfloat16)
+    mask = (x > 0).to(torch.bfloat16)
+    with RoundingNoise(float(torch.finfo(torch.float32).eps), 0):
+        moved = x.bfloat16().square()
+        moved_whole = whole * 2
+        moved_mask = mask * 1
+    changed = (moved != plain).float().mean().item()
+    assert changed > 0.5, changed  # float32's ulp would round back to the same bfloat16 values
+    assert torch.allclose(moved.double(), plain.double(), rtol=2 * torch.finfo(torch.bfloat16).eps)
+    assert not torch.equal(moved_whole, whole * 2)
+    assert torch.equal(moved_mask, mask)

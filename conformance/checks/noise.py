@@ -103,17 +103,25 @@ class RoundingNoise(_StepMode):
         self.eps = eps
         self.generator = torch.Generator().manual_seed(seed)
 
+    def _eps(self, t: torch.Tensor) -> float:
+        """The ulp ``t``'s values round to: the case's dtype's, or ``t``'s own where the step computes in a
+        coarser dtype than the case's (an op that casts to bfloat16 or float16: the reference computes
+        there too, and its rounding is that dtype's)."""
+        return max(self.eps, float(torch.finfo(t.dtype).eps))
+
     def _move(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` times ``1 +- eps`` (a new tensor), on its own device."""
         sign = torch.randint(0, 2, t.shape, generator=self.generator, dtype=t.dtype).to(t.device)
-        return t * (1 + self.eps * (2 * sign - 1))
+        return t * (1 + self._eps(t) * (2 * sign - 1))
 
     def _moves(self, t: Any) -> bool:
         """Whether ``t`` holds values rounding would move: floating, and not all small integers (exact in the
         backend's dtype; a float tensor of 0s and 1s is often a mask an op reads as such)."""
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and t.device.type != "meta"):
             return False
-        return not bool(((t == t.round()) & (t.abs() <= 1 / self.eps)).all())
+        if self._eps(t) > self.eps:  # a coarser dtype than the case's: computed values are often whole numbers
+            return not bool(((t == 0) | (t == 1)).all())
+        return not bool(((t == t.round()) & (t.abs() <= 1 / self._eps(t))).all())
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
