@@ -877,6 +877,12 @@ def _sub_op_calls() -> list[OpCall]:
                                     aten.index_reduce.default(x, dim, index, source, reduce,
                                                               include_self=include_self),
                                     reduce_args))
+                # in place (what inductor's graph calls after reinplacing): its result is its operand
+                calls.append(OpCall(f"index_reduce_-{reduce}-{include_self}-{self_shape}-dim{dim}", "index_reduce_",
+                                    lambda x, index, source, dim=dim, reduce=reduce, include_self=include_self:
+                                    aten.index_reduce_.default(x.clone(), dim, index, source, reduce,
+                                                               include_self=include_self),
+                                    reduce_args))
     calls.append(OpCall("histogram-bin-ct", "histogram", _flag(aten.histogram.bin_ct, 5),
                         lambda: (torch.randn(20),)))
     calls.append(OpCall("histogram-bin-ct-weighted-density", "histogram",

@@ -1418,7 +1418,8 @@ LAPACK_QUERIED = frozenset({
 #: run on other values.  Kernels whose temporaries follow the values are not here (``isin``: the number of
 #: unique elements, as ``_unique2``'s; ``matrix_exp``: the degree its norm picks; a boolean-mask ``index_put``).
 SUB_OP_KERNELS = frozenset({
-    "normal", "multinomial", "index_reduce", "histogram", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts",
+    "normal", "multinomial", "index_reduce", "index_reduce_", "histogram", "_histogramdd_bin_edges",
+    "_histogramdd_from_bin_cts",
     "_histogramdd_from_bin_tensors", "searchsorted",
 })
 

@@ -64,12 +64,16 @@ def _stand_in(layout: Any, generator: torch.Generator, lapack: bool) -> Any:
     return out.copy_(dense) if all(s != 0 for s in stride) or out.dim() == 0 else dense.as_strided(shape, stride)
 
 
-def _bytes_of(out: Any) -> int:
+def _bytes_of(out: Any, operands: Any = ()) -> int:
+    """The bytes of ``out``'s storages the call made: an in-place kernel's result is its operand, made before."""
+    given = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten(operands)[0]
+             if isinstance(t, torch.Tensor) and t.layout == torch.strided}
     storages = {}
     for t in torch.utils._pytree.tree_flatten(out)[0]:
         if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided:
             storage = t.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+            if storage.data_ptr() not in given:
+                storages[storage.data_ptr()] = storage.nbytes()
     return sum(storages.values())
 
 
@@ -92,7 +96,7 @@ def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
                 kwargs["generator"] = torch.Generator().manual_seed(0)  # the caller's generator stays as it was
             with torch.no_grad(), CpuAllocatorProbe(recorder="profiler") as probe:
                 out = target(*args, **kwargs)
-            result["bytes"] = max(0, probe.trace.peak_bytes - _bytes_of(out))
+            result["bytes"] = max(0, probe.trace.peak_bytes - _bytes_of(out, (args, kwargs)))
         except Exception as exc:  # the kernel refused the stand-ins, or no probe could record here
             result["error"] = exc
 
