@@ -2,7 +2,7 @@
 (Not in CI: the whole sweep is about 10 minutes on 2 idle cores with inductor's cache warm, 37 with it empty.)
 
     python benchmarks/op_sweep.py [--backend eager --backend inductor] [-n 2] [--shard I/N]
-                                  [--case 'op-*'] [--out DIR] [--json OUT]
+                                  [--case 'op-*'] [--out DIR] [--json OUT] [--later-samples N]
 
 Prints the family's size at this torch release (ops, samples, pairs per backend, what is left out),
 then runs the selection through the real CLI (isolated workers, the backends' manifests) and prints
@@ -34,6 +34,13 @@ sys.path.insert(0, str(ROOT))
 _ID = re.compile(r"^op-(?P<key>.+)-(?P<k>\d+)(?:-(?P<dtype>b?float\d+))?-(?P<step>infer|train)$")
 
 
+def _later(pattern: str, k: int) -> str:
+    """``pattern`` narrowed to sample ``k`` (``op-*``: ``op-*-2-*``; ``op-add-*``: ``op-add-2-*``); an id as it is."""
+    if pattern.endswith("-*") and pattern != "op-*":
+        return f"{pattern[:-1]}{k}-*"
+    return f"{pattern}-{k}-*" if pattern.endswith("*") else pattern
+
+
 def family_size() -> str:
     """One line: the whole family at this torch release (read from the sweep's screening cache)."""
     from conformance.cases import ops
@@ -58,9 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", default=None, help="repeatable (default: op-*)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--later-samples", type=int, default=0, metavar="N",
+                        help="run each op's N samples after the first two instead (CONFORMANCE_OP_SAMPLES=2+N, "
+                             "op-*-2-* ...): samples the default sweep never runs")
     args = parser.parse_args(argv)
     backends = args.backend or ["eager", "inductor"]
     patterns = args.case or ["op-*"]
+    if args.later_samples > 0:
+        os.environ["CONFORMANCE_OP_SAMPLES"] = str(2 + args.later_samples)
+        patterns = [_later(p, k) for p in patterns for k in range(2, 2 + args.later_samples)]
 
     print(family_size(), flush=True)
     with tempfile.TemporaryDirectory(prefix="op-sweep-") as tmp:

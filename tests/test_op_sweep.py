@@ -321,3 +321,19 @@ def test_a_reference_keeps_the_storage_a_partial_view_reads_beyond() -> None:
     assert torch.equal(read_beyond, torch.as_strided(view, (2, 2), (1, 2), 10).double())
     whole = torch.randn(3, 4).t()
     assert torch.equal(cast(whole, torch.float64), whole.double())
+
+
+def test_later_samples_run_ops_samples_the_default_sweep_never_runs(tmp_path: Path) -> None:
+    """``benchmarks/op_sweep.py --later-samples 1`` (``CONFORMANCE_OP_SAMPLES=3``): each op's third sample, under
+    its own id, eager exact on it; the default count's ids are unchanged."""
+    figures = tmp_path / "figures.json"
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "op_sweep.py"),
+                           "--backend", "eager", "--case", "op-add-*", "--later-samples", "1", "-n", "0",
+                           "--out", str(tmp_path / "results"), "--json", str(figures)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = _records(tmp_path / "results")
+    assert sorted(r["case"] for r in records) == ["op-add-2-infer", "op-add-2-train"]
+    assert all(r["status"] == "pass" for r in records), [(r["case"], r["reason"]) for r in records]
+    assert json.loads(figures.read_text())["samples"] == 1
+    assert ops.MAX_SAMPLES == 2 and not any(c.id.startswith("op-add-2") for c in select_cases(["op-add-*"]))
