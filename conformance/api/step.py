@@ -23,7 +23,14 @@ from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
 from conformance.models.optimizer import OptimizerSegment, record_optimizer_step
 from conformance.models.rnn_scopes import COMPOSITES, composite_holds, onednn_holds
-from conformance.models.transients import GRAD_ENABLED, reference_kernels
+from conformance.models.transients import (
+    GRAD_ENABLED,
+    MEASURED_WORKSPACE,
+    KernelNotModelled,
+    depends_on_values,
+    reference_kernels,
+)
+from conformance.probes.workspace import measure_on_values
 
 
 @dataclass
@@ -229,7 +236,7 @@ def trace_graph(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.n
             return _trace_concrete(fn, args, model)
         except Exception as real_error:
             raise real_error from fake_error
-    if _has_data_dependent_sizes(gm):
+    if _has_data_dependent_sizes(gm) or _calls_value_dependent_kernel(gm):
         return _trace_concrete(fn, args, model)
     if any(n.op == "get_attr" and isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes):
         _fake_values(gm, args)  # a constant's recorded value is a fake of its own, not the one its views share
@@ -286,6 +293,17 @@ def _has_data_dependent_sizes(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def _calls_value_dependent_kernel(gm: torch.fx.GraphModule) -> bool:
+    """A node's eager kernel allocates temporaries that follow the values (``unique``'s, ``matrix_exp``'s, a
+    mask's ``index_put``: :func:`conformance.models.transients.depends_on_values`): the model needs them
+    measured on the call's own values, so the step is traced on them."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and depends_on_values(
+                node.target, torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))):
+            return True
+    return False
+
+
 def _free_symbols(val: Any) -> set[Any]:
     symbols: set[Any] = set()
     for leaf in pytree.tree_leaves(val):
@@ -330,6 +348,7 @@ def _trace_concrete(fn: Callable[..., Any], args: list[torch.Tensor], model: tor
         if isinstance(value, torch.Tensor) and id(value) in originals:
             setattr(gm, name, originals[id(value)][1])
     _fake_values(gm, args, filled.storages)
+    _attach_measured(gm, filled.workspaces)
     gm.meta[DEPENDS_ON_DATA] = True
     return gm
 
@@ -367,6 +386,9 @@ class _NativeFills(TorchDispatchMode):
         self._count = 0
         #: per op, per call in order: each result's (shape, storage bytes) as the real kernel made it
         self.storages: StorageSizes = {}
+        #: per op whose temporaries follow the values, per call in order: the bytes its kernel allocated beyond
+        #: its outputs on the call's values (``None``: the meter could not say)
+        self.workspaces: dict[Any, list[int | None]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -376,6 +398,12 @@ class _NativeFills(TorchDispatchMode):
                     made = self._made.pop(t.untyped_storage().data_ptr(), None) if isinstance(t, torch.Tensor) else None
                     if made is not None and not torch.equal(_storage_bytes(made[1]), made[2]):
                         self.values[made[0]] = made[1].detach().clone()
+        if depends_on_values(func, args):
+            try:
+                measured: int | None = measure_on_values(func, args, kwargs)
+            except KernelNotModelled:
+                measured = None
+            self.workspaces.setdefault(func, []).append(measured)
         out = func(*args, **kwargs)
         if isinstance(func, torch._ops.OpOverload):
             self.storages.setdefault(func, []).append(
@@ -409,6 +437,19 @@ def _keep_native_fills(gm: torch.fx.GraphModule, values: dict[int, torch.Tensor]
             gm.graph.call_function(torch.ops.aten.copy_.default, (node, const))
     gm.graph.lint()
     gm.recompile()
+
+
+def _attach_measured(gm: torch.fx.GraphModule, workspaces: dict[Any, list[int | None]]) -> None:
+    """Give each node of a value-dependent kernel the workspace measured on its call's values
+    (:data:`~conformance.models.transients.MEASURED_WORKSPACE`): the ``k``-th call of an op is its ``k``-th
+    node; an op whose calls and nodes do not pair up one to one keeps its table entry."""
+    for target, measured in workspaces.items():
+        nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target == target]
+        if len(nodes) != len(measured):
+            continue
+        for node, nbytes in zip(nodes, measured, strict=True):
+            if nbytes is not None:
+                node.meta[MEASURED_WORKSPACE] = nbytes
 
 
 def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor], traced: StorageSizes | None = None) -> None:

@@ -82,6 +82,9 @@ def kernel_transient_bounds(node: torch.fx.Node) -> onednn_rnn.Bounds:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return onednn_rnn.Bounds(0, 0)
+    measured = node.meta.get(MEASURED_WORKSPACE)
+    if isinstance(measured, int):  # a kernel whose temporaries follow the values, measured on this call's
+        return onednn_rnn.Bounds(measured, measured)
     name = target.overloadpacket.__name__
     if name in ONEDNN_TABLE:
         try:
@@ -1429,6 +1432,37 @@ SUB_OP_KERNELS = frozenset({
     "_histogramdd_from_bin_cts",
     "_histogramdd_from_bin_tensors", "searchsorted",
 })
+
+#: Kernels whose temporaries follow the operands' values, not only their layout: ``_unique2``'s and
+#: ``isin``'s the number of distinct elements (sorted copies, inverse and count buffers), ``matrix_exp``'s
+#: the degree of the Padé approximant its norm picks (how many matrix powers it holds), a boolean mask's
+#: ``index``/``index_put`` the number of its ``True`` elements (the ``nonzero`` indices it expands to),
+#: ``masked_scatter_backward``'s the mask's count.  No table entry and no stand-in can say these: a graph
+#: that calls one is traced on the call's own values (:mod:`conformance.api.step`), and the kernel is
+#: measured there on copies of those values, once per call (:data:`MEASURED_WORKSPACE`).
+VALUE_DEPENDENT_KERNELS = frozenset({
+    "_unique", "_unique2", "unique_dim", "isin", "linalg_matrix_exp", "masked_scatter_backward",
+})
+#: indexing kernels whose temporaries follow the values where an index is a mask (bool or uint8)
+MASK_INDEXED_KERNELS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"})
+
+#: node meta key: the bytes the node's kernel allocated beyond its outputs when it ran on the traced call's
+#: own values (a kernel of :func:`depends_on_values`); it is the node's entry, in place of the table's
+MEASURED_WORKSPACE = "conformance_measured_workspace"
+
+
+def depends_on_values(target: Any, args: Sequence[Any]) -> bool:
+    """Whether the eager kernel of ``target`` called on ``args`` (values or fakes) allocates temporaries
+    that follow the values (:data:`VALUE_DEPENDENT_KERNELS`, a mask-indexed :data:`MASK_INDEXED_KERNELS`)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    name = target.overloadpacket.__name__
+    if name in VALUE_DEPENDENT_KERNELS:
+        return True
+    if name not in MASK_INDEXED_KERNELS or len(args) < 2 or not isinstance(args[1], (list, tuple)):
+        return False
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+
 
 #: measures one call's workspace on stand-ins: ``meter(target, operands, out)`` -> bytes beyond the outputs
 WorkspaceMeter = Callable[[torch._ops.OpOverload, Sequence[Any], Any], int]

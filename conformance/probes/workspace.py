@@ -17,7 +17,7 @@ touched.  A kernel that refuses the stand-ins is the harness's gap, said as one
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -77,36 +77,71 @@ def _bytes_of(out: Any, operands: Any = ()) -> int:
     return sum(storages.values())
 
 
-@lru_cache(maxsize=4096)
-def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
+def _in_own_thread(target: torch._ops.OpOverload, make_call: Callable[[], tuple[list[Any], dict[str, Any]]],
+                   what: str) -> int:
+    """Peak bytes of one call of ``target`` beyond the outputs it made, measured in a thread of its own on
+    the operands ``make_call`` makes there (the caller's probe window, modes and generators see nothing)."""
     result: dict[str, Any] = {}
 
     def measure() -> None:
         try:
-            generator = torch.Generator().manual_seed(0)
-            lapack = target.overloadpacket.__name__ in LAPACK_QUERIED
-            operands = [_stand_in(layout, generator, lapack) for layout in layouts]
-            args, kwargs = [], {}
-            for argument, value in zip(target._schema.arguments, operands):
-                if argument.kwarg_only:
-                    kwargs[argument.name] = value
-                else:
-                    args.append(value)
-            if any(a.name == "generator" and a.kwarg_only for a in target._schema.arguments):
-                kwargs["generator"] = torch.Generator().manual_seed(0)  # the caller's generator stays as it was
+            args, kwargs = make_call()
             with torch.no_grad(), CpuAllocatorProbe(recorder="profiler") as probe:
                 out = target(*args, **kwargs)
             result["bytes"] = max(0, probe.trace.peak_bytes - _bytes_of(out, (args, kwargs)))
-        except Exception as exc:  # the kernel refused the stand-ins, or no probe could record here
+        except Exception as exc:  # the kernel refused the operands, or no probe could record here
             result["error"] = exc
 
     worker = threading.Thread(target=measure, name="conformance-workspace-meter")
     worker.start()
     worker.join()
     if "error" in result:
-        raise KernelNotModelled(f"{target}: its workspace could not be measured on stand-ins: "
+        raise KernelNotModelled(f"{target}: its workspace could not be measured on {what}: "
                                 f"{type(result['error']).__name__}: {result['error']}")
     return int(result["bytes"])
+
+
+@lru_cache(maxsize=4096)
+def _measured(target: torch._ops.OpOverload, layouts: tuple[Any, ...]) -> int:
+    def stand_ins() -> tuple[list[Any], dict[str, Any]]:
+        generator = torch.Generator().manual_seed(0)
+        lapack = target.overloadpacket.__name__ in LAPACK_QUERIED
+        operands = [_stand_in(layout, generator, lapack) for layout in layouts]
+        args, kwargs = [], {}
+        for argument, value in zip(target._schema.arguments, operands):
+            if argument.kwarg_only:
+                kwargs[argument.name] = value
+            else:
+                args.append(value)
+        if any(a.name == "generator" and a.kwarg_only for a in target._schema.arguments):
+            kwargs["generator"] = torch.Generator().manual_seed(0)  # the caller's generator stays as it was
+        return args, kwargs
+
+    return _in_own_thread(target, stand_ins, "stand-ins")
+
+
+def _same_layout_copy(value: Any) -> Any:
+    """``value`` with each tensor's whole storage copied and the same view taken of the copy (sizes, strides,
+    offset: a kernel's temporaries follow the layout), detached; anything else as it is."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
+        return value
+    storage = value.untyped_storage()
+    copy = torch.empty(0, dtype=value.dtype, device=value.device)
+    copy.set_(storage.clone() if storage.nbytes() else storage, value.storage_offset(), value.shape, value.stride())
+    return copy
+
+
+def measure_on_values(target: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """Bytes ``target`` allocates beyond its outputs when it runs on these very values, measured on copies
+    of them (an in-place kernel writes its copy): for a kernel whose temporaries follow the values
+    (:data:`conformance.models.transients.VALUE_DEPENDENT_KERNELS`), measured once per call."""
+    def copies() -> tuple[list[Any], dict[str, Any]]:
+        with torch.no_grad():
+            copied: tuple[list[Any], dict[str, Any]] = torch.utils._pytree.tree_map(
+                _same_layout_copy, (list(args), dict(kwargs)))
+        return copied
+
+    return _in_own_thread(target, copies, "the call's values")
 
 
 def measure_workspace(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
