@@ -425,6 +425,18 @@ def _module_sweep_calls() -> list[OpCall]:
         calls.append(OpCall(f"rrelu-train-{name}", "rrelu_with_noise",
                             lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, True),
                             lambda x_of=x_of: (x := x_of(), torch.empty(x.shape, dtype=x.dtype))))
+    cfloat = torch.complex64
+    for op in ("abs", "angle"):  # a complex temporary of the input's size; nothing for a real input
+        for dtype in (cfloat, torch.complex128, torch.float32):
+            calls.append(OpCall(f"{op}-{dtype}", op, getattr(aten, op).default,
+                                lambda dtype=dtype: (torch.randn(3, 5, 4, dtype=dtype).transpose(0, 2),)))
+    # a lazy conjugate operand of a kernel that reads the bit itself (a fallback's materialising ``clone`` is a node
+    # of the graph): bmm copies it, as its layout decides (measured on stand-ins that carry the bit)
+    for name, swap in (("lhs", False), ("rhs-transposed", True)):
+        calls.append(OpCall(f"bmm-conj-{name}", "bmm",
+                            lambda a, b, swap=swap: aten.bmm.default(a, aten._conj.default(b.transpose(1, 2)))
+                            if swap else aten.bmm.default(aten._conj.default(a), b),
+                            lambda: (torch.randn(2, 5, 5, dtype=cfloat), torch.randn(2, 5, 5, dtype=cfloat))))
     for n, s, bias, groups in ((2, 2, True, 1), (1, 2, False, 1), (2, 1, True, 1), (2, 2, True, 2),
                                (1, 1, False, 2), (3, 2, False, 4)):
         for dims in (1, 2, 3):

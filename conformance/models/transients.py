@@ -42,7 +42,7 @@ ELEMENTWISE_BINARY_OPS = frozenset({
     "add_", "sub_", "mul_", "div_",
 })
 COMPARISON_OPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
-_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 REDUCED_FLOATS = (torch.bfloat16, torch.float16)
 
 
@@ -109,6 +109,11 @@ def op_workspace(target: Any, operands: Sequence[Any], out: Any) -> int:
     :mod:`conformance.models.composite`); 0 for an op with neither."""
     if not isinstance(target, torch._ops.OpOverload):
         return 0
+    if _math_bits(operands) and _METERS:
+        try:  # the kernel reads a lazy conjugate or negation: what it materialises is measured with the rest
+            return measured_on_stand_ins(target, operands, out)
+        except KernelNotModelled:
+            pass  # the stand-ins were refused: the entry's figure, without the materialised copies
     entry = TABLE.get(target.overloadpacket.__name__)
     if entry is not None and any(isinstance(t, torch.Tensor) for t in tree_flatten(list(operands))[0]):
         return entry(target, operands, out)  # tensors in a list operand too (``_chunk_cat``'s)
@@ -122,6 +127,15 @@ def op_workspace(target: Any, operands: Sequence[Any], out: Any) -> int:
         # a body that checks its operands' values cannot run on stand-ins: taken to allocate nothing
         # beyond its outputs, as an op without an entry is (an exact backend's check shows it otherwise)
         return 0
+
+
+def _math_bits(operands: Sequence[Any]) -> bool:
+    """Whether a tensor operand is a lazy conjugate or negative view (``x.conj()``, ``_neg_view``).  For a
+    kernel that cannot read the bit, the ``Conjugate``/``Negative`` fallback materialises the operand, and a
+    trace records that ``clone`` as a node of its own; a kernel registered to read the bit (``bmm``, ``mm``)
+    copies it inside itself where its BLAS call cannot take that layout.  Those copies are the layout's:
+    measured with the kernel on stand-ins that carry the bits."""
+    return any(isinstance(t, torch.Tensor) and (t.is_conj() or t.is_neg()) for t in tree_flatten(list(operands))[0])
 
 
 def _symbolic(values: Sequence[Any]) -> bool:
@@ -199,9 +213,9 @@ def _nbytes(t: Any) -> int:
 
 
 def binary_elementwise(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """TensorIterator on CPU: a Python number operand is wrapped into a 0-dim tensor (8 bytes:
-    float64 or int64) and, when the op's common dtype differs, cast to it (one element); a
-    tensor operand of another dtype than the common one (a bool mask, an int64 count in
+    """TensorIterator on CPU: a Python number operand is wrapped into a 0-dim tensor (8 bytes: float64 or
+    int64; 16 for a complex number, complex128) and, when the op's common dtype differs, cast to it (one
+    element); a tensor operand of another dtype than the common one (a bool mask, an int64 count in
     ``amax``'s backward) is cast into a temporary copy."""
     tensors = [t for t in operands if isinstance(t, torch.Tensor)]
     if target.overloadpacket.__name__ in COMPARISON_OPS:
@@ -213,7 +227,7 @@ def binary_elementwise(target: torch._ops.OpOverload, operands: Sequence[Any], o
         common = out.dtype if isinstance(out, torch.Tensor) else tensors[0].dtype
     total = 0
     for a in operands[:2]:
-        if isinstance(a, (bool, int, float)):
+        if isinstance(a, (bool, int, float, complex)):
             wrapped = _WRAPPED_DTYPE[type(a)]
             total += wrapped.itemsize + (common.itemsize if common != wrapped else 0)
         elif isinstance(a, torch.Tensor) and a.dtype != common:
@@ -1127,6 +1141,14 @@ def upsample_aa(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
     return temp + max(ranges(3), ranges(2))
 
 
+def complex_to_real(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``abs`` and ``angle`` of a complex tensor (UnaryOps.cpp ``unary_op_impl_with_complex_to_float_out``):
+    the kernel computes into a complex temporary of the input's size and copies its real part into the
+    real result."""
+    x = operands[0]
+    return x.numel() * x.dtype.itemsize if isinstance(x, torch.Tensor) and x.is_complex() else 0
+
+
 def rrelu_eval(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``rrelu_with_noise``. In eval mode a leaky ReLU of slope ``(lower + upper) / 2``, computed on
     wrapped float64 scalars: six 8-byte tensors. In training the slopes are drawn into ``noise`` and the
@@ -1507,6 +1529,8 @@ TABLE: dict[str, Entry] = {
     "col2im": col2im,
     **dict.fromkeys((*_CHANNELS_LAST_UPSAMPLING, *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
+    "abs": complex_to_real,
+    "angle": complex_to_real,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
     "_embedding_bag_backward": embedding_bag_backward,

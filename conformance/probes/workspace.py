@@ -31,7 +31,8 @@ Layout = tuple[Any, ...]
 
 def _layout(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(int(d) for d in value.shape), tuple(int(s) for s in value.stride()), value.dtype)
+        return ("tensor", tuple(int(d) for d in value.shape), tuple(int(s) for s in value.stride()), value.dtype,
+                value.is_conj(), value.is_neg())  # a lazy conjugate or negation: what the kernel materialises
     if isinstance(value, (list, tuple)):
         return tuple(_layout(v) for v in value)
     return value  # a flag, a mode string, a number: passed as it is (and hashable, for the cache)
@@ -46,7 +47,14 @@ def _stand_in(layout: Any, generator: torch.Generator, lapack: bool) -> Any:
         return [_stand_in(item, generator, lapack) for item in layout]
     if not isinstance(layout, tuple):
         return layout
-    _, shape, stride, dtype = layout
+    _, shape, stride, dtype, conj, neg = layout
+    out = _dense_stand_in(shape, stride, dtype, generator, lapack)
+    out = out.conj() if conj else out
+    return torch._neg_view(out) if neg else out
+
+
+def _dense_stand_in(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator,
+                    lapack: bool) -> torch.Tensor:
     out = torch.empty_strided(shape, stride, dtype=dtype)
     if out.numel() == 0:
         return out
