@@ -430,6 +430,10 @@ def _module_sweep_calls() -> list[OpCall]:
         for dtype in (cfloat, torch.complex128, torch.float32):
             calls.append(OpCall(f"{op}-{dtype}", op, getattr(aten, op).default,
                                 lambda dtype=dtype: (torch.randn(3, 5, 4, dtype=dtype).transpose(0, 2),)))
+    for name, scalar in (("complex", 1j), ("float", 2.0)):  # a Python complex is wrapped as complex128, then cast
+        calls.append(OpCall(f"mul-{name}-scalar-into-complex64", "mul",
+                            lambda a, scalar=scalar: aten.mul.Scalar(a, scalar),
+                            lambda: (torch.randn(4, dtype=cfloat),)))
     # a lazy conjugate operand of a kernel that reads the bit itself (a fallback's materialising ``clone`` is a node
     # of the graph): bmm copies it, as its layout decides (measured on stand-ins that carry the bit)
     for name, swap in (("lhs", False), ("rhs-transposed", True)):
