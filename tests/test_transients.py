@@ -351,6 +351,26 @@ def _module_sweep_calls() -> list[OpCall]:
             for reduction in (0, 1, 2):
                 calls.append(OpCall(f"{op}-{shape}-reduction{reduction}", op, _reduced(fn, reduction),
                                     lambda shape=shape: (torch.rand(shape) * 0.9 + 0.05, torch.rand(shape))))
+        for reduction in (0, 1, 2):  # float64: the mean's count is an int64, cast to float64 too
+            calls.append(OpCall(f"{op}-float64-reduction{reduction}", op, _reduced(fn, reduction),
+                                lambda: (torch.rand(3, 5, dtype=torch.float64) * 0.9 + 0.05,
+                                         torch.rand(3, 5, dtype=torch.float64))))
+    # sum off float32's fast path: float64, and float16 with per-sample weights (measured on stand-ins).  Not
+    # bfloat16: torch's fake kernel takes it off the fast path (an offset2bag of n elements) where the CPU
+    # kernel keeps it on (an empty one), so a traced graph's output sizes are not the kernel's
+    for dtype, weighted in ((torch.float64, False), (torch.float64, True), (torch.float16, True),
+                            (torch.float16, False)):
+        for n, bags in ((12, 3), (30, 4), (5, 5)):
+            def sum_args(n: int = n, bags: int = bags, dtype: torch.dtype = dtype, weighted: bool = weighted,
+                         ) -> tuple[Any, ...]:
+                weights = torch.rand(n, dtype=dtype) if weighted else None
+                return (torch.randn(20, 8, dtype=dtype), torch.randint(0, 20, (n,)),
+                        torch.arange(bags) * (n // bags), weights)
+
+            calls.append(OpCall(f"_embedding_bag_forward_only-sum-{dtype}-{n}x{bags}-weighted{weighted}",
+                                "_embedding_bag_forward_only",
+                                lambda w, i, o, ps: aten._embedding_bag_forward_only.default(w, i, o, False, 0, False,
+                                                                                             ps), sum_args))
 
     for op, fn in backwards.items():
         for shape in ((4, 8), (6, 10), (1,)):

@@ -943,7 +943,8 @@ _MEAN_DIVISOR_CLAMPS = torch.torch_version.TorchVersion(torch.__version__) >= "2
 def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``_embedding_bag`` / ``_embedding_bag_forward_only`` on CPU (EmbeddingBag.cpp), 1-D indices.
 
-    ``sum`` without per-sample weights takes the fast path: its outputs only.  Otherwise the
+    ``sum`` is measured on stand-ins (float32's fast path allocates nothing beyond its outputs; other
+    dtypes' paths are a sequence of sub-ops whose sizes the layout decides).  Otherwise the
     kernel builds ``offset2bag`` from ``n + 1`` zeros and their ``cumsum`` (both int64, alive
     together beside the result), keeps the cumsum as the output (a storage of ``n + 1``
     elements: 8 bytes more than the ``n`` its shape says), and then, for ``mean``, divides by
@@ -955,8 +956,11 @@ def embedding_bag(target: torch._ops.OpOverload, operands: Sequence[Any], out: A
     mode = int(operands[4]) if len(operands) > 4 else 0
     per_sample = operands[6] if len(operands) > 6 else None
     last_offset = bool(operands[7]) if len(operands) > 7 else False
-    if not isinstance(out, (list, tuple)) or indices.dim() != 1 or (mode == 0 and per_sample is None):
+    if not isinstance(out, (list, tuple)) or indices.dim() != 1:
         return 0
+    if mode == 0:  # float32 takes the fast path (its outputs only); other dtypes, and bfloat16/float16 with
+        # per-sample weights, build offset2bag and scale through sub-ops whose sizes the layout decides
+        return measured_on_stand_ins(target, operands, out) if _METERS or per_sample is not None else 0
     n, bags = int(indices.numel()), int(offsets.numel()) - int(last_offset)
     index = 8
     result, offset2bag, bag_size, max_indices = (_nbytes(t) for t in out[:4])
@@ -1021,7 +1025,7 @@ def pointwise_loss(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
     position = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4}.get(name, 2)
     reduction = _reduction(operands, position)
     elements = _nbytes(x)
-    mean = _mean_scalar(x) if reduction == MEAN else 0
+    mean = _mean_division(x) if reduction == MEAN else 0  # the reduction's ``mean``: an int64 count, cast
     if name == "binary_cross_entropy_with_logits":
         return elements if reduction not in (MEAN, SUM) else 2 * elements + mean
     if reduction not in (MEAN, SUM):
