@@ -129,6 +129,7 @@ def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> 
 
 class InductorBackend(Backend):
     name = "inductor"
+    preload_modules = ("torch._dynamo", "torch._inductor.compile_fx")
     capabilities = Capabilities(dynamic_shapes=True, dtypes=("float32", "float64"))
     cost_weight = 6.0
 

@@ -783,6 +783,8 @@ def uses_aot_route(case: Case) -> bool:
 
 class IreeBackend(Backend):
     name = "iree"
+    preload_modules = ("torch._dynamo", "iree.compiler.extras.fx_importer", "iree.runtime",
+                       "iree.turbine.dynamo.backends.base")
     capabilities = Capabilities(memory_domains=("torch-cpu", "iree-hal"), dynamic_shapes=True)
     compile_graph: ClassVar[CompileFn] = staticmethod(shipped_compile)
     #: the harness's convention fixes on the AOT route too (loops' outer reads carried, no torch.export re-trace)

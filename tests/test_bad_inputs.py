@@ -34,6 +34,7 @@ import pytest
 
 from conformance.cli import main as cli
 from conformance.output.records import read_records
+from conformance.run.isolation import WORKER_NAME
 from tests.hostile_backends import HANG_CASE, HOSTILE_NAME
 
 REPO = Path(__file__).resolve().parent.parent
@@ -534,6 +535,7 @@ class Proc:
     ppid: int
     pgid: int
     cmdline: str
+    comm: str = ""  # the name the process gave itself (a forked isolation worker: conformance.run.isolation)
 
 
 def tagged_processes(tag: str) -> list[Proc]:
@@ -547,11 +549,12 @@ def tagged_processes(tag: str) -> list[Proc]:
                 continue
             stat = (entry / "stat").read_text()
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            comm = (entry / "comm").read_text().strip()
         except OSError:  # gone meanwhile, or a zombie
             continue
         fields = stat.rsplit(")", 1)[1].split()
         if fields[0] != "Z":
-            found.append(Proc(int(entry.name), int(fields[1]), int(fields[2]), cmdline))
+            found.append(Proc(int(entry.name), int(fields[1]), int(fields[2]), cmdline, comm))
     return found
 
 
@@ -569,7 +572,8 @@ class HangingRun:
         return self.log.read_text(errors="replace")
 
     def worker(self) -> Proc:
-        workers = [p for p in tagged_processes(self.tag) if "conformance.run.isolation --worker" in p.cmdline]
+        workers = [p for p in tagged_processes(self.tag)
+                   if "conformance.run.isolation --worker" in p.cmdline or p.comm == WORKER_NAME]  # spawned or forked
         assert len(workers) == 1, workers
         return workers[0]
 

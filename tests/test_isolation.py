@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from conformance.run.isolation import WorkerPool, describe_exit
+from conformance.run import reaper
+from conformance.run.isolation import FORK_SERVER_ENV, WorkerPool, describe_exit
 
 CASES = ["mlp-s-train", "mlp-s-infer", "loop-rnn-t3"]
 
@@ -73,3 +77,57 @@ def test_the_worker_wire_is_typed_records() -> None:
     assert Request.from_line(Request("mlp-s-infer", "eager").to_line()).options == RunOptions()
     reply = Reply("ok", {"case": "mlp-s-infer"}, recycle=True)
     assert Reply.from_line(reply.to_line().encode()) == reply
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+
+
+@pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
+def test_a_worker_after_a_crash_is_forked_and_adopted_by_the_run() -> None:
+    """Workers come from the fork server, and each is this process's child: its exit status (the
+    signal) reaches the pool as a spawned worker's does, and the verdicts are a fresh interpreter's."""
+    spec = "tests.planted_crash_backends:SegfaultBackend"
+    with WorkerPool() as pool:
+        assert pool.run("mlp-s-train", spec, timeout_s=120).status == "pass"
+        crashed = pool.run("mlp-s-infer", spec, timeout_s=120)
+        after = pool.run("mlp-s-train", spec, timeout_s=120)
+        assert pool._worker is not None and _parent_of(pool._worker.process.pid) == os.getpid()
+        assert (pool.spawn_count, pool.fork_count) == (2, 2)
+        server = pool._server
+        assert server is not None and server.process.poll() is None
+    assert server.process.poll() is not None  # closing the pool ends its fork server
+    assert crashed.status == "crash" and "SIGSEGV" in crashed.reason
+    assert any("Fatal Python error" in n or "Segmentation" in n for n in crashed.notes)
+    assert after.status == "pass", after.reason
+
+
+def test_without_the_fork_server_workers_are_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FORK_SERVER_ENV, "0")
+    spec = "tests.planted_crash_backends:SegfaultBackend"
+    with WorkerPool() as pool:
+        assert pool.run("mlp-s-infer", spec, timeout_s=120).status == "crash"
+        assert pool.run("mlp-s-train", spec, timeout_s=120).status == "pass"
+        assert (pool.spawn_count, pool.fork_count) == (2, 0) and pool._server is None
+
+
+@pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
+def test_a_changed_environment_or_a_dead_server_gets_a_new_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's imports read the environment it started with: a worker spawned after the run's
+    environment changed comes from a new server that has the new one; a server that died is replaced."""
+    spec = "tests.planted_crash_backends:SegfaultBackend"
+    with WorkerPool() as pool:
+        assert pool.run("mlp-s-infer", spec, timeout_s=120).status == "crash"
+        first = pool._server
+        assert first is not None
+        monkeypatch.setenv("CONFORMANCE_TEST_MARK", "1")
+        assert pool.run("mlp-s-infer", spec, timeout_s=120).status == "crash"
+        second = pool._server
+        assert second is not None and second is not first and second.env["CONFORMANCE_TEST_MARK"] == "1"
+        assert first.process.poll() is not None
+        second.process.kill()
+        second.process.wait()
+        assert pool.run("mlp-s-train", spec, timeout_s=120).status == "pass"
+        assert pool._server is not None and pool._server is not second
+        assert pool.fork_count == pool.spawn_count == 3

@@ -178,6 +178,10 @@ class Backend(ABC):
     #: The backend's manifest of expected non-passes (a TOML file); ``None``: the built-in manifest
     #: ``backends/manifests/<name>.toml`` where there is one.
     manifest_path: ClassVar[str | None] = None
+    #: Modules a run's fork server imports before it forks isolation workers (the compiler's Python packages,
+    #: ``torch._dynamo`` for a ``torch.compile`` backend): a worker that replaces a crashed one then starts with
+    #: them imported.  Imports only: a module here must start no thread and touch no device at import.
+    preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run on this machine, or ``None`` when it can."""

@@ -24,6 +24,17 @@ candidate a ``crash``/``timeout`` verdict and the shrink goes on with a fresh wo
 Workers are reused across cases otherwise, so the cost of isolation is one pipe round
 trip per case plus one interpreter start (``import torch``) per worker, not per case.
 
+Workers are forked from a fork server (:func:`fork_server_main`): one interpreter per pool that has
+imported torch, the engine and the backends' modules and does nothing else (no torch op has run
+in it, no backend is warmed up).  A worker it forks starts in milliseconds instead of the seconds
+an interpreter takes to import torch, which is what a crash costs the next pair (the IREE
+compiler's ``while_loop`` crashes are in the default matrix).  The worker is forked twice and the
+middle process exits, so the worker is this process's child (a subreaper adopts it): its exit
+status, signal included, reaches the pool as a spawned worker's does.  The fork server is used
+where a subreaper is possible (Linux) and the environment and working directory are still those
+it started with (its imports read them); otherwise, or when it is gone, or with
+``CONFORMANCE_FORK_SERVER=0``, a worker is a fresh interpreter.
+
 A worker runs in its own session and process group, so a terminal's Ctrl-C reaches only
 the run, which then ends the worker's whole group itself (with whatever the backend
 spawned).  It also dies with its parent: on Linux the kernel sends it SIGKILL when the
@@ -37,6 +48,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -172,6 +184,231 @@ def _warm_up(registry: Any, specs: list[str]) -> None:
             pass
 
 
+#: ``0``: every worker is a fresh interpreter (no fork server)
+FORK_SERVER_ENV = "CONFORMANCE_FORK_SERVER"
+#: the names a forked worker and the fork server give themselves (``ps -o comm``, ``/proc/PID/comm``): both
+#: show the server's command line, which a fork keeps
+WORKER_NAME, FORK_SERVER_NAME = "conformance-wkr", "conformance-fs"
+PR_SET_NAME = 15  # <linux/prctl.h>
+
+
+def _name_process(name: str) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+ADOPTION_WAIT_S = 10.0  # the forked worker waits this long at most for this process to adopt it
+
+
+def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None = None) -> None:
+    """The fork server's loop: import what every worker imports, then fork one worker per request.
+
+    A request is a JSON message on the control socket (``SOCK_SEQPACKET``) carrying the worker's
+    stdin, reply pipe and log as file descriptors; the answer is the worker's pid.  Nothing runs
+    here that starts threads or touches a backend: a fork copies only the forking thread."""
+    die_with_parent(parent_pid)
+    _name_process(FORK_SERVER_NAME)
+    control = socket.socket(fileno=control_fd)
+    import torch  # noqa: F401  (the import a worker pays for)
+
+    from conformance.api.adapter import discover
+    from conformance.run import engine  # noqa: F401
+
+    registry = discover()
+    if preload is not None:  # the run's backends (every registered one for []) name the compilers' packages
+        _preload(registry, preload)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
+        except OSError:
+            break
+        if not message:  # the pool closed its end
+            break
+        try:
+            pid = _fork_worker(control, fds, json.loads(message), parent_pid)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        control.send(json.dumps({"pid": pid}).encode())
+
+
+def _preload(registry: Any, specs: list[str]) -> None:
+    """Import the ``preload_modules`` of the backends ``specs`` name (every registered one for none); what
+    fails to import is left to the worker."""
+    import importlib
+
+    try:
+        backends = [registry.get(s) for s in specs] if specs else list(registry.backends.values())
+    except Exception:
+        return
+    for backend in backends:
+        for module in getattr(backend, "preload_modules", ()):
+            try:
+                importlib.import_module(module)
+            except Exception:
+                pass
+
+
+def _fork_worker(control: socket.socket, fds: list[int], request: dict[str, Any], parent_pid: int) -> int:
+    """Fork a worker that this server's parent adopts: fork, fork again, and the middle process exits."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(read_end)
+        worker = os.fork()
+        if worker == 0:
+            os.close(write_end)
+            _run_forked_worker(control, fds, request, parent_pid)  # never returns
+        os.write(write_end, str(worker).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pid_pipe:
+        data = pid_pipe.read()
+    os.waitpid(middle, 0)  # once it is reaped, the worker has its new parent
+    return int(data) if data else -1
+
+
+def _run_forked_worker(control: socket.socket, fds: list[int], request: dict[str, Any], parent_pid: int) -> None:
+    """In the forked worker: its own session, the pool's pipes as stdin/stdout/stderr, then the worker
+    loop; it ends as an interpreter does (exit functions run), never back in the server's loop."""
+    code = 0
+    try:
+        control.close()
+        _name_process(WORKER_NAME)
+        os.setsid()  # its own process group: the pool ends the group, as it does a spawned worker's
+        stdin_fd, reply_fd, log_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for fd in (stdin_fd, log_fd):
+            if fd > 2:
+                os.close(fd)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # the worker loop reads it to the end
+        os.chdir(request["cwd"])
+        deadline = time.monotonic() + ADOPTION_WAIT_S
+        while os.getppid() != parent_pid and time.monotonic() < deadline:
+            time.sleep(0.001)  # the middle process is exiting: then the pool's process adopts this one
+        worker_main(reply_fd, parent_pid, request.get("warm"))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class _Forked:
+    """A worker the fork server forked and this process adopted: the part of ``subprocess.Popen`` the pool
+    uses.  Its pid is the server's answer, read when first needed (the server may still be importing)."""
+
+    def __init__(self, server: _ForkServer, stdin: IO[bytes]) -> None:
+        self._server = server
+        self._pid: int | None = None
+        self.stdin: IO[bytes] | None = stdin
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._pid is None:
+            self._pid = self._server.answer()
+            if self._pid <= 0:
+                self.returncode = 1  # never forked: the server died
+        return self._pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.pid > 0:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone, with its status
+                self.returncode = 1
+                return self.returncode
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+
+@dataclass
+class _ForkServer:
+    """The pool's fork server: its process, this end of its control socket, and what it started with."""
+
+    process: subprocess.Popen[bytes]
+    control: socket.socket
+    env: dict[str, str]
+    cwd: str
+    log: IO[bytes]
+    pending: int = 0  # requests sent whose answer has not been read
+
+    @classmethod
+    def start(cls, env: dict[str, str], preload: list[str] | None) -> _ForkServer:
+        """Start one; it imports the ``preload_modules`` of the backends ``preload`` names (``[]``: all)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log = tempfile.TemporaryFile(prefix="conformance-fork-server-", suffix=".log")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "conformance.run.isolation", "--fork-server", str(theirs.fileno()),
+                 str(os.getpid()), *(["--preload", *preload] if preload is not None else [])],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),), env=env,
+                start_new_session=True)
+        except BaseException:
+            mine.close()
+            log.close()
+            raise
+        finally:
+            theirs.close()
+        return cls(process, mine, dict(env), os.getcwd(), log)
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether a worker forked now is the one a fresh interpreter would be: the server is alive and the
+        environment and directory are those its imports read."""
+        return self.process.poll() is None and env == self.env and os.getcwd() == self.cwd
+
+    def fork(self, stdin: int, reply: int, log: int, warm: list[str] | None) -> None:
+        socket.send_fds(self.control, [json.dumps({"warm": warm, "cwd": os.getcwd()}).encode()],
+                        [stdin, reply, log])
+        self.pending += 1
+
+    def answer(self) -> int:
+        """The pid of the worker last asked for (-1 when the server died first)."""
+        try:
+            data = self.control.recv(1 << 16)
+        except OSError:
+            data = b""
+        self.pending -= 1
+        if not data:
+            return -1
+        return int(json.loads(data)["pid"])
+
+    def close(self, kill: bool = False) -> None:
+        self.control.close()  # the server's loop ends at EOF
+        if kill:
+            _kill_group(self.process)
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.process)
+            self.process.wait()
+        self.log.close()
+
+
+def _fork_server_wanted() -> bool:
+    return os.environ.get(FORK_SERVER_ENV, "1") != "0" and reaper.supported()
+
+
 def _program_case(case_id: str, program: dict[str, Any]) -> Case:
     """A generated program sent with the request (a shrink's candidate), as a case under ``case_id``."""
     from conformance.cases import generated
@@ -192,7 +429,7 @@ def _case(case_id: str) -> Case:
 
 @dataclass
 class _Worker:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | _Forked
     replies: IO[bytes]
     log: IO[bytes]  # the worker's stdout and stderr: a nameless temporary file, read with pread
     cases_run: int = 0
@@ -226,7 +463,10 @@ class WorkerPool:
     warm: list[str] | None = None
     spawn_count: int = 0
     startup_wait_s: float = 0.0  # time the run waited for workers to start (beyond what overlapped)
+    fork_count: int = 0  # workers the fork server forked (of spawn_count)
     _worker: _Worker | None = field(default=None, repr=False)
+    _server: _ForkServer | None = field(default=None, repr=False)
+    _no_server: bool = field(default=False, repr=False)  # a forked worker failed to start: no fork server again
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -256,6 +496,10 @@ class WorkerPool:
         if got is None or got.kind != "ready":
             tail = worker.stderr_tail()
             self._discard()
+            if isinstance(worker.process, _Forked) and self._server is not None:
+                self._server.close(kill=True)  # a forked worker that cannot start: fresh interpreters from now on
+                self._server, self._no_server = None, True
+                return self._ensure()
             if worker.warming:  # a warm-up decides nothing: start one without it
                 return self._ensure()
             raise RuntimeError(f"conformance worker failed to start: {got!r}\n{tail}")
@@ -263,21 +507,26 @@ class WorkerPool:
         return worker
 
     def _spawn(self) -> _Worker:
-        reaper.become_subreaper()  # a dying worker's orphans (its backend's children) come to us, not init
-        before = reaper.descendants()
-        rfd, wfd = os.pipe()
-        log = tempfile.TemporaryFile(prefix="conformance-worker-", suffix=".log")
+        subreaper = reaper.become_subreaper()  # a dying worker's orphans (its backend's children) come to us
         env = dict(os.environ)
         # The worker imports what the parent can: planted test adapters, ad hoc module:Class specs.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        server = self._fork_server(env) if subreaper else None
+        before = reaper.descendants()  # the fork server among them: it outlives every worker
+        rfd, wfd = os.pipe()
+        log = tempfile.TemporaryFile(prefix="conformance-worker-", suffix=".log")
+        process: subprocess.Popen[bytes] | _Forked | None = None
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "conformance.run.isolation", "--worker", str(wfd), str(os.getpid()),
-                 *(["--warm", *self.warm] if self.warm is not None else [])],
-                stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(wfd,), env=env,
-                start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
-            )
+            if server is not None:
+                process = self._fork(server, wfd, log)
+            if process is None:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "conformance.run.isolation", "--worker", str(wfd), str(os.getpid()),
+                     *(["--warm", *self.warm] if self.warm is not None else [])],
+                    stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(wfd,), env=env,
+                    start_new_session=True,  # its own process group: Ctrl-C goes to the run, which ends it
+                )
         except BaseException:
             os.close(rfd)
             log.close()
@@ -287,6 +536,35 @@ class WorkerPool:
         self.spawn_count += 1
         warming, self.warm = self.warm is not None, None  # a respawn serves the next pair at once
         return _Worker(process, os.fdopen(rfd, "rb"), log, warming=warming, before=before)
+
+    def _fork_server(self, env: dict[str, str]) -> _ForkServer | None:
+        """The fork server that can fork this worker (started with the pool's first worker), or ``None``."""
+        if self._no_server or not _fork_server_wanted():
+            return None
+        if self._server is not None and not self._server.serves(env):
+            self._server.close(kill=True)  # gone, or the environment changed: its imports read the old one
+            self._server = None
+        if self._server is None:
+            try:
+                self._server = _ForkServer.start(env, self.warm)  # the run's backends, as its first worker warms
+            except OSError:
+                return None
+        return self._server
+
+    def _fork(self, server: _ForkServer, reply: int, log: IO[bytes]) -> _Forked | None:
+        """Ask the fork server for a worker on these pipes; ``None`` when it is gone (a fresh interpreter then)."""
+        stdin_r, stdin_w = os.pipe()
+        try:
+            server.fork(stdin_r, reply, log.fileno(), self.warm)
+        except OSError:
+            os.close(stdin_w)
+            server.close(kill=True)
+            self._server = None
+            return None
+        finally:
+            os.close(stdin_r)
+        self.fork_count += 1
+        return _Forked(server, os.fdopen(stdin_w, "wb"))
 
     def _ask(self, request: Request, timeout_s: float) -> tuple[_Worker, int, Reply | None, float]:
         """Send one request and wait for its reply: (worker, stderr offset, reply or None, seconds waited).
@@ -356,6 +634,9 @@ class WorkerPool:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._discard()
+        if self._server is not None:
+            self._server.close(kill=kill)
+            self._server = None
 
     def _discard(self) -> list[str]:
         """End the worker and everything it left running; returns what was left besides it (described)."""
@@ -378,7 +659,7 @@ class WorkerPool:
         return killed
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes] | _Forked) -> None:
     """SIGKILL the worker's process group: the worker and anything its backend started.
 
     Only while the worker is not yet reaped: until then its pid, the group's id, cannot be reused.
@@ -506,5 +787,7 @@ def shutdown(kill: bool = False) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "--worker" and (len(sys.argv) == 4 or sys.argv[4] == "--warm"):
         worker_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5:] if len(sys.argv) > 4 else None)
+    elif len(sys.argv) >= 4 and sys.argv[1] == "--fork-server" and (len(sys.argv) == 4 or sys.argv[4] == "--preload"):
+        fork_server_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5:] if len(sys.argv) > 4 else None)
     else:
         sys.exit("usage: python -m conformance.run.isolation --worker REPLY_FD PARENT_PID (started by WorkerPool)")

@@ -56,6 +56,7 @@ class _VendorStep(AotStep):
 
 class ExampleVendorBackend(Backend):
     name = "example-vendor"
+    preload_modules = ("torch._dynamo",)  # imported ahead by the run's fork server: a respawned worker has it
     # An interpreter of the graphs it received, with eager kernels: its memory is exactly their model.
     capabilities = Capabilities(training=True, while_loop=True, custom_ops=True, exact_memory=True)
     cost_weight = 2.0
