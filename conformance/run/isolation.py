@@ -186,6 +186,9 @@ def _warm_up(registry: Any, specs: list[str]) -> None:
 
 #: ``0``: every worker is a fresh interpreter (no fork server)
 FORK_SERVER_ENV = "CONFORMANCE_FORK_SERVER"
+#: environment variables that change while a run goes on and that no import reads (pytest's current test):
+#: a forked worker gets their values of the moment, and they do not make the server stale
+VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 #: the names a forked worker and the fork server give themselves (``ps -o comm``, ``/proc/PID/comm``): both
 #: show the server's command line, which a fork keeps
 WORKER_NAME, FORK_SERVER_NAME = "conformance-wkr", "conformance-fs"
@@ -285,6 +288,8 @@ def _run_forked_worker(control: socket.socket, fds: list[int], request: dict[str
                 os.close(fd)
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # the worker loop reads it to the end
         os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])  # the run's environment at this spawn, as a fresh interpreter's
         deadline = time.monotonic() + ADOPTION_WAIT_S
         while os.getppid() != parent_pid and time.monotonic() < deadline:
             time.sleep(0.001)  # the middle process is exiting: then the pool's process adopts this one
@@ -374,11 +379,16 @@ class _ForkServer:
 
     def serves(self, env: dict[str, str]) -> bool:
         """Whether a worker forked now is the one a fresh interpreter would be: the server is alive and the
-        environment and directory are those its imports read."""
-        return self.process.poll() is None and env == self.env and os.getcwd() == self.cwd
+        environment (but for what changes per test: :data:`VOLATILE_ENV`) and directory are those its
+        imports read."""
+        def lasting(e: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items() if k not in VOLATILE_ENV}
 
-    def fork(self, stdin: int, reply: int, log: int, warm: list[str] | None) -> None:
-        socket.send_fds(self.control, [json.dumps({"warm": warm, "cwd": os.getcwd()}).encode()],
+        return self.process.poll() is None and lasting(env) == lasting(self.env) and os.getcwd() == self.cwd
+
+    def fork(self, stdin: int, reply: int, log: int, warm: list[str] | None, env: dict[str, str]) -> None:
+        """Ask for a worker on these file descriptors, with ``env`` as its environment (the run's now)."""
+        socket.send_fds(self.control, [json.dumps({"warm": warm, "cwd": os.getcwd(), "env": env}).encode()],
                         [stdin, reply, log])
         self.pending += 1
 
@@ -519,7 +529,7 @@ class WorkerPool:
         process: subprocess.Popen[bytes] | _Forked | None = None
         try:
             if server is not None:
-                process = self._fork(server, wfd, log)
+                process = self._fork(server, wfd, log, env)
             if process is None:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "conformance.run.isolation", "--worker", str(wfd), str(os.getpid()),
@@ -551,11 +561,11 @@ class WorkerPool:
                 return None
         return self._server
 
-    def _fork(self, server: _ForkServer, reply: int, log: IO[bytes]) -> _Forked | None:
+    def _fork(self, server: _ForkServer, reply: int, log: IO[bytes], env: dict[str, str]) -> _Forked | None:
         """Ask the fork server for a worker on these pipes; ``None`` when it is gone (a fresh interpreter then)."""
         stdin_r, stdin_w = os.pipe()
         try:
-            server.fork(stdin_r, reply, log.fileno(), self.warm)
+            server.fork(stdin_r, reply, log.fileno(), self.warm, env)
         except OSError:
             os.close(stdin_w)
             server.close(kill=True)
