@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
 from conformance.api.case import Case, Workload
-from conformance.api.step import StepOutput, depends_on_data, params_of, trace_step
+from conformance.api.step import STEP_TRACES, StepOutput, depends_on_data, params_of, trace_step
 from conformance.models.interpreter import GraphExecutor, NodeHook
 
 
@@ -23,7 +23,7 @@ class EagerStep(CompiledStep):
     def __init__(self, case: Case, workload: Workload, node_hook: NodeHook | None) -> None:
         self.trains = case.trains
         self.workload = workload
-        self.gm, _, self.param_names = trace_step(workload, case.trains)
+        self.gm, _, self.param_names = STEP_TRACES.trace(case, workload)  # the user-level model's graph
         #: the graph is one call's (traced on its values): each call is traced on its own
         self.per_call = depends_on_data(self.gm)
         #: the graph the next call runs, where it was traced for that call (the first call's: now)

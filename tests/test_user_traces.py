@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch._higher_order_ops.while_loop import while_loop
 
+from conformance.api import step
 from conformance.api.case import Case, Workload
 from conformance.run import engine
 
@@ -58,15 +59,15 @@ def _item(seed: int) -> Workload:
 
 @pytest.fixture
 def traces(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The ids of the cases :func:`engine.trace_step` traced (the memo starts empty, and is left empty)."""
+    """The ids of the cases :func:`step.trace_step` traced (the memo starts empty, and is left empty)."""
     made: list[str] = []
-    real = engine.trace_step
+    real = step.trace_step
 
     def counting(workload: Workload, trains: bool):  # type: ignore[no-untyped-def]
         made.append(type(workload.model).__name__)
         return real(workload, trains)
 
-    monkeypatch.setattr(engine, "trace_step", counting)
+    monkeypatch.setattr(step, "trace_step", counting)
     engine._USER_TRACES.clear()
     yield made
     engine._USER_TRACES.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,6 +242,53 @@ def trace_graph(fn: Callable[..., Any], args: list[torch.Tensor], model: torch.n
     if any(n.op == "get_attr" and isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes):
         _fake_values(gm, args)  # a constant's recorded value is a fake of its own, not the one its views share
     return gm
+
+
+class StepTraces:
+    """The user-level graphs this process traced, by case and by the signature of the step's arguments:
+    the engine's user-level model and the eager backend's step trace a case once between them.
+
+    A fake trace is the graph of every call whose arguments have the same shapes, dtypes and strides
+    (nothing of their values is in it), so the pairs of a case that one isolation worker runs, and the
+    probed calls of a loop (modelled one by one, for their trip counts), trace it once.  Not kept: a
+    graph traced on one call's values (:func:`depends_on_data`), or one holding tensors of the module's
+    own as constants (a step may update those in place when the graph runs).  A case is its object:
+    a shrink's candidates share an id, not a builder.  A kept graph is only read (run, modelled)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        #: by the case object's id (kept alive in the value, so the id is not reused) and the signature
+        self._graphs: OrderedDict[tuple[Any, ...], tuple[Case, torch.fx.GraphModule, list[str]]] = OrderedDict()
+
+    def trace(self, case: Case, workload: Workload) -> tuple[torch.fx.GraphModule, list[torch.Tensor], list[str]]:
+        """:func:`trace_step` of ``workload`` (a build of ``case``): the graph, its arguments, the state's names."""
+        _, args, names = functional_step(workload, case.trains)
+        key = (id(case), tuple(_signature(a) for a in args))
+        kept = self._graphs.get(key)
+        if kept is not None and kept[0] is case:
+            self._graphs.move_to_end(key)
+            return kept[1], args, kept[2]
+        gm, args, names = trace_step(workload, case.trains)
+        if not depends_on_data(gm) and not any(n.op == "get_attr" and isinstance(getattr(gm, str(n.target), None),
+                                                                               torch.Tensor)
+                                               for n in gm.graph.nodes):
+            self._graphs[key] = case, gm, names
+            while len(self._graphs) > self.size:
+                self._graphs.popitem(last=False)
+        return gm, args, names
+
+    def clear(self) -> None:
+        self._graphs.clear()
+
+
+def _signature(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return (type(t).__name__, repr(t))
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.requires_grad, t.storage_offset())
+
+
+#: this process's user-level graphs (:class:`StepTraces`)
+STEP_TRACES = StepTraces()
 
 
 class ProgramError(RuntimeError):

@@ -15,7 +15,6 @@ import contextlib
 import gc
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,14 @@ from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
 from conformance.api.result import DomainFigures, MemoryFigures, Result
 from conformance.api.step import (
+    STEP_TRACES,
     StepOutput,
     clear_grads,
     depends_on_data,
     eager_modules,
-    functional_step,
     optimizer_segment,
     params_of,
     snapshot,
-    trace_step,
     trace_user_kernels,
 )
 from conformance.api.verdict import Check, CheckName, Status, combine, registered_checks
@@ -633,7 +631,7 @@ def _user_model(case: Case, call: int, found: dict[str, torch.Tensor] | None = N
     """:func:`user_level_model` on the parameters and buffers the call ``found`` (by record name; the
     built ones without), and whether its graph depends on the values (then it is this call's only)."""
     workload = _workload_of_call(case, call, found)
-    gm, args = _USER_TRACES.trace(case, workload)
+    gm, args, _ = _USER_TRACES.trace(case, workload)
     executor = GraphExecutor(label_ranges=False)
     with torch.no_grad():
         executor.run(gm, list(args))
@@ -641,48 +639,7 @@ def _user_model(case: Case, call: int, found: dict[str, torch.Tensor] | None = N
     return model_graph(gm, executor.observation.copy(), retained), executor.observation, depends_on_data(gm)
 
 
-class _UserTraces:
-    """The user-level graphs this process traced, by case and by the signature of the step's arguments.
-
-    A fake trace is the graph of every call whose arguments have the same shapes, dtypes and strides
-    (nothing of their values is in it), so the pairs of a case that one isolation worker runs, and the
-    probed calls of a loop (modelled one by one, for their trip counts), trace it once.  Not kept: a
-    graph traced on one call's values (:func:`depends_on_data`), or one holding tensors of the module's
-    own as constants (a step may update those in place when the graph runs).  A case is its object:
-    a shrink's candidates share an id, not a builder."""
-
-    def __init__(self, size: int = 16) -> None:
-        self.size = size
-        #: by the case object's id (kept alive in the value, so the id is not reused) and the signature
-        self._graphs: OrderedDict[tuple[Any, ...], tuple[Case, torch.fx.GraphModule]] = OrderedDict()
-
-    def trace(self, case: Case, workload: Workload) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
-        _, args, _ = functional_step(workload, case.trains)
-        key = (id(case), tuple(_signature(a) for a in args))
-        kept = self._graphs.get(key)
-        if kept is not None and kept[0] is case:
-            self._graphs.move_to_end(key)
-            return kept[1], args
-        gm, args, _ = trace_step(workload, case.trains)
-        if not depends_on_data(gm) and not any(n.op == "get_attr" and isinstance(getattr(gm, str(n.target), None),
-                                                                               torch.Tensor)
-                                               for n in gm.graph.nodes):
-            self._graphs[key] = case, gm
-            while len(self._graphs) > self.size:
-                self._graphs.popitem(last=False)
-        return gm, args
-
-    def clear(self) -> None:
-        self._graphs.clear()
-
-
-def _signature(t: Any) -> Any:
-    if not isinstance(t, torch.Tensor):
-        return (type(t).__name__, repr(t))
-    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.requires_grad, t.storage_offset())
-
-
-_USER_TRACES = _UserTraces()
+_USER_TRACES = STEP_TRACES  # the user-level graphs, shared with the eager backend's steps
 
 
 def _workload_of_call(case: Case, call: int, found: dict[str, torch.Tensor] | None) -> Workload:
