@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run import reaper
+from conformance.run import isolation, reaper
 from conformance.run.isolation import FORK_SERVER_ENV, WorkerPool, describe_exit
 
 CASES = ["mlp-s-train", "mlp-s-infer", "loop-rnn-t3"]
@@ -134,3 +134,17 @@ def test_a_changed_environment_or_a_dead_server_gets_a_new_fork_server(monkeypat
         assert pool.run("mlp-s-train", spec, timeout_s=120).status == "pass"
         assert pool._server is not None and pool._server is not second
         assert pool.fork_count == pool.spawn_count == 4
+
+
+@pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
+def test_a_fork_server_that_does_not_answer_is_ended_and_workers_are_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that gives no pid in time (a preload that hangs; here, one still importing torch) is killed,
+    the worker is a fresh interpreter, and the pool forks no more."""
+    monkeypatch.setattr(isolation, "FORK_ANSWER_TIMEOUT_S", 0.01)
+    with WorkerPool() as pool:
+        assert pool.run("mlp-s-train", "eager", timeout_s=120).status == "pass"
+        assert pool._server is None and pool._no_server
+        assert pool.run("mlp-s-infer", "tests.planted_crash_backends:SegfaultBackend", timeout_s=120).status == "crash"
+        assert pool.run("mlp-s-train", "eager", timeout_s=120).status == "pass"
+        # the forked attempt, then a fresh interpreter for the first pair and another after the crash
+        assert (pool.spawn_count, pool.fork_count) == (3, 1) and pool._server is None

@@ -199,6 +199,7 @@ def _name_process(name: str) -> None:
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 ADOPTION_WAIT_S = 10.0  # the forked worker waits this long at most for this process to adopt it
+FORK_ANSWER_TIMEOUT_S = 300.0  # a fork server's imports and fork, at most (a worker's start-up allowance)
 
 
 def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None = None) -> None:
@@ -393,9 +394,14 @@ class _ForkServer:
         self.pending += 1
 
     def answer(self) -> int:
-        """The pid of the worker last asked for (-1 when the server died first)."""
+        """The pid of the worker last asked for (-1 when the server died first, or did not answer within
+        :data:`FORK_ANSWER_TIMEOUT_S`: a preload that hangs; the server is ended then)."""
+        self.control.settimeout(FORK_ANSWER_TIMEOUT_S)
         try:
             data = self.control.recv(1 << 16)
+        except TimeoutError:
+            _kill_group(self.process)
+            data = b""
         except OSError:
             data = b""
         self.pending -= 1
