@@ -445,6 +445,25 @@ def _module_sweep_calls() -> list[OpCall]:
         calls.append(OpCall(f"rrelu-train-{name}", "rrelu_with_noise",
                             lambda x, noise: aten.rrelu_with_noise.default(x, noise, 0.125, 1 / 3, True),
                             lambda x_of=x_of: (x := x_of(), torch.empty(x.shape, dtype=x.dtype))))
+    for name, bound in (("int32-same-shape", lambda: torch.zeros(5, 10, 5, dtype=torch.int32)),
+                        ("int32-broadcast", lambda: torch.zeros(10, 5, dtype=torch.int32)),
+                        ("int64-0-dim", lambda: torch.zeros((), dtype=torch.int64)),
+                        ("float32", lambda: torch.zeros(5, 10, 5))):
+        calls.append(OpCall(f"clamp-{name}", "clamp", lambda x, b: aten.clamp.Tensor(x, b, None),
+                            lambda bound=bound: (torch.randn(5, 10, 5), bound())))
+        calls.append(OpCall(f"clamp_max-{name}", "clamp_max", lambda x, b: aten.clamp_max.Tensor(x, b),
+                            lambda bound=bound: (torch.randn(5, 10, 5), bound())))
+        calls.append(OpCall(f"clamp_min-{name}", "clamp_min", lambda x, b: aten.clamp_min.Tensor(x, b),
+                            lambda bound=bound: (torch.randn(5, 10, 5), bound())))
+    for shape in ((), (5,)):
+        for order in (0, 2, float("inf")):
+            for dtype in (torch.float32, torch.float64):
+                calls.append(OpCall(f"linalg_vector_norm-{shape}-{order}-{dtype}", "linalg_vector_norm",
+                                    lambda x, order=order: aten.linalg_vector_norm.default(x, order),
+                                    lambda shape=shape, dtype=dtype: (torch.randn(shape, dtype=dtype),)))
+    for counts in ([1, 2, 0, 3], [2] * 7, [5]):
+        calls.append(OpCall(f"repeat_interleave-{counts}", "repeat_interleave", aten.repeat_interleave.Tensor,
+                            lambda counts=counts: (torch.tensor(counts),)))
     cfloat = torch.complex64
     for op in ("abs", "angle"):  # a complex temporary of the input's size; nothing for a real input
         for dtype in (cfloat, torch.complex128, torch.float32):

@@ -830,7 +830,7 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
         copies = _transposed_input_slice(x, weight, groups) + geo.channel_slice(int(weight.shape[1]),
                                                                                 grad_out.shape[2:])
         return dense + _grouped(workspace, copies, outputs, groups)
-    else:
+    else:  # not measured on stand-ins: SlowDilated3d keeps per-thread columns, which a meter's thread does not see
         raise KernelNotModelled(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
@@ -1143,6 +1143,34 @@ def upsample_aa(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
         return max((ranges(d) for d in resized), default=0)
     temp = int(x.shape[0]) * int(x.shape[1]) * int(x.shape[2]) * int(out.shape[3]) * x.element_size()
     return temp + max(ranges(3), ranges(2))
+
+
+def clamp_casts(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``clamp``/``clamp_min``/``clamp_max`` with tensor bounds (TensorIterator): a bound of another dtype
+    than the result's is cast into a temporary of its own shape (an int32 bound beside a float32 input)."""
+    if not isinstance(out, torch.Tensor):
+        return 0
+    return sum(t.numel() * out.dtype.itemsize for t in operands[1:3]
+               if isinstance(t, torch.Tensor) and t.dtype != out.dtype)
+
+
+def vector_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``linalg_vector_norm`` of a 0-dim tensor with ``ord=0`` (the count of non-zeros): a wrapped scalar
+    and its cast to the dtype; every other order and shape reduces into the result alone."""
+    x = operands[0]
+    order = operands[1] if len(operands) > 1 and operands[1] is not None else 2
+    return 8 + x.dtype.itemsize if x.dim() == 0 and order == 0 else 0
+
+
+def repeat_interleave_counts(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``repeat_interleave.Tensor`` (the counts alone, int64): the kernel indexes through their ``cumsum``,
+    one int64 per count, whatever the counts are."""
+    repeats = operands[0]
+    if target._overloadname != "Tensor" or not isinstance(repeats, torch.Tensor):
+        return 0
+    if repeats.dtype != torch.int64:
+        return 0  # int32 counts: a sequence of casts and a cumsum whose sizes follow the counts, not written here
+    return repeats.numel() * 8
 
 
 def complex_to_real(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -1534,6 +1562,9 @@ TABLE: dict[str, Entry] = {
     **dict.fromkeys((*_CHANNELS_LAST_UPSAMPLING, *_TAPS), upsample),
     "rrelu_with_noise": rrelu_eval,
     "abs": complex_to_real,
+    **dict.fromkeys(("clamp", "clamp_min", "clamp_max"), clamp_casts),
+    "linalg_vector_norm": vector_norm,
+    "repeat_interleave": repeat_interleave_counts,
     "angle": complex_to_real,
     "_embedding_bag": embedding_bag,
     "_embedding_bag_forward_only": embedding_bag,
