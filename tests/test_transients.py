@@ -1091,6 +1091,19 @@ def test_every_entry_is_measured_here_or_in_the_generated_programs_test() -> Non
     assert set(TABLE) <= {c.op for c in CALLS} | elementwise
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc_with_its_range_from_the_data_on_one_thread(dtype: torch.dtype) -> None:
+    """One thread, one bin: the two 0-dim ``aminmax`` results beside the edges outweigh the histograms."""
+    call = OpCall("histc-1-0-0-one-thread", "histc", _bound(aten.histc.default, 1, 0.0, 0.0), _made((), dtype=dtype))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        measured, modelled = _measured_extra(call)
+    finally:
+        torch.set_num_threads(threads)
+    assert measured == modelled == 4 * dtype.itemsize
+
+
 def test_an_entry_that_is_wrong_fails() -> None:
     """The comparison can fail: a convolution without its columns buffer is caught."""
     call = next(c for c in CALLS if c.name == "conv-3x3-bias1")

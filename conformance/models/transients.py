@@ -394,10 +394,12 @@ def scatter_gather(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
 def histc(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``histc`` (Histogram.cpp, HistogramKernel.cpp): the ``bins + 1`` bin edges, then one histogram
     per intra-op thread (``torch.get_num_threads()`` x ``bins``, zeroed, summed into the result), all
-    in the input's dtype; ``min == max`` first takes the input's ``aminmax`` (two 0-dim results, freed
-    before the edges are made)."""
+    in the input's dtype; ``min == max`` takes the input's ``aminmax`` beside the edges first (two 0-dim
+    results, freed before the histograms are made: the larger of the two moments counts)."""
     x, bins = operands[0], int(_argument(target, operands, "bins"))
-    return (bins + 1 + torch.get_num_threads() * bins) * x.element_size()
+    low, high = _argument(target, operands, "min"), _argument(target, operands, "max")
+    range_from_data = 2 if low == high else 0
+    return (bins + 1 + max(torch.get_num_threads() * bins, range_from_data)) * x.element_size()
 
 
 def native_dropout_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
