@@ -68,3 +68,11 @@ class WarmUpSegfaultBackend(EagerBackend):
 
     def warm_up(self) -> None:
         ctypes.string_at(0)
+
+
+class ForkPoisoningBackend(EagerBackend):
+    """Eager, with a preload module that leaves this process as one whose forked children torch refuses
+    the GPU (what an import that initialises CUDA does on a GPU machine)."""
+
+    name = "planted-fork-poisoning"
+    preload_modules = ("tests.planted_fork_poison",)

@@ -103,6 +103,20 @@ def test_a_worker_after_a_crash_is_forked_and_adopted_by_the_run() -> None:
     assert after.status == "pass", after.reason
 
 
+@pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
+def test_a_fork_server_whose_imports_initialised_a_device_forks_no_worker() -> None:
+    """A backend's preload that initialises CUDA in the server (torch then refuses CUDA in each forked
+    child): the server exits with its reason, and the pairs run in fresh interpreters, as without it."""
+    spec = "tests.planted_crash_backends:ForkPoisoningBackend"
+    with WorkerPool(warm=[spec]) as pool:
+        with pytest.warns(RuntimeWarning, match="could not use cuda"):
+            assert pool.run("mlp-s-train", spec, timeout_s=120).status == "pass"
+        assert pool.run("mlp-s-infer", spec, timeout_s=120).status == "pass"
+        assert pool._server is None and pool._no_server
+        assert "could not use cuda" in pool.fork_server_refusal
+        assert (pool.spawn_count, pool.fork_count) == (2, 1)  # the forked attempt, then one fresh interpreter
+
+
 def test_without_the_fork_server_workers_are_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FORK_SERVER_ENV, "0")
     spec = "tests.planted_crash_backends:SegfaultBackend"

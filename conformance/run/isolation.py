@@ -55,6 +55,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -193,6 +194,10 @@ VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 #: show the server's command line, which a fork keeps
 WORKER_NAME, FORK_SERVER_NAME = "conformance-wkr", "conformance-fs"
 PR_SET_NAME = 15  # <linux/prctl.h>
+#: torch.cuda.is_available() asks NVML, not the CUDA driver, with this set (torch/cuda/__init__.py)
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+#: the fork server's exit status when a child forked from it could not use a device the imports initialised
+FORK_UNSAFE_EXIT = 3
 
 
 def _name_process(name: str) -> None:
@@ -211,6 +216,10 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     die_with_parent(parent_pid)
     _name_process(FORK_SERVER_NAME)
     control = socket.socket(fileno=control_fd)
+    # torch.cuda.is_available() in an import would initialise the CUDA driver, after which torch refuses CUDA
+    # in every forked child; NVML answers the same question without that, for the imports only
+    nvml_check = os.environ.get(NVML_CHECK_ENV)
+    os.environ[NVML_CHECK_ENV] = "1"
     import torch  # noqa: F401  (the import a worker pays for)
 
     from conformance.api.adapter import discover
@@ -219,6 +228,16 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     registry = discover()
     if preload is not None:  # the run's backends (every registered one for []) name the compilers' packages
         _preload(registry, preload)
+    if nvml_check is None:
+        del os.environ[NVML_CHECK_ENV]
+    else:
+        os.environ[NVML_CHECK_ENV] = nvml_check
+    lost = devices_lost_in_a_fork()
+    if lost:
+        print(f"conformance fork server: a worker forked after these imports could not use {', '.join(lost)} "
+              "(its runtime was initialised in this process); the pool starts fresh interpreters instead",
+              file=sys.stderr, flush=True)
+        sys.exit(FORK_UNSAFE_EXIT)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
@@ -232,6 +251,31 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
             for fd in fds:
                 os.close(fd)
         control.send(json.dumps({"pid": pid}).encode())
+
+
+def devices_lost_in_a_fork() -> list[str]:
+    """The torch device runtimes a child forked from this process could not use.
+
+    torch refuses a device in a forked child ("Cannot re-initialize CUDA in forked subprocess") once the
+    parent initialised its runtime; a backend's import can do that.  A fork asks a child, which is what a
+    worker forked from here would be."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(read_end)
+            import torch
+
+            lost = [name for name in ("cuda", "xpu", "mtia")
+                    if getattr(getattr(torch, name, None), "_is_in_bad_fork", lambda: False)()]
+            os.write(write_end, json.dumps(lost).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        data = answer.read()
+    os.waitpid(child, 0)
+    return list(json.loads(data)) if data else ["an unknown device (the child could not tell)"]
 
 
 def _preload(registry: Any, specs: list[str]) -> None:
@@ -409,6 +453,18 @@ class _ForkServer:
             return -1
         return int(json.loads(data)["pid"])
 
+    def refusal(self) -> str:
+        """The server's reason, when it exited rather than fork workers that could not use a device."""
+        try:
+            code = self.process.wait(1.0)  # its control socket closed as it exited
+        except subprocess.TimeoutExpired:
+            return ""
+        if code != FORK_UNSAFE_EXIT:
+            return ""
+        size = os.fstat(self.log.fileno()).st_size
+        lines = os.pread(self.log.fileno(), min(size, 4096), max(0, size - 4096)).decode(errors="replace")
+        return lines.strip().splitlines()[-1] if lines.strip() else "the fork server refused to fork"
+
     def close(self, kill: bool = False) -> None:
         self.control.close()  # the server's loop ends at EOF
         if kill:
@@ -483,6 +539,7 @@ class WorkerPool:
     _worker: _Worker | None = field(default=None, repr=False)
     _server: _ForkServer | None = field(default=None, repr=False)
     _no_server: bool = field(default=False, repr=False)  # a forked worker failed to start: no fork server again
+    fork_server_refusal: str = ""  # why the fork server would not fork (a device its imports initialised)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -513,6 +570,9 @@ class WorkerPool:
             tail = worker.stderr_tail()
             self._discard()
             if isinstance(worker.process, _Forked) and self._server is not None:
+                self.fork_server_refusal = self._server.refusal()
+                if self.fork_server_refusal:
+                    warnings.warn(self.fork_server_refusal, RuntimeWarning, stacklevel=2)
                 self._server.close(kill=True)  # a forked worker that cannot start: fresh interpreters from now on
                 self._server, self._no_server = None, True
                 return self._ensure()
