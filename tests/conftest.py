@@ -9,6 +9,10 @@ workers on two cores, and every CLI run and isolation worker a test starts would
 OpenMP thread per core beside them (about 6% of the suite's CPU time went to that).  The
 kernels' per-thread buffers are modelled with the process's own thread count, so verdicts do
 not change; ``tests/test_transients.py`` measures those entries with two threads.
+
+A test marked ``full(ci=NODE)`` is a slower end-to-end variant of what the CI test ``NODE`` already
+checks: it runs with ``CONFORMANCE_TESTS_FULL=1`` (``tox -e tests-full``, the nightly) and is
+skipped, naming that test, in README's test command (CI's, which must stay under 15 minutes).
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ import pytest
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="conformance-tests-hypothesis-")
 os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes this one starts (xdist workers, CLI runs)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.sweep_sample import FULL_ENV, full
+
+    if full():
+        return
+    for item in items:
+        mark = item.get_closest_marker("full")
+        if mark is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"the full tier ({FULL_ENV}=1, tox -e tests-full); in CI: {mark.kwargs.get('ci')}"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

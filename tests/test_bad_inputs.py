@@ -675,6 +675,7 @@ def test_ctrl_c_keeps_verdicts_and_resume_runs_only_the_rest(hanging_run: Hangin
     assert [r.status for r in read_records(hanging_run.out / "results.jsonl").results] == ["pass", "pass", "timeout"]
 
 
+@pytest.mark.full(ci="tests/test_bad_inputs.py::test_sigterm_keeps_verdicts_and_ends_the_hung_worker")
 def test_sigkill_leaves_verdicts_for_resume_and_no_worker(hanging_run: HangingRun, tmp_path: Path) -> None:
     hanging_run.wait_until_hung()
     hanging_run.worker()

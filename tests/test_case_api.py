@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = str(Path(sys.executable).parent / "conformance")
 
@@ -104,6 +106,7 @@ def _install_case_package(tmp_path: Path) -> Path:
     return site
 
 
+@pytest.mark.full(ci="tests/test_case_api.py::test_readme_example_runs_as_written_isolated")
 def test_installed_case_package_runs_isolated_with_xdist_and_shards(tmp_path: Path) -> None:
     site = _install_case_package(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(site)}

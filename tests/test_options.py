@@ -203,6 +203,7 @@ def test_isolation_worker_finds_the_case_by_id_without_selecting(monkeypatch: py
         isolation._case("no-such-case")
 
 
+@pytest.mark.full(ci="tests/test_cli.py::test_plain_pytest_with_xdist_ships_results_from_workers")
 def test_collecting_the_suite_turns_the_plugin_on_also_under_xdist(tmp_path: Path) -> None:
     """No conformance option at all: the suite's collection (on the workers) turns the run on, and the
     xdist controller, which collects nothing, turns on when the workers report the suite's items."""

@@ -29,6 +29,7 @@ from conformance.output.report import build_page, render
 from conformance.output.triage import render_text, triage
 from conformance.output.version_matrix import version_matrix
 from conformance.run.engine import run_case
+from tests.sweep_sample import full
 
 #: names an open object may get besides the schema's own: every field name the readers know, and others
 KNOWN_NAMES = sorted({f.name for f in fields(MemoryFigures)} | {f.name for f in fields(DomainFigures)}
@@ -97,7 +98,8 @@ def _array_of_records() -> st.SearchStrategy[list[dict[str, Any]]]:
     return st.lists(record, min_size=1, max_size=3, unique_by=lambda r: (r["case"], r["backend"]))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100 if full() else 25, deadline=None,  # CI: 25 examples; the nightly: 100
+          suppress_health_check=list(HealthCheck))
 @given(_array_of_records())
 def test_every_valid_record_is_readable_by_every_reader(records: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:

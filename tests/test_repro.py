@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance.api.adapter import discover
 from conformance.api.case import resolve
 from conformance.api.result import Result
@@ -51,6 +53,7 @@ def _script(path: Path, cwd: Path, fault_off: bool = False) -> subprocess.Comple
                           env=env)
 
 
+@pytest.mark.full(ci="tests/test_cli.py::test_failing_generated_case_in_a_run_gets_a_standalone_repro")
 def test_planted_leak_shrinks_to_a_standalone_repro(tmp_path: Path) -> None:
     case = resolve(CASE)
     assert case is not None and len(case.program.ops) == 8
@@ -243,6 +246,7 @@ def test_cli_repro_shrinks_a_crash_and_its_script_exits_1_while_it_crashes(tmp_p
     assert without.returncode == 0, without.stdout + without.stderr
 
 
+@pytest.mark.full(ci="tests/test_repro.py::test_cli_repro_shrinks_a_crash_and_its_script_exits_1_while_it_crashes")
 def test_cli_repro_shows_shrink_progress_and_exits_3_when_nothing_fails(tmp_path: Path) -> None:
     def repro(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "conformance.cli", "repro", *args,

@@ -46,6 +46,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.full(ci="tests/test_nightly_recipe.py::test_two_shards_then_the_merge_report_and_history")
 def test_shards_merged_equal_the_unsharded_run(tmp_path: Path) -> None:
     # in-process pairs: isolation is not what sharding changes, and each run would start a worker
     select = ["--backend", "eager", "--case", "mlp-*", "--case", "customop-early-late-s", "--no-isolate"]
