@@ -22,6 +22,7 @@ from conformance.api.verdict import Check, CheckName, Status
 from conformance.checks.cause import cause_of, fill_cause
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.checks.mechanism import (
+    GRAPH_BREAK_NOTE,
     NAMES,
     Evidence,
     Program,
@@ -29,6 +30,7 @@ from conformance.checks.mechanism import (
     channels_last,
     extern_kernel_workspace,
     fused_kernel_outputs,
+    graph_breaks_of,
     layout_copy,
     lowering_transients,
     mechanism_of,
@@ -441,6 +443,55 @@ def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(t
     with pytest.raises(ManifestError, match="needs its bound"):  # any other memory mechanism still needs one
         path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
         load_manifest("iree-boxed", path)
+
+
+class UserGate(nn.Module):
+    """A user's model with a data-dependent branch: Dynamo splits it at ``torch.equal`` (a Python bool of the
+    values), and the frame holds ``a`` as a local across the split, where the one traced graph frees it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.exp()
+        b = a * 2
+        c = b.sin()
+        if torch.equal(a, c):
+            return a
+        return (c - b).cos()
+
+
+def test_a_users_own_model_split_by_dynamo_is_the_known_graph_break_split() -> None:
+    from conformance.api.case import Case, Workload
+    from conformance.backends.inductor import InductorBackend
+    from conformance.run.engine import RunOptions, run_case
+
+    case = Case("my-own-gate-infer", "inference", "mine", 0, lambda seed: Workload(UserGate(), (torch.randn(4, 8),)))
+    raw = run_case(case, InductorBackend(), RunOptions(steps=1))
+    assert raw.status == Status.FAIL_PEAK and "(user-graph)" in raw.reason, raw.reason
+    assert any(n.startswith(GRAPH_BREAK_NOTE + "Data dependent operator") for n in raw.notes), raw.notes
+    manifest = load_manifest("inductor")
+    r = apply(copy.deepcopy(raw), manifest)
+    assert r.status == Status.XFAIL and r.cause_parts == ["peak: graph-break-split"], (r.reason, r.cause_parts)
+    # the same excess without the break's note is no known mechanism; twice the model's peak is beyond the bound
+    unsplit = copy.deepcopy(raw)
+    unsplit.notes = [n for n in unsplit.notes if not n.startswith(GRAPH_BREAK_NOTE)]
+    assert apply(unsplit, manifest).status == Status.FAIL_PEAK
+    grown = copy.deepcopy(raw)
+    assert grown.memory is not None and grown.memory.model_peak_bytes
+    peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
+    grown.excess_bytes = peak.excess_bytes = 2 * grown.memory.model_peak_bytes + 65
+    beyond = apply(grown, manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def test_a_graph_break_is_the_split_only_for_a_peak_held_to_the_user_level_graph() -> None:
+    breaks = ("Data dependent operator Explanation: Operator `aten.equal.default` has a non-Tensor output",)
+    split = Evidence("peak", "alive past modelled death", model_source="user-graph", graph_breaks=breaks)
+    found = recognise(split)
+    assert found is not None and found.mechanism == "graph-break-split" and "aten.equal" in found.why
+    assert recognise(Evidence("peak", "alive past modelled death", model_source="user-graph")) is None
+    assert recognise(Evidence("peak", "alive past modelled death", model_source="received-graphs",
+                              graph_breaks=breaks)) is None
+    assert recognise(Evidence("residual", "still alive", model_source="user-graph", graph_breaks=breaks)) is None
+    assert graph_breaks_of(["x", GRAPH_BREAK_NOTE + "why"]) == ("why",)
 
 
 def test_every_mechanism_has_a_recogniser_that_can_answer() -> None:

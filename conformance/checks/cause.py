@@ -33,7 +33,7 @@ from typing import Any
 
 from conformance.api.result import Result
 from conformance.api.verdict import CauseFinding, Check, Status, check_spec, combine
-from conformance.checks.mechanism import Evidence, Program, mechanism_of, recognise
+from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise
 
 #: joins a cause's parts into its signature
 SEPARATOR = " + "
@@ -398,7 +398,7 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
     runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
     return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
-                    figures=figures, runtime=runtime)
+                    figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes))
 
 
 def _events(timeline: object) -> list[str]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from conformance.util.text import clip
+
 # --------------------------------------------------------------------------- the generated program
 
 #: ``fw:line 163 buf3 = ...``, ``fw:while_loop_body_graph_0#1:160 ...``, ``fw:line 210 [trip 0] ...``
@@ -192,6 +194,8 @@ class Evidence:
     figures: Mapping[str, Any] = field(default_factory=dict)  # the deciding check's figures
     #: what the backend reported of its own memory (``memory.findings``: the backward-input watch's verdict)
     runtime: Mapping[str, Any] = field(default_factory=dict)
+    #: Dynamo's graph breaks in the step (the notes that start with :data:`GRAPH_BREAK_NOTE`)
+    graph_breaks: tuple[str, ...] = ()
 
     @property
     def buffer(self) -> tuple[str, str] | None:
@@ -212,6 +216,13 @@ class Evidence:
 
 
 Recogniser = Callable[[Evidence], "str | None"]
+
+#: a result note that says Dynamo broke the step, followed by the break's reason (one note per reason)
+GRAPH_BREAK_NOTE = "Dynamo broke the step into graphs and eager code: "
+
+
+def graph_breaks_of(notes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(n[len(GRAPH_BREAK_NOTE):] for n in notes if n.startswith(GRAPH_BREAK_NOTE))
 
 
 def layout_copy(ev: Evidence) -> str | None:
@@ -247,6 +258,16 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
     if ev.finding and ev.finding.get("model_death") not in (None, "not in model"):
         return None
     return "held to the user-level graph of a while_loop under autograd; blamed storage is not in that graph"
+
+
+def graph_break_split(ev: Evidence) -> str | None:
+    """A step Dynamo split at an op it cannot trace (a data-dependent scalar, shape or value: ``equal``,
+    ``item``, ``nonzero``, ``unique``, an output of data-dependent size): compiled graphs, each with its own
+    saved activations, and eager PyTorch between them or for the rest of the frame.  No one graph is the
+    step, so the pair is held to the user-level graph, whose schedule of deaths the split does not keep."""
+    if ev.source != "peak" or ev.model_source != "user-graph" or not ev.graph_breaks:
+        return None
+    return f"Dynamo split the step ({clip(ev.graph_breaks[0], 120)}); held to the user-level graph"
 
 
 _PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
@@ -506,6 +527,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "compiled), keeping its stacked carries", while_loop_backward_eager),
     Mechanism("while-loop-host-code", "the wrapper's host while loop holds its carry list, predicate or counter "
               "past their last use", while_loop_host_code),
+    Mechanism("graph-break-split", "Dynamo split the step at an op it cannot trace: compiled graphs and eager "
+              "code between them keep values the one user-level graph frees", graph_break_split),
     Mechanism("unused-saved-tensor", "the backward unpacks a saved tensor it never reads and keeps its name",
               unused_saved_tensor),
     Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",

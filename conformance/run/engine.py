@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ from conformance.api.verdict import Check, CheckName, Status, combine, registere
 from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
+from conformance.checks.mechanism import GRAPH_BREAK_NOTE
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
 from conformance.checks.state import after_call, judge_call, make_references, state_of
@@ -515,6 +517,10 @@ def _probed_steps(
                 if note not in result.notes:
                     result.notes.append(note)
         breaks = calls.graph_breaks()
+        for reason in breaks[:3]:  # the evidence of a split step (conformance.checks.mechanism.graph_break_split)
+            note = GRAPH_BREAK_NOTE + clip(_ADDRESS.sub("", " ".join(reason.split())), 300)
+            if note not in result.notes:
+                result.notes.append(note)
         if program is not None and breaks:  # Dynamo broke the step: eager PyTorch runs part of it, outside
             program = None                   # every generated program
             reason = clip(breaks[0].strip().splitlines()[0], 200)
@@ -527,6 +533,9 @@ def _probed_steps(
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,
                                 low))
     return steps, source
+
+
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-f]+")  # an object's address in a reason: not the same twice
 
 
 def _one_trace(domain_traces: list[MemoryTrace]) -> MemoryTrace:
