@@ -71,7 +71,7 @@ import torch.utils._pytree as pytree
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep, CompileError
-from conformance.api.aot import AotRecorder, DynamoStep, snapshot
+from conformance.api.aot import AotRecorder, DynamoStep, graph_breaks, snapshot
 from conformance.api.case import Case, Workload
 from conformance.api.step import StepOutput, depends_on_data, params_of, trace_step
 from conformance.models.donation import classify
@@ -568,6 +568,7 @@ class IreeDynamoStep(DynamoStep):
         #: per received graph (its index), the MLIR source IREE compiled it from
         self.sources: dict[int, str | None] = {}
         self.cache_before = (cache.STATS.hits, cache.STATS.misses)  # the graphs compile at the first call
+        self.breaks_before = graph_breaks()
         super().__init__(case, workload, self._backend(guarded(compile_graph, "forward graph"),
                                                        guarded(compile_graph, "backward graph")))
 
@@ -596,7 +597,9 @@ class IreeDynamoStep(DynamoStep):
     def run(self) -> StepOutput:
         out = super().run()
         if not self.recorder.graphs:
-            raise CompileError("torch.compile route compiled no graph with IREE: Dynamo ran the case in eager")
+            why = [r for r, n in graph_breaks().items() if n > self.breaks_before.get(r, 0)]
+            said = f" ({' '.join(why[0].split()[:40])})" if why else ""
+            raise CompileError(f"torch.compile route compiled no graph with IREE: Dynamo ran the case in eager{said}")
         return out
 
     def _models(self, observation: Observation) -> tuple[LifetimeModel, LifetimeModel | None] | None:

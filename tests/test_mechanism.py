@@ -381,6 +381,9 @@ def test_errors_and_runtime_findings_name_their_mechanism() -> None:
      "generic-shape-mismatch"),
     ("error: 'linalg.generic' op tiling is not supported for the semi-affine indexing map: tile size 1",
      "semi-affine-tiling"),
+    ("conformance.api.adapter.CompileError: torch.compile route compiled no graph with IREE: Dynamo ran the case in "
+     "eager (Dynamic shape operator Explanation: Operator `aten.nonzero.default`'s output shape depends on input)",
+     "dynamo-eager-fallback"),
 ])
 def test_the_sweep_s_compile_errors_name_their_mechanism(error: str, mechanism: str) -> None:
     """The classes the whole op sweep showed on IREE, read from the error a pair's record keeps."""
@@ -492,6 +495,28 @@ def test_a_graph_break_is_the_split_only_for_a_peak_held_to_the_user_level_graph
                               graph_breaks=breaks)) is None
     assert recognise(Evidence("residual", "still alive", model_source="user-graph", graph_breaks=breaks)) is None
     assert graph_breaks_of(["x", GRAPH_BREAK_NOTE + "why"]) == ("why",)
+
+
+def test_a_step_dynamo_runs_in_eager_is_no_iree_compile_and_says_why() -> None:
+    """A data-dependent op (nonzero) leaves Dynamo no graph: the IREE backend's compile failure names the
+    reason Dynamo gave, and the manifests know the mechanism."""
+    from conformance.api.case import Case, Workload
+    from conformance.backends.iree import IreeBackend
+    from conformance.run.engine import RunOptions, run_case
+
+    class Nonzero(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nonzero(x)
+
+    case = Case("my-own-nonzero-infer", "inference", "mine", 0, lambda seed: Workload(Nonzero(), (torch.randn(6),)))
+    backend = IreeBackend()
+    if backend.unavailable_reason():
+        pytest.skip(backend.unavailable_reason() or "")
+    raw = run_case(case, backend, RunOptions(steps=1))
+    assert raw.status == Status.FAIL_COMPILE and "Dynamo ran the case in eager" in raw.reason, raw.reason
+    assert "aten.nonzero" in raw.reason, raw.reason
+    r = apply(copy.deepcopy(raw), load_manifest("iree"))
+    assert r.status == Status.XFAIL and r.cause_parts == ["fail-compile: dynamo-eager-fallback"], r.reason
 
 
 def test_every_mechanism_has_a_recogniser_that_can_answer() -> None:

@@ -17,6 +17,7 @@ with no code of its own:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -268,3 +269,22 @@ def _input_updates() -> int:
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     return int(getattr(metadata, "num_mutated_inp_runtime_indices", 0) or 0)
+
+
+def graph_breaks() -> dict[str, int]:
+    """Dynamo's graph breaks in this process so far, by reason (its own counters): the breaks it made, and
+    the backend compiler's failures on a graph it then left to eager PyTorch (an op the compiler cannot
+    lower, such as a data-dependent scalar: Dynamo counts those as ``unimplemented``, not as breaks)."""
+    if "torch._dynamo" not in sys.modules:
+        return {}
+    from torch._dynamo.utils import counters
+
+    breaks = {str(reason): int(n) for reason, n in counters["graph_break"].items()}
+    for reason, n in counters["unimplemented"].items():
+        if str(reason).startswith(BACKEND_COMPILER_FAILED):
+            breaks[str(reason)] = breaks.get(str(reason), 0) + int(n)
+    return breaks
+
+
+#: how Dynamo's ``unimplemented`` counter names a graph the backend compiler failed on (run eagerly then)
+BACKEND_COMPILER_FAILED = "Backend compiler exception"

@@ -533,10 +533,10 @@ MECHANISMS: tuple[Mechanism, ...] = (
               unused_saved_tensor),
     Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",
               result_tuple_held),
-    Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
-              early_gradient),
     Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
               fused_kernel_outputs),
+    Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
+              early_gradient),
     Mechanism("extern-kernel-workspace", "an extern kernel's own workspace, which no graph counts",
               extern_kernel_workspace),
     Mechanism("backward-inputs-held", "the compiled backward holds its saved inputs for the whole call",
@@ -561,6 +561,10 @@ MECHANISMS: tuple[Mechanism, ...] = (
               _error(r"auto_functionalized_v2", "the importer rejects auto_functionalized_v2")),
     Mechanism("none-result-import", "a None gradient reaches the importer as a result",
               _error(r"!torch\.none", "the importer rejects a '!torch.none' result")),
+    Mechanism("dynamo-eager-fallback", "Dynamo ran the whole step in eager PyTorch: an op it cannot trace (a "
+              "data-dependent value or shape, an in-place resize) left no graph for the backend to compile",
+              _error(r"compiled no graph with \w+: Dynamo ran the case in eager",
+                     "Dynamo ran the step in eager: no graph reached the backend")),
     Mechanism("opaque-custom-op", "an op registered only through torch.library has no lowering",
               _error(r"legalize operation '?torch\.operator\b", "an opaque torch.operator could not be legalized")),
     Mechanism("float-constant-import", "a float scalar argument imported as torch.constant.float fails to "

@@ -503,6 +503,12 @@ def _probed_steps(
             received = models.received(compiled, observation, result)
         with harness_stage("model: generated program"):
             program = models.program(compiled, observation, result)
+        breaks = calls.graph_breaks()
+        if received is not None and breaks:  # eager PyTorch runs part of the step: no received graph is all of it
+            received = None
+            note = "received graphs not held alone: Dynamo broke the step (held to the user-level model)"
+            if note not in result.notes:
+                result.notes.append(note)
         source = "received-graphs" if received is not None else "user-graph"
         held, low = received or user, None
         with harness_stage("model: user-kernels trace"):
@@ -516,7 +522,6 @@ def _probed_steps(
                         "a step whose other modules run eagerly (the step is held to the user-kernels model)")
                 if note not in result.notes:
                     result.notes.append(note)
-        breaks = calls.graph_breaks()
         for reason in breaks[:3]:  # the evidence of a split step (conformance.checks.mechanism.graph_break_split)
             note = GRAPH_BREAK_NOTE + clip(_ADDRESS.sub("", " ".join(reason.split())), 300)
             if note not in result.notes:

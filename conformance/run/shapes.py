@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from conformance.api.aot import graph_breaks
 from conformance.api.case import Case
 from conformance.checks.judge import ProbedStep
 from conformance.probes.cpu import MemoryTrace
@@ -36,25 +37,6 @@ def dynamo_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-
-
-def graph_breaks() -> dict[str, int]:
-    """Dynamo's graph breaks in this process so far, by reason (its own counters): the breaks it made, and
-    the backend compiler's failures on a graph it then left to eager PyTorch (an op the compiler cannot
-    lower, such as a data-dependent scalar: Dynamo counts those as ``unimplemented``, not as breaks)."""
-    if "torch._dynamo" not in sys.modules:
-        return {}
-    from torch._dynamo.utils import counters
-
-    breaks = {str(reason): int(n) for reason, n in counters["graph_break"].items()}
-    for reason, n in counters["unimplemented"].items():
-        if str(reason).startswith(BACKEND_COMPILER_FAILED):
-            breaks[str(reason)] = breaks.get(str(reason), 0) + int(n)
-    return breaks
-
-
-#: how Dynamo's ``unimplemented`` counter names a graph the backend compiler failed on (run eagerly then)
-BACKEND_COMPILER_FAILED = "Backend compiler exception"
 
 
 InputShapes = tuple[tuple[int, ...], ...]
