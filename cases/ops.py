@@ -539,9 +539,20 @@ def _screen_sample(op: Any, sample: Any, trains: bool, dtype: str = FLOAT32) -> 
         return f"the training loss overflows {dtype} (finite at float64: the loss squares the outputs)"
     with _quiet(), _filling_uninitialised():
         second = _run(op, sample, trains, 2, dtype)
-    if not _same(first, second):
+    differ = not _same(first, second)
+    _overwrite(second)
+    if differ:
         return "two eager runs of the same sample differ (uninitialised memory or unseeded random draws)"
     return None
+
+
+def _overwrite(out: Any) -> None:
+    """Overwrite the NaN-filled run's outputs before they are freed: the allocator hands the same memory to
+    the next uninitialised tensor of that size, whose NaN would then match a later NaN-filled run's."""
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor) and t.numel() and not t.is_complex() and t.dtype != torch.bool:
+            with torch.no_grad():
+                t.detach().fill_(7)
 
 
 def _finite_at_float64(op: Any, sample: Any, dtype: str) -> bool:
