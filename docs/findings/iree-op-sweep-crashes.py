@@ -1,0 +1,78 @@
+"""Repros: single ops whose IREE program kills the process (SIGSEGV or SIGABRT), found by the op sweep.
+
+Plain ``python docs/findings/iree-op-sweep-crashes.py NAME`` (torch + iree-turbine, no harness), NAME one
+of the repros below (no NAME: all of them).  Each runs in a child process, compiled with
+``torch.compile(backend="turbine_cpu")`` on the sweep's sample; a training repro also runs the backward
+(the sweep's step: the mean square of the op's floating output).  Exit status 1 while a child is killed
+by a signal, 0 once none is.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import torch
+
+import iree.turbine.dynamo.backends.base  # noqa: F401  (backend="turbine_cpu", an entry point of iree-turbine)
+
+
+def _step(fn, x: torch.Tensor, train: bool) -> None:  # type: ignore[no-untyped-def]
+    compiled = torch.compile(fn, backend="turbine_cpu")
+    if not train:
+        compiled(x)
+        return
+    x = x.clone().requires_grad_()
+    compiled(x).square().mean().backward()
+
+
+def sort_train() -> None:
+    """sort of 8000 values, with its backward (the sweep's op-sort-0-train; inference passes)."""
+    torch.manual_seed(0)
+    _step(lambda x: torch.sort(x).values, torch.randn(8000), train=True)
+
+
+def topk_train() -> None:
+    """topk(x, 3) of a (5, 10, 5) tensor, with its backward (op-topk-0-train)."""
+    torch.manual_seed(0)
+    _step(lambda x: torch.topk(x, 3).values, torch.randn(5, 10, 5), train=True)
+
+
+def quantile_train() -> None:
+    """quantile(x, 0.5) of a 0-d tensor, with its backward (op-quantile-*-train, nanquantile the same)."""
+    _step(lambda x: torch.quantile(x, 0.5), torch.tensor(0.25), train=True)
+
+
+def count_nonzero_0d() -> None:
+    """count_nonzero(x, dim=0) of a 0-d tensor (op-count_nonzero-1-infer)."""
+    _step(lambda x: torch.count_nonzero(x, 0), torch.tensor(0.25), train=False)
+
+
+REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d)}
+
+
+def main(names: list[str]) -> int:
+    if len(names) == 2 and names[0] == "--child":
+        REPROS[names[1]]()
+        return 0
+    unknown = [n for n in names if n not in REPROS]
+    if unknown:
+        print(f"unknown repro {unknown[0]!r}; one of: {', '.join(REPROS)}")
+        return 2
+    killed = 0
+    for name in names or list(REPROS):
+        child = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
+                               timeout=600)
+        if child.returncode < 0:
+            killed += 1
+            print(f"{name}: FAULT: killed by {signal.Signals(-child.returncode).name}")
+        elif child.returncode:
+            print(f"{name}: exit {child.returncode}: {(child.stderr.strip().splitlines() or [''])[-1][:200]}")
+        else:
+            print(f"{name}: no fault")
+    return 1 if killed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
