@@ -26,7 +26,7 @@ def _compare(name: str, fn: Callable[..., torch.Tensor], *args: torch.Tensor) ->
     except Exception as exc:  # the compiler's refusal: its first error line
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         line = next((ln for ln in lines if "Error" in ln and "raised" not in ln), type(exc).__name__)
-        print(f"{name}: FAULT: IREE does not compile it: {line.strip()[:200]} (its diagnostics: stderr)")
+        print(f"{name}: FAULT: IREE does not compile or run it: {line.strip()[:200]} (diagnostics: stderr)")
         return True
     if got.dtype != expected.dtype or got.shape != expected.shape:
         print(f"{name}: FAULT: {got.dtype} {tuple(got.shape)} where eager gives {expected.dtype} {tuple(expected.shape)}")
@@ -90,9 +90,33 @@ def renorm_last_dim() -> bool:
     return _compare("renorm-last-dim", lambda x: torch.renorm(x, 2, -1, 0.5), torch.randn(5, 5, 5))
 
 
+def max_unpool2d_padded() -> bool:
+    """max_unpool2d (kernel 3, stride 2, padding 1) into a (3, 6) output, OpInfo's second sample, whose
+    indices repeat: IREE refuses the program, "slice along dimension 2 runs out-of-bounds: 3 >= 3"."""
+    values = torch.tensor([[[[8.53, 8.53, 4.37, -0.72], [8.53, 8.62, 4.37, 1.95]],
+                            [[2.20, 6.72, 5.94, 0.80], [6.89, 6.89, 5.94, -1.83]]]])
+    indices = torch.tensor([[[[7, 7, 10, 11], [7, 14, 10, 17]], [[6, 2, 9, 5], [13, 13, 9, 17]]]])
+    return _compare("max-unpool2d-padded", lambda x, i: F.max_unpool2d(x, i, 3, 2, 1, output_size=(3, 6)),
+                    values, indices)
+
+
+def polar_0d_angle() -> bool:
+    """polar of a vector of magnitudes and a 0-d angle: "'linalg.generic' op expected operand #1 rank (0) to
+    match the result rank of indexing_map (1)" (the 0-d operand is not broadcast)."""
+    torch.manual_seed(0)
+    return _compare("polar-0d-angle", torch.polar, torch.rand(5) + 0.5, torch.tensor(0.3))
+
+
+def chalf() -> bool:
+    """Tensor.chalf() (complex32 result): the compiled call fails handing the result back (KeyError in
+    turbine's _export_torch_tensor: no torch dtype for IREE's complex<f16> element type)."""
+    return _compare("chalf", lambda x: x.chalf(), torch.tensor(0.25))
+
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negative, logcumsumexp,
                                                      interpolate_nearest_exact, max_unpool1d,
-                                                     embedding_bag_weighted_sum, renorm_last_dim)}
+                                                     embedding_bag_weighted_sum, renorm_last_dim,
+                                                     max_unpool2d_padded, polar_0d_angle, chalf)}
 
 
 def main(names: list[str]) -> int:
