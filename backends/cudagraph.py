@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from conformance.api.adapter import Backend, Capabilities, CompiledStep
-from conformance.api.aot import model_of_received, no_autograd_cache
+from conformance.api.aot import model_of_received, modelled_compile
 from conformance.api.case import Case, Workload
 from conformance.api.pools import (
     PoolCheck,
@@ -257,7 +257,7 @@ class CudaGraphStep(CompiledStep):
         torch.compiler.cudagraph_mark_step_begin()  # each run is one step of the tree
         graphs0, warm0 = tree_counts(self.device)
         probe = CudaAllocatorProbe(self.device) if len(self.runs) < SELF_PROBED_RUNS else None
-        with no_autograd_cache(), probe or contextlib.nullcontext():
+        with modelled_compile(), probe or contextlib.nullcontext():
             out = run_module_step(self.call, self.workload, self.case.trains)
         torch.cuda.synchronize()
         graphs1, warm1 = tree_counts(self.device)

@@ -144,7 +144,7 @@ class InductorBackend(Backend):
         torch._dynamo.reset()
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
-        # AOTAutograd's cache is off while the step runs (conformance.api.aot.no_autograd_cache): a hit
+        # AOTAutograd's cache is off while the step runs (conformance.api.aot.modelled_compile): a hit
         # would skip inductor's inner compile and the graphs we model. Inductor's FX graph cache
         # still applies: the models read the graph as received and the wrapper's source, both the
         # same on a hit.

@@ -339,3 +339,28 @@ def test_an_input_view_keeps_its_storage_offset_for_the_wrapper_s_relative_reint
     """
     model = model_program(program(body), [view], Observation([]))
     assert model.peak_bytes == 0 and not [s for s in model.storages if s.role == "output" and s.nbytes]
+
+
+COPY_INTO_A_SLICE = """
+    arg0_1, = args
+    args.clear()
+    buf0 = torch.ops.aten.full.default([4, 8], 0, dtype=torch.float32, layout=torch.strided, device=torch.device('cpu'))
+    buf1 = torch.ops.aten.slice.Tensor(buf0, 1, 0, 5)
+    buf2 = torch.ops.aten.copy.default(buf1, arg0_1)
+    del buf0
+    del buf1
+    return (buf2, )
+"""
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_a_fallback_op_s_result_has_its_kernel_s_storage_on_every_model(run: int) -> None:
+    """``aten.copy`` of a slice clones the slice's whole base (``clone_preserve_strides``): 4 x 8 floats,
+    not the slice's 4 x 5 extent.  FakeTensorMode's dispatch cache gives the extent on its second sight of the
+    same call, which made a generated program's model depend on the pairs modelled before it."""
+    real = torch.ops.aten.copy.default(torch.zeros(4, 8)[:, :5], torch.ones(4, 5))
+    assert real.untyped_storage().nbytes() == 4 * 8 * F32
+    for _ in range(run):
+        model = model_program(program(COPY_INTO_A_SLICE), inputs((4, 5)), Observation([]))
+    copies = [s for s in model.storages if "copy" in s.op]
+    assert [s.nbytes for s in copies] == [4 * 8 * F32]

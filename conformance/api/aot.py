@@ -164,11 +164,19 @@ def model_of_received(graphs: list[ReceivedGraph], observation: Observation,
 
 
 @contextmanager
-def no_autograd_cache() -> Iterator[None]:
-    """AOTAutograd's cache would skip the backend's compilers (and with them the graphs we model);
-    off while the harness calls the compiled step, restored after."""
-    with torch._functorch.config.patch(enable_autograd_cache=False):
+def modelled_compile() -> Iterator[None]:
+    """What the models read from a compile, kept whole while the harness calls the compiled step (restored
+    after): AOTAutograd's cache would skip the backend's compilers (and with them the graphs we model), and
+    FakeTensorMode's dispatch cache gives a result seen before the storage of its own extent, not its kernel's
+    (``aten.copy`` of a slice clones the slice's whole base), so the received graphs' storages would depend on
+    what the process traced before (:func:`conformance.models.lifetime.sizes.storage_exact_fake_mode`)."""
+    with torch._functorch.config.patch(enable_autograd_cache=False), \
+            torch._dynamo.config.patch(fake_tensor_cache_enabled=False):
         yield
+
+
+#: its name before it kept the fake-tensor storages too, for an adapter that calls it
+no_autograd_cache = modelled_compile
 
 
 class DynamoStep(CompiledStep):
@@ -197,7 +205,7 @@ class DynamoStep(CompiledStep):
         if self.mode == "mark_dynamic" and self.case.shapes is not None:
             for position, dim in self.case.shapes.dims:
                 torch._dynamo.mark_dynamic(self.workload.inputs[position], dim)
-        with no_autograd_cache():
+        with modelled_compile():
             return run_module_step(self.compiled, self.workload, self.case.trains)
 
     def optimizer_step(self, workload: Workload) -> None:
@@ -207,7 +215,7 @@ class DynamoStep(CompiledStep):
         if self._compiled_optimizer_step is None:
             self._compiled_optimizer_step = torch.compile(workload.optimizer.step, backend=self.optimizer_compiler())
         self.begin_optimizer_call()
-        with no_autograd_cache():
+        with modelled_compile():
             self._compiled_optimizer_step()
         workload.optimizer.zero_grad(set_to_none=True)
 

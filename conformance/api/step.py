@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from conformance.api.case import Case, Workload
 from conformance.models.lifetime import HOLD_UNTIL
+from conformance.models.lifetime.sizes import storage_exact_fake_mode
 from conformance.models.optimizer import OptimizerSegment, record_optimizer_step
 from conformance.models.rnn_scopes import COMPOSITES, composite_holds, onednn_holds
 from conformance.models.transients import (
@@ -507,9 +508,7 @@ def _fake_values(gm: torch.fx.GraphModule, args: list[torch.Tensor], traced: Sto
     tensor, an op with no fake kernel) gets the traced value's sizes and strides in a fresh storage, as
     large as the real kernel's where ``traced`` says (the ``k``-th call of an op is its ``k``-th node):
     ``lstsq``'s solution is a view into a copy of ``b``, ``unique``'s result a storage resized down."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = storage_exact_fake_mode(allow_non_fake_inputs=True)
 
     def fake(v: Any) -> Any:
         return mode.from_tensor(v) if isinstance(v, torch.Tensor) else v

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conformance.models.lifetime import (
@@ -50,6 +49,7 @@ from conformance.models.lifetime import (
     storage_nbytes,
 )
 from conformance.models.lifetime.accumulate import Layout, layout_of
+from conformance.models.lifetime.sizes import storage_exact_fake_mode
 from conformance.models.transients import storage_slack
 
 #: Storage roles the program is responsible for freeing (callers' inputs, the autograd
@@ -275,7 +275,7 @@ class _Interpreter:
         self.bindings: list[Binding] = []
         self.released: list[Binding] = []  # released since the last statement that did work
         self.stmt = _Statement()
-        self.fake = FakeTensorMode(allow_non_fake_inputs=False)
+        self.fake = storage_exact_fake_mode(allow_non_fake_inputs=False)
 
     # -- entry ---------------------------------------------------------------------
     def run(self, inputs: list[Any], input_vals: list[Any], donated: bool,

@@ -15,6 +15,18 @@ from conformance.models.lifetime.model import ModelError
 Symbols = dict[Any, int]
 
 
+def storage_exact_fake_mode(**kwargs: Any) -> Any:
+    """A ``FakeTensorMode`` whose results have the storages the ops' kernels make.  Its dispatch cache is
+    off: a cache hit rebuilds a result in a storage of the result's own extent, where the kernel's may be
+    larger (``aten.copy`` of a slice clones the slice's whole base; the first call says 1680 B, the same call
+    again 1656 B), so a storage's size would depend on which pairs ran before in the process."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(**kwargs)
+    mode.cache_enabled = False
+    return mode
+
+
 def storage_nbytes(t: torch.Tensor, symbols: Symbols) -> int:
     """The bytes ``t``'s storage holds, resolving symbolic sizes with observed values. Autograd's zero
     tensor (``_efficientzerotensor``: a zero gradient) states a size but its allocator allocates nothing."""
