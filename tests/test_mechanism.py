@@ -655,3 +655,30 @@ def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -
     leak = "iree-hal call 1/1's result buffer (256 B allocated; alive in it: fw:addmm_2 256 B)"
     assert recognise(Evidence("residual", "still alive: result buffer", {"producer": leak, "bytes": 256})) is None
     assert recognise(Evidence("peak", "alive past modelled death", {"producer": kept, "bytes": 64})) is None
+
+
+def _extern_copy(kernel: str, excess: int) -> Result:
+    """baddbmm-1-infer's program: ``kernel`` fills buf0 (1000 B) from a one-element input, and the extern
+    baddbmm reads it and writes buf1; blame names the extern kernel's result."""
+    program = ["fw:line 79 arg0_1, arg1_1, arg2_1 = args", "fw:line 80 args.clear()",
+               "fw:line 82 buf0 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
+               f"fw:line 85 {kernel}(arg0_1, buf0)", "fw:line 86 del arg0_1",
+               "fw:line 87 buf1 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
+               "fw:line 89 extern_kernels.baddbmm(buf0, arg1_1, arg2_1, alpha=1, beta=1, out=buf1)",
+               "fw:line 92 return (buf1, )"]
+    made = _made("buf1", "fw:line 87 buf1 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
+                 "extern_kernels.baddbmm (aten.baddbmm)", 1000)
+    return _peak_record("op-baddbmm-7-infer", program, [made], excess, peak=1000)
+
+
+def test_an_extern_kernels_operand_copied_for_it_is_bounded_by_the_copy() -> None:
+    """The copy is recognised by the kernel inductor names after the extern op it copies for, whatever the
+    case, and held to the copied operand's bytes: more is not this mechanism's."""
+    manifest = load_manifest("inductor")
+    r = apply(_extern_copy("cpp_fused_baddbmm_0", 1000), manifest)
+    assert r.cause_parts == ["peak: extern-input-copy"] and r.status == Status.XFAIL, r.reason
+    assert "buf0 is cpp_fused_baddbmm_0's copy of an operand of baddbmm" in r.reason
+    beyond = apply(_extern_copy("cpp_fused_baddbmm_0", 1001), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+    other = apply(_extern_copy("cpp_fused_mul_0", 1000), manifest)  # a kernel of the graph's own, not the copy
+    assert other.cause_parts != ["peak: extern-input-copy"] and other.status == Status.FAIL_PEAK, other.reason

@@ -28,7 +28,7 @@ from conformance.util.text import clip
 
 #: ``fw:line 163 buf3 = ...``, ``fw:while_loop_body_graph_0#1:160 ...``, ``fw:line 210 [trip 0] ...``
 _EVENT = re.compile(r"^(?:(\w+):)?(?:line \d+|[\w.]+#\d+:\d+)\s*(?:\[trip \d+\]\s*)?(.*)$")
-_ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)")
+_ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)(?:, torch\.(\w+))?")
 _ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")
 _GRAPH_INPUT = re.compile(r"^(?:arg\d+_\d+|primals_\d+)$")  # a graph input's name in inductor's wrapper
 _CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\((.*)$")
@@ -139,6 +139,18 @@ class Program:
                     return self.layout(phase, taken.group(1))
         return None
 
+    def allocated_bytes(self, phase: str, name: str) -> int:
+        """The bytes the program allocates for ``name`` (its ``empty_strided`` call's extent; 0 when not one)."""
+        for s in self.statements:
+            m = _ALLOC.match(s.text)
+            if s.phase == phase and m and m.group(1) == name:
+                shape, strides = _ints(m.group(2)), _ints(m.group(3))
+                if shape is None or strides is None:
+                    return 0
+                extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+                return extent * _ITEMSIZE.get(m.group(4) or "float32", 4)
+        return 0
+
     def input_numel(self, phase: str) -> int:
         """Elements of the graph inputs ``phase`` asserts (``arg0_1``, ``primals_1``), each counted once."""
         sizes: dict[str, int] = {}
@@ -164,6 +176,19 @@ class Program:
         """Indexes of the work statements of ``phase`` that name ``name`` (its writer among them)."""
         return [i for i, s in enumerate(self.statements)
                 if s.phase == phase and s.work and name in s.names()[1:]]
+
+    def writer_before(self, phase: str, name: str, i: int) -> int | None:
+        """The work statement before statement ``i`` that wrote ``name``: the last one naming it, else (its
+        arguments cut short by the program model) the first call after its allocation whose text was cut."""
+        named = [j for j in self.writers(phase, name) if j < i]
+        if named:
+            return named[-1]
+        allocated = next((j for j, s in enumerate(self.statements[:i]) if s.phase == phase
+                          and (m := _ALLOC.match(s.text)) is not None and m.group(1) == name), None)
+        if allocated is None:
+            return None
+        return next((j for j in range(allocated + 1, i) if self.statements[j].phase == phase
+                     and self.statements[j].work and self.statements[j].text.endswith("\u2026")), None)
 
     def allocated_before(self, i: int) -> list[str]:
         """The buffers allocated since the work statement before statement ``i`` (allocated together)."""
@@ -369,6 +394,55 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
     return None
 
 
+#: an extern kernel's or fallback op's call: ``extern_kernels.bmm(...)``, ``buf2 = torch.ops.aten.X.default(...)``
+_EXTERN_CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?(?:extern_kernels\.(\w+)|(?:torch\.ops\.)?aten\.(\w+)(?:\.\w+)?)\(")
+_OUT_ARG = re.compile(r"\bout=(\w+)")
+
+
+def _materialised_input(ev: Evidence) -> tuple[str, str, str] | None:
+    """(input, kernel, op): an extern kernel or fallback op ``op`` that writes or reads the blamed buffer and
+    reads a buffer a fused ``kernel`` named after ``op`` wrote just for it: the copy inductor makes of an
+    operand the graph passes as a view (a broadcast ``self``, ``unfold``'s windows) in the layout the kernel
+    takes.  Its origin is the extern op's node, so inductor names the copying kernel after it."""
+    where = ev.buffer
+    if where is None or ev.source != "peak":
+        return None
+    phase, blamed = where
+    statements = ev.program.statements
+    for i, s in enumerate(statements):
+        m = _EXTERN_CALL.match(s.text)
+        if s.phase != phase or not s.work or m is None:
+            continue
+        op = m.group(1) or m.group(2)
+        out = _OUT_ARG.search(s.text)
+        written = out.group(1) if out else s.text.split(" = ", 1)[0] if " = " in s.text.split("(", 1)[0] else ""
+        read = [n for n in s.names()[1:] if n != written]
+        if blamed != written and blamed not in read:
+            continue
+        for name in read:
+            writer = ev.program.writer_before(phase, name, i) if ev.program.allocated_bytes(phase, name) else None
+            kernel = statements[writer].text.split("(", 1)[0].removesuffix("\u2026") if writer is not None else ""
+            if re.fullmatch(r"\w+", kernel) and f"_{op}_" in f"{kernel}_":
+                return name, kernel, op
+    return None
+
+
+def extern_input_copy(ev: Evidence) -> str | None:
+    """An extern kernel's operand copied into a buffer of its own for it, alive beside the kernel's result where
+    the graph hands the kernel a view of a value it already holds."""
+    found = _materialised_input(ev)
+    if found is None:
+        return None
+    name, kernel, op = found
+    return f"{name} is {kernel}'s copy of an operand of {op}, which the graph passes as a view"
+
+
+def materialised_input_bytes(ev: Evidence) -> int:
+    """The copied operand's bytes: all an extern kernel's input copy can put over the model."""
+    found = _materialised_input(ev)
+    return ev.program.allocated_bytes(ev.buffer[0], found[0]) if found is not None and ev.buffer else 0
+
+
 def extern_kernel_workspace(ev: Evidence) -> str | None:
     """Storage an extern kernel allocates inside its own call (per-thread blocks, reorders), which
     no graph model counts."""
@@ -533,6 +607,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               unused_saved_tensor),
     Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",
               result_tuple_held),
+    Mechanism("extern-input-copy", "an extern kernel's operand, which the graph passes as a view (a broadcast, "
+              "unfold's windows), copied into a buffer of its own for the kernel and alive beside its result",
+              extern_input_copy, bound=materialised_input_bytes),
     Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
               fused_kernel_outputs),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",

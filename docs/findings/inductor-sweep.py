@@ -67,6 +67,26 @@ def fused_buffers() -> bool:
     return len(written) > 2
 
 
+class BroadcastBaddbmm(nn.Module):
+    def forward(self, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(bias, a, b)
+
+
+def extern_input_copy() -> bool:
+    """baddbmm with a one-element `self` (the op sweep's `baddbmm-1-infer`): eager's kernel reads the broadcast
+    view, inductor first copies it into a full-size buffer with a kernel named after baddbmm, then calls
+    `extern_kernels.baddbmm(copy, ..., out=result)`: the copy and the result are alive together, twice the peak
+    of the op (the same on `stft`: unfold's windows copied densely for `aten._fft_r2c`)."""
+    (forward,) = programs(BroadcastBaddbmm(), torch.randn(1), torch.randn(5, 5, 5), torch.randn(5, 5, 10))
+    kernel = re.search(r"(cpp_fused_\w*baddbmm\w*)\((.*)\)", forward)
+    extern = re.search(r"extern_kernels\.baddbmm\((\w+),", forward)
+    if kernel is None or extern is None or extern.group(1) not in kernel.group(2):
+        return False
+    print(f"extern-input-copy: {kernel.group(1)}({kernel.group(2)}) fills {extern.group(1)}, the broadcast "
+          f"operand extern_kernels.baddbmm reads")
+    return True
+
+
 def unused_saved() -> bool:
     """AvgPool2d training: the backward unpacks a saved tensor it never reads and never deletes, so the
     activation lives until the backward returns instead of at `args.clear()`."""
@@ -128,6 +148,7 @@ def multilabel_margin() -> bool:
 FINDINGS: dict[str, Callable[[], bool]] = {
     "layout-copy": layout_copy,
     "fused-buffers": fused_buffers,
+    "extern-input-copy": extern_input_copy,
     "unused-saved": unused_saved,
     "result-tuple": result_tuple,
     "multilabel-margin": multilabel_margin,
