@@ -682,3 +682,24 @@ def test_an_extern_kernels_operand_copied_for_it_is_bounded_by_the_copy() -> Non
     assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
     other = apply(_extern_copy("cpp_fused_mul_0", 1000), manifest)  # a kernel of the graph's own, not the copy
     assert other.cause_parts != ["peak: extern-input-copy"] and other.status == Status.FAIL_PEAK, other.reason
+
+
+def _tangent_peak(name: str, excess: int) -> Result:
+    """A backward whose program dels ``name`` (a 4 B graph input) after its last read, blamed alive past it."""
+    program = ["bw:line 145 primals_2, mul_1, tangents_1 = args", "bw:line 146 args.clear()",
+               "bw:line 147 buf0 = empty_strided_cpu((5, ), (1, ), torch.float32)",
+               "bw:line 148 cpp_fused_mul_0(tangents_1, mul_1, buf0)", "bw:line 149 del mul_1",
+               "bw:line 150 del tangents_1", "bw:line 151 return (buf0, None, )"]
+    made = {"bytes": 4, "measured_op": "(outside any operator)", "role": "tangent", "model": "generated program",
+            "producer": f"{name} (made at bw:line 145 primals_2, mul_1, tangents_1 = args)", "op": "cpp_fused_mul_0"}
+    return _peak_record("my-own-train", program, [made], excess, peak=64)
+
+
+def test_a_tangent_held_by_the_backward_call_is_bounded_by_its_bytes() -> None:
+    manifest = load_manifest("inductor")
+    r = apply(_tangent_peak("tangents_1", 4), manifest)
+    assert r.cause_parts == ["peak: tangent-held-by-call"] and r.status == Status.XFAIL, r.reason
+    beyond = apply(_tangent_peak("tangents_1", 5), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+    saved = apply(_tangent_peak("mul_1", 4), manifest)  # a saved activation, not a gradient the call receives
+    assert saved.cause_parts != ["peak: tangent-held-by-call"] and saved.status == Status.FAIL_PEAK, saved.reason

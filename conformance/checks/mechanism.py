@@ -347,6 +347,8 @@ def unused_saved_tensor(ev: Evidence) -> str | None:
 
 #: ``primals_2, mul, avg_pool2d, tangents_1 = args``, also as the program model shortens it (``= ar…``)
 _UNPACK = re.compile(r"^\w+(?:, \w+)*,? = (?:args|ar?g?…)$")
+#: the same unpack cut short before its ``= args`` (a backward with many saved tensors)
+_CUT_UNPACK = re.compile(r"^\w+(?:, \w+)+, \w*…$")
 
 
 def result_tuple_held(ev: Evidence) -> str | None:
@@ -370,6 +372,19 @@ def early_gradient(ev: Evidence) -> str | None:
         if s.phase == phase and s.text.startswith("return") and name in s.names():
             return f"{name} is a gradient the backward returns, made before the peak"
     return None
+
+
+def tangent_held_by_call(ev: Evidence) -> str | None:
+    """A gradient the compiled backward receives (``tangents_N``, unpacked from its arguments) alive after the
+    program dels it: AOTAutograd's ``CompiledFunction.backward(ctx, *grad_outputs)`` clears the argument list it
+    hands the program, and its own ``grad_outputs`` tuple holds the tangents until the call returns."""
+    where = ev.buffer
+    if where is None or ev.source != "peak" or where[0] != "bw" or not re.fullmatch(r"tangents_\d+", where[1]):
+        return None
+    made = re.search(r"\(made at (?:\w+:)?line \d+ (.*)\)$", str(ev.finding.get("producer") or ""))
+    if made is None or not (_UNPACK.match(made.group(1)) or _CUT_UNPACK.match(made.group(1))):  # a graph input
+        return None
+    return f"{where[1]}, a gradient the backward receives, is held by the call's grad_outputs until it returns"
 
 
 def fused_kernel_outputs(ev: Evidence) -> str | None:
@@ -614,6 +629,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               fused_kernel_outputs),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
               early_gradient),
+    Mechanism("tangent-held-by-call", "a gradient the compiled backward receives stays alive to the end of the "
+              "call: the runtime's grad_outputs hold it after the program dels it", tangent_held_by_call,
+              bound=blamed_bytes),
     Mechanism("extern-kernel-workspace", "an extern kernel's own workspace, which no graph counts",
               extern_kernel_workspace),
     Mechanism("backward-inputs-held", "the compiled backward holds its saved inputs for the whole call",
