@@ -703,3 +703,20 @@ def test_a_tangent_held_by_the_backward_call_is_bounded_by_its_bytes() -> None:
     assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
     saved = apply(_tangent_peak("mul_1", 4), manifest)  # a saved activation, not a gradient the call receives
     assert saved.cause_parts != ["peak: tangent-held-by-call"] and saved.status == Status.FAIL_PEAK, saved.reason
+
+
+def test_a_fused_kernel_writing_a_buffer_under_the_name_it_was_reused_as_is_its_writer() -> None:
+    """Inductor reuses a buffer under the name of the value it will hold (``buf5 = buf3; del buf3``): the
+    fused kernel writes ``buf5``, which is ``buf3`` allocated beside ``buf4``."""
+    def record(rename: str) -> Result:
+        program = ["fw:line 1 arg0_1, = args", "fw:line 2 args.clear()",
+                   "fw:line 3 buf3 = empty_strided_cpu((), (), torch.float32)",
+                   "fw:line 4 buf4 = empty_strided_cpu((), (), torch.float32)", rename,
+                   "fw:line 6 cpp_fused_add_mean_pow_1(buf5, arg0_1, buf4)", "fw:line 7 return (buf5, )"]
+        made = _made("buf3", "fw:line 3 buf3 = empty_strided_cpu((), (), torch.float32)", "cpp_fused_add_mean_pow_1", 4)
+        return _peak_record("my-own-train", program, [made], 4, peak=64)
+
+    renamed = cause_of(record("fw:line 5 buf5 = buf3; del buf3"))
+    assert renamed is not None and renamed.parts == ("peak: fused-kernel-outputs",), renamed
+    other = cause_of(record("fw:line 5 buf5 = buf4"))  # buf5 is another buffer: buf3 is not what it writes
+    assert other is not None and other.parts != ("peak: fused-kernel-outputs",), other

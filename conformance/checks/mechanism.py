@@ -190,6 +190,18 @@ class Program:
         return next((j for j in range(allocated + 1, i) if self.statements[j].phase == phase
                      and self.statements[j].work and self.statements[j].text.endswith("\u2026")), None)
 
+    def renames(self, phase: str, name: str, before: int) -> set[str]:
+        """The names the wrapper gives ``name``'s buffer before statement ``before`` (``buf5 = buf3; del buf3``:
+        inductor's reuse of a buffer under the name of the value it will hold), followed to the last."""
+        found: set[str] = set()
+        current = {name}
+        for s in self.statements[:before]:
+            m = re.match(r"^(\w+) = (\w+)(?:; del \2)?$", s.text)
+            if s.phase == phase and m and m.group(2) in current:
+                found.add(m.group(1))
+                current.add(m.group(1))
+        return found
+
     def allocated_before(self, i: int) -> list[str]:
         """The buffers allocated since the work statement before statement ``i`` (allocated together)."""
         names = []
@@ -402,9 +414,10 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
         if s.phase != phase or not s.work or not re.fullmatch(r"\w+", callee):
             continue  # an assignment from a call, an extern kernel, an op: not a fused kernel's own call
         if not (writer and s.calls(writer)) and name not in s.names()[1:]:
-            continue
+            continue  # (a buffer the wrapper renamed for reuse is written under its new name: renames())
         together = ev.program.allocated_before(i)
-        if name in together and len(together) >= 2 and (name in s.names() or s.text.endswith("\u2026")):
+        named = name in s.names() or bool(ev.program.renames(phase, name, i) & set(s.names()))
+        if name in together and len(together) >= 2 and (named or s.text.endswith("\u2026")):
             return f"{name} is one of {len(together)} buffers allocated together before the fused kernel writing them"
     return None
 
