@@ -720,3 +720,24 @@ def test_a_fused_kernel_writing_a_buffer_under_the_name_it_was_reused_as_is_its_
     assert renamed is not None and renamed.parts == ("peak: fused-kernel-outputs",), renamed
     other = cause_of(record("fw:line 5 buf5 = buf4"))  # buf5 is another buffer: buf3 is not what it writes
     assert other is not None and other.parts != ("peak: fused-kernel-outputs",), other
+
+
+def test_a_fused_kernels_bound_grows_with_the_buffers_it_keeps_together() -> None:
+    """bicubic's backward: one kernel writes 17 tap buffers allocated together, 4176 B over a 2864 B model
+    peak. The entry's half of the model peak alone (1432 B) would fail it; half of the peak and the buffers
+    allocated together (17 x 384 B) holds it, and an excess beyond that still fails."""
+    manifest = load_manifest("inductor")
+
+    def record(excess: int) -> Result:
+        r = _fused("op-bicubic-7-train", "cpp_fused__unsafe_index_put_add_0", 17, 96)
+        assert r.memory is not None
+        r.memory.model_peak_bytes = 2864
+        r.excess_bytes = r.checks[0].excess_bytes = excess
+        return r
+
+    cause = cause_of(record(4176))
+    assert cause is not None and cause.scale("peak: fused-kernel-outputs") == 17 * 384
+    held = apply(record(4176), manifest)
+    assert held.status == Status.XFAIL, held.reason
+    beyond = apply(record((2864 + 17 * 384) // 2 + 1), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason

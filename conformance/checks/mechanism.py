@@ -399,11 +399,8 @@ def tangent_held_by_call(ev: Evidence) -> str | None:
     return f"{where[1]}, a gradient the backward receives, is held by the call's grad_outputs until it returns"
 
 
-def fused_kernel_outputs(ev: Evidence) -> str | None:
-    """One fused kernel writing several buffers that are all allocated before it runs, so they are
-    alive together where the graphs' op-by-op schedule has fewer.  The kernel is the one the blamed
-    buffer's writer names, called right after the run of allocations the buffer is in; its call
-    names the buffer (or is cut short where the program model shortened a long statement)."""
+def _fused_together(ev: Evidence) -> list[str] | None:
+    """The buffers allocated together before the fused kernel that writes the blamed buffer (``None``: not one)."""
     where = ev.buffer
     if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
         return None
@@ -418,8 +415,28 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
         together = ev.program.allocated_before(i)
         named = name in s.names() or bool(ev.program.renames(phase, name, i) & set(s.names()))
         if name in together and len(together) >= 2 and (named or s.text.endswith("\u2026")):
-            return f"{name} is one of {len(together)} buffers allocated together before the fused kernel writing them"
+            return together
     return None
+
+
+def fused_kernel_outputs(ev: Evidence) -> str | None:
+    """One fused kernel writing several buffers that are all allocated before it runs, so they are
+    alive together where the graphs' op-by-op schedule has fewer.  The kernel is the one the blamed
+    buffer's writer names, called right after the run of allocations the buffer is in; its call
+    names the buffer (or is cut short where the program model shortened a long statement)."""
+    together = _fused_together(ev)
+    if together is None or ev.buffer is None:
+        return None
+    return f"{ev.buffer[1]} is one of {len(together)} buffers allocated together before the fused kernel writing them"
+
+
+def fused_buffers_bytes(ev: Evidence) -> int:
+    """The bytes of the buffers allocated together for the fused kernel: what fusion keeps alive at once grows
+    with how many values one kernel writes (bicubic's backward: 17 taps), not with the model's peak."""
+    together = _fused_together(ev)
+    if together is None or ev.buffer is None:
+        return 0
+    return sum(ev.program.allocated_bytes(ev.buffer[0], n) for n in together)
 
 
 #: an extern kernel's or fallback op's call: ``extern_kernels.bmm(...)``, ``buf2 = torch.ops.aten.X.default(...)``
@@ -639,7 +656,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "unfold's windows), copied into a buffer of its own for the kernel and alive beside its result",
               extern_input_copy, bound=materialised_input_bytes),
     Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
-              fused_kernel_outputs),
+              fused_kernel_outputs, scale=fused_buffers_bytes),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
               early_gradient),
     Mechanism("tangent-held-by-call", "a gradient the compiled backward receives stays alive to the end of the "
