@@ -170,8 +170,9 @@ def modelled_compile() -> Iterator[None]:
     FakeTensorMode's dispatch cache gives a result seen before the storage of its own extent, not its kernel's
     (``aten.copy`` of a slice clones the slice's whole base), so the received graphs' storages would depend on
     what the process traced before (:func:`conformance.models.lifetime.sizes.storage_exact_fake_mode`)."""
-    with torch._functorch.config.patch(enable_autograd_cache=False), \
-            torch._dynamo.config.patch(fake_tensor_cache_enabled=False):
+    fake_cache: dict[str, Any] = {"fake_tensor_cache_enabled": False} \
+        if hasattr(torch._dynamo.config, "fake_tensor_cache_enabled") else {}  # a torch without it: nothing to turn off
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._dynamo.config.patch(fake_cache):
         yield
 
 
