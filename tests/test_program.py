@@ -364,3 +364,18 @@ def test_a_fallback_op_s_result_has_its_kernel_s_storage_on_every_model(run: int
         model = model_program(program(COPY_INTO_A_SLICE), inputs((4, 5)), Observation([]))
     copies = [s for s in model.storages if "copy" in s.op]
     assert [s.nbytes for s in copies] == [4 * 8 * F32]
+
+
+def test_the_compile_the_received_graphs_come_from_makes_kernel_storages() -> None:
+    """The received graphs' fake values come from Dynamo's own FakeTensorMode: inside the harness's compile it
+    runs without the dispatch cache, so ``aten.copy`` of a slice is its base's size however often it was seen."""
+    from conformance.api.aot import modelled_compile
+
+    def copied() -> int:
+        mode = FakeTensorMode()  # made as Dynamo makes its own, reading the config
+        with mode:
+            base = torch.empty(4, 8)
+            return torch.ops.aten.copy.default(base[:, :5], torch.empty(4, 5)).untyped_storage().nbytes()
+
+    with modelled_compile():
+        assert [copied(), copied()] == [4 * 8 * F32] * 2
