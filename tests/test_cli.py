@@ -233,3 +233,26 @@ def test_failing_generated_case_in_a_run_gets_a_standalone_repro(tmp_path: Path)
     assert script.exists() and script.parent == tmp_path / "out" / "repros"
     text = script.read_text()
     assert "import torch" in text and "conformance.run.engine" not in text
+
+
+def test_reading_commands_and_refused_options_answer_without_loading_torch(tmp_path: Path) -> None:
+    """``report``, ``merge``, ``diff``, ``triage`` and ``coverage`` read records, and a run refused for its
+    options or its ``--out`` refuses before the cases load: none of them imports torch (seconds, every time
+    a dashboard job or a typo calls the command)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("")
+    (tmp_path / "a-file").write_text("")
+    probe = ("import sys\nfrom conformance.cli.main import main\ncode = main(sys.argv[1:])\n"
+             "print('torch loaded' if 'torch' in sys.modules else 'torch not loaded', code)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for args in [("diff", "out", "out"), ("merge", "out", "-o", "merged"), ("triage", "out", "--no-history"),
+                 ("coverage", "out"), ("report", "out", "-o", "report"),
+                 ("run", "--backend", "eager", "--bogus-option"), ("run", "--backend", "eager", "--out", "a-file")]:
+        proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert proc.stdout.strip().splitlines()[-1].startswith("torch not loaded"), (args, proc.stdout, proc.stderr)
+    # the check can fail: a command that selects cases loads torch
+    proc = subprocess.run([sys.executable, "-c", probe, "list", "cases", "--case", "mlp-s-*"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.stdout.strip().splitlines()[-1] == "torch loaded 0", proc.stderr

@@ -20,12 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from conformance.api.adapter import BackendError
-from conformance.api.case import Case, CaseError
 from conformance.checks.manifest import ManifestError
 from conformance.output.outdir import OutDirError, RunDir, check_target, claim
 from conformance.run.options import (
@@ -39,11 +37,14 @@ from conformance.run.options import (
     pytest_flag,
     validate,
 )
-from conformance.run.runner import Selection, select, shard_pairs
 from conformance.run.stats import RunStats
 from conformance.util import phases
 from conformance.util.paths import caches_outside_tmp
 from conformance.util.text import did_you_mean, printable
+
+if TYPE_CHECKING:  # torch comes with these: only the commands that select cases import them
+    from conformance.api.case import Case
+    from conformance.run.runner import Selection
 
 EXIT_USAGE = 2
 #: pytest's exit codes the CLI translates.
@@ -129,7 +130,9 @@ def _add_cases_argument(parser: argparse.ArgumentParser) -> None:
 
 def _load_case_sources(sources: list[str]) -> None:
     """``--cases`` sources, loaded before anything selects cases (workers inherit them)."""
-    from conformance.api.case import load_source
+    if not sources:
+        return
+    from conformance.api.case import CaseError, load_source
 
     try:
         for source in sources:
@@ -144,10 +147,7 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
         BY_NAME["generated"].checked(generated, Values.of_mapping("cli", {"generated": generated}))
     except OptionError as exc:
         raise UsageFailure(str(exc)) from None
-    try:
-        selection = select(backends, cases, generated, seed)
-    except (BackendError, CaseError, ManifestError) as exc:
-        raise UsageFailure(str(exc)) from None
+    selection = _select(backends, cases, generated, seed)
     if build:
         for case in _shard_cases(selection, shard, shard_durations):
             try:
@@ -159,12 +159,26 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
     return selection
 
 
+def _select(backends: list[str], cases: list[str], generated: int = 0, seed: int = 0) -> Selection:
+    """The run's backends and cases, a refusal as one usage line.  This is where the CLI imports torch and
+    the backends: ``report``, ``merge``, ``diff``, ``triage`` and ``coverage`` never select, and start at once."""
+    from conformance.api.adapter import BackendError
+    from conformance.api.case import CaseError
+    from conformance.run.runner import select
+
+    try:
+        return select(backends, cases, generated, seed)
+    except (BackendError, CaseError, ManifestError) as exc:
+        raise UsageFailure(str(exc)) from None
+
+
 def _shard_cases(selection: Selection, shard: str | None, durations: str | None) -> list[Case]:
     """The cases a run builds before pytest starts (to refuse one that cannot build, in one line): with
     ``--shard``, those of the shard's pairs only; a shard of the op sweep would otherwise build all of
     its 2,300 cases first, for minutes, on every machine of a sharded nightly."""
     if shard is None:
         return selection.cases
+    from conformance.run.runner import shard_pairs
     from conformance.run.sharding import Shard
 
     chosen = shard_pairs(selection.pairs(), Shard.parse(shard), Path(durations) if durations else None)
@@ -175,13 +189,14 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     started = phases.STARTED if phases.STARTED is not None else time.perf_counter()
     out = Path(args.out)
     _check_run_options(args)
+    _check_pytest_options(extra)  # a typo in an option is the first thing to hear of, not the folder
+    try:
+        check_target(out)  # said in a second: torch and the cases load next, and take seconds
+    except OutDirError as exc:
+        raise UsageFailure(str(exc)) from None
     _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
               shard=args.shard, shard_durations=args.shard_durations)
-    try:
-        run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
-    except UsageFailure:
-        _check_pytest_options(extra)  # a typo in an option is the first thing to hear of, not the folder
-        raise
+    run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
     timing: dict[str, float] = {}
     finished = _RunFinished()
     try:
@@ -437,6 +452,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
+    from conformance.api.adapter import BackendError
+    from conformance.api.case import CaseError
     from conformance.run.repro import main_repro
 
     db = Path(args.hypothesis_db) if args.hypothesis_db else Path(DEFAULT_OUT) / ".hypothesis"
@@ -507,10 +524,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, problem in BROKEN_PLUGINS.items():
             _say(f"case plugin {name}: broken: {problem}")
         return 0
-    try:
-        selection = select(args.backend, ["*"] if not args.case else args.case)
-    except (BackendError, CaseError, ManifestError) as exc:
-        raise UsageFailure(str(exc)) from None
+    selection = _select(args.backend, ["*"] if not args.case else args.case)
     registry = selection.registry
     backends = selection.backends if args.backend else list(registry.backends.values())
     for b in backends:
