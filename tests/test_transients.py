@@ -246,6 +246,19 @@ def _calls() -> list[OpCall]:
             calls.append(OpCall(f"flash-attention-backward-{tag}",
                                 "_scaled_dot_product_flash_attention_for_cpu_backward", sdpa_bw, bw_args))
     calls.extend(_module_sweep_calls())
+    # a reduced-precision sum over all elements copies to float32 only where TensorIterator keeps two or more
+    # dimensions: a transposed, permuted or evenly strided input is one run (tests/test_generated_eager.py's
+    # bfloat16 sum of a transposed relu found the rule that said "not contiguous")
+    for layout, view in [("transposed", lambda t: t.t()), ("step2-cols", lambda t: t[:, ::2]),
+                         ("step2-both", lambda t: t[::2, ::2]), ("sliced-cols", lambda t: t[:, :3]),
+                         ("expanded", lambda t: t[:, :1].expand(8, 5)), ("size1-dim", lambda t: t[:, None, ::2]),
+                         ("permuted", lambda t: t.reshape(2, 4, 6).permute(2, 0, 1))]:
+        for dtype in (torch.bfloat16, torch.float16):
+            def viewed(view: Callable[[torch.Tensor], torch.Tensor] = view, dtype: torch.dtype = dtype
+                       ) -> tuple[Any, ...]:
+                return (view(torch.randn(8, 6, dtype=dtype)),)
+
+            calls.append(OpCall(f"sum-{layout}-{dtype}", "sum", aten.sum.default, viewed))
     return calls
 
 

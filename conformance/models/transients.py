@@ -255,16 +255,32 @@ def _mean_division(x: torch.Tensor) -> int:
 def sum_(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
     """``sum`` whose result dtype differs from the input's (``sum`` of a bool mask is int64)
     first casts the input into a temporary of the result dtype; ``sum`` over all elements of a
-    non-contiguous bfloat16/float16 tensor reduces a float32 copy of the input into a float32
-    result, then casts."""
+    bfloat16/float16 tensor that TensorIterator cannot walk as one run (ReduceOps.cpp
+    ``should_use_acc_buffer``: two or more dimensions left, :func:`_coalesced_ndim`) reduces a float32
+    copy of the input into a float32 result, then casts.  A transposed or permuted tensor is one run,
+    as is an evenly strided one: no copy, though neither is contiguous."""
     x = operands[0]
     if not isinstance(out, torch.Tensor):
         return 0
     if out.dtype != x.dtype:
         return x.numel() * out.dtype.itemsize
-    if target._overloadname == "default" and x.dtype in REDUCED_FLOATS and not x.is_contiguous():
+    if target._overloadname == "default" and x.dtype in REDUCED_FLOATS and _coalesced_ndim(x) >= 2:
         return 4 * x.numel() + 4
     return 0
+
+
+def _coalesced_ndim(x: torch.Tensor) -> int:
+    """The dimensions TensorIterator keeps for a reduction over all of ``x``'s: size-1 dimensions
+    dropped, the others ordered by stride and merged where one continues the next
+    (``reorder_dimensions`` and ``coalesce_dimensions``; the output's strides are all 0 and merge)."""
+    kept = 0
+    run: tuple[int, int] | None = None  # (stride, size) of the dimension being merged into
+    for stride, size in sorted((int(st), int(sz)) for sz, st in zip(x.shape, x.stride(), strict=True) if int(sz) != 1):
+        if run is not None and run[0] * run[1] == stride:
+            run = (run[0], run[1] * size)
+        else:
+            kept, run = kept + 1, (stride, size)
+    return kept
 
 
 # --------------------------------------------------------------------------- sorting, selection, reductions
