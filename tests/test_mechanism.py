@@ -741,3 +741,35 @@ def test_a_fused_kernels_bound_grows_with_the_buffers_it_keeps_together() -> Non
     assert held.status == Status.XFAIL, held.reason
     beyond = apply(record((2864 + 17 * 384) // 2 + 1), manifest)
     assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def _read_late(after_kernel: list[str], excess: int, reads: str = "saved_1") -> Result:
+    """matrix_exp's backward in small: the fused kernel reads the saved ``saved_1`` (the pow backward fused into
+    it) and writes the block matrices allocated before it; the program dels ``saved_1`` at ``bw:line 210``."""
+    program = ["bw:line 200 primals_1, saved_1, tangents_1 = args", "bw:line 201 args.clear()",
+               "bw:line 202 buf0 = empty_strided_cpu((5, 10), (10, 1), torch.float32)",
+               "bw:line 203 buf1 = empty_strided_cpu((10, 10), (10, 1), torch.float32)",
+               f"bw:line 204 cpp_fused_cat_mul_pow_0(primals_1, {reads}, tangents_1, buf0, buf1)",
+               "bw:line 205 del buf0", *after_kernel, "bw:line 210 del saved_1",
+               "bw:line 211 buf2 = torch.ops.aten.linalg_matrix_exp.default(buf1)", "bw:line 212 return (buf2, )"]
+    made = {"bytes": 100, "measured_op": "aten::empty", "role": "saved", "model": "generated program",
+            "producer": "buf3 (made at fw:line 148 buf3 = torch.ops.aten.linalg_matrix_exp.default(buf2))",
+            "op": "torch.ops.aten.linalg_matrix_exp.default", "measured_death": "alive at measured peak",
+            "model_death": "after bw:line 210 del saved_1 (event 42)"}
+    return _peak_record("my-own-train", program, [made], excess, peak=808)
+
+
+def test_a_buffer_read_last_by_a_fused_kernel_is_alive_beside_its_buffers_and_bounded_by_its_bytes() -> None:
+    manifest = load_manifest("inductor")
+    r = apply(_read_late([], 100), manifest)
+    assert r.cause_parts == ["peak: fused-input-read-late"] and r.status == Status.XFAIL, r.reason
+    assert "saved_1 is read last by the fused kernel cpp_fused_cat_mul_pow_0" in r.reason, r.reason
+    beyond = apply(_read_late([], 101), manifest)  # one byte more than the buffer itself
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+    # a backend that keeps it past that kernel (work between the reader and the release) is not fusion
+    kept = apply(_read_late(["bw:line 206 buf4 = empty_strided_cpu((5, 5), (5, 1), torch.float32)",
+                             "bw:line 207 cpp_fused_add_1(buf1, buf4)", "bw:line 208 del buf4"], 100), manifest)
+    assert kept.cause_parts != ["peak: fused-input-read-late"] and kept.status == Status.FAIL_PEAK, kept.reason
+    # nor is a kernel that does not read it
+    unread = apply(_read_late([], 100, reads="primals_1"), manifest)
+    assert unread.cause_parts != ["peak: fused-input-read-late"] and unread.status == Status.FAIL_PEAK, unread.reason

@@ -430,6 +430,49 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
     return f"{ev.buffer[1]} is one of {len(together)} buffers allocated together before the fused kernel writing them"
 
 
+_RELEASED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) del ([\w, ]+?)(?: \(event \d+\))?$")
+
+
+def _fused_reader(ev: Evidence) -> tuple[str, str] | None:
+    """The blamed buffer's name where the program releases it, and the fused kernel that reads it last, when
+    the program's ``del`` of it comes right after that kernel (no work between) and the kernel's buffers are
+    allocated before it runs: fusion moved the buffer's last use to a kernel that writes later values."""
+    if ev.buffer is None or ev.source != "peak":
+        return None
+    released = _RELEASED_AT.match(str(ev.finding.get("model_death") or ""))
+    if released is None:
+        return None
+    phase, names = released.group(1), [n.strip() for n in released.group(2).split(",")]
+    statements = ev.program.statements
+    for i, s in enumerate(statements):
+        if s.phase != phase or not s.text.startswith("del ") or \
+                [n.strip() for n in s.text.removeprefix("del ").split(",")] != names:
+            continue
+        k = next((j for j in range(i - 1, -1, -1) if statements[j].phase == phase and statements[j].work), None)
+        if k is None:
+            return None
+        kernel = statements[k]
+        callee = kernel.text.split("(", 1)[0].removesuffix("\u2026")
+        if not re.fullmatch(r"\w+", callee) or not ev.program.allocated_before(k):
+            return None  # not a fused kernel's own call, or one that writes no buffer of its own
+        read = [n for n in names if n in kernel.names()[1:]]
+        if not read and kernel.text.endswith("\u2026"):  # the program model cut the call's arguments short
+            read = names
+        return (read[0], callee) if read else None
+    return None
+
+
+def fused_input_read_late(ev: Evidence) -> str | None:
+    """A buffer the graph's schedule frees after an early op, which inductor fused into a later kernel: the
+    program frees it right after that kernel, whose buffers are allocated before it runs, so it is alive beside
+    them.  The program releases it at its (moved) last use; a backend that kept it longer would not."""
+    found = _fused_reader(ev)
+    if found is None:
+        return None
+    return (f"{found[0]} is read last by the fused kernel {found[1]} and freed right after it, beside that kernel's "
+            "buffers")
+
+
 def fused_buffers_bytes(ev: Evidence) -> int:
     """The bytes of the buffers allocated together for the fused kernel: what fusion keeps alive at once grows
     with how many values one kernel writes (bicubic's backward: 17 taps), not with the model's peak."""
@@ -659,6 +702,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               fused_kernel_outputs, scale=fused_buffers_bytes),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
               early_gradient),
+    Mechanism("fused-input-read-late", "a buffer an early op reads is read last by the later kernel that op was "
+              "fused into, and stays alive beside that kernel's buffers", fused_input_read_late,
+              bound=blamed_bytes),
     Mechanism("tangent-held-by-call", "a gradient the compiled backward receives stays alive to the end of the "
               "call: the runtime's grad_outputs hold it after the program dels it", tangent_held_by_call,
               bound=blamed_bytes),
