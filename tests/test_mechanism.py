@@ -773,3 +773,39 @@ def test_a_buffer_read_last_by_a_fused_kernel_is_alive_beside_its_buffers_and_bo
     # nor is a kernel that does not read it
     unread = apply(_read_late([], 100, reads="primals_1"), manifest)
     assert unread.cause_parts != ["peak: fused-input-read-late"] and unread.status == Status.FAIL_PEAK, unread.reason
+
+
+def _fused_nothing_blamed(excess: int, exact: bool = True, kernel: str = "cpp_fused_index_reduce_0") -> Result:
+    """index_reduce.mean's program: one fused kernel writes three 4 B buffers, all allocated before it runs, so
+    blame (which names one allocation) cannot pick one of them and names nothing.  The measured peak (12 B) is
+    the program's, at its third allocation, ``excess`` over the model."""
+    program = [("fw:line 124 arg0_1, arg1_1, arg2_1 = args", 0), ("fw:line 125 args.clear()", 0),
+               ("fw:line 127 buf0 = empty_strided_cpu((1, ), (1, ), torch.float32)", 4),
+               ("fw:line 130 buf2 = empty_strided_cpu((1, ), (1, ), torch.float32)", 8),
+               ("fw:line 131 buf4 = empty_strided_cpu((), (), torch.float32)", 12),
+               (f"fw:line 132 {kernel}(arg0_1, arg1_1, arg2_1, buf0, buf2, buf4)", 12),
+               ("fw:line 133 del buf0", 8), ("fw:line 134 del buf2", 4), ("fw:line 136 return (buf4, )", 4)]
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak 12 B > model peak",
+                 {"model_source": "received-graphs", "measured_peak_bytes": 12, "model_peak_bytes": 12 - excess},
+                 [], excess)
+    followed = Check(CheckName.PROGRAM, Status.PASS if exact else Status.FAIL_PEAK, "",
+                     {"timeline": "exact" if exact else "differs", "program_peak_bytes": 12})
+    memory = MemoryFigures(model_peak_bytes=12 - excess, measured_peak_bytes=12, model_source="received-graphs",
+                           program_timeline=program)
+    return Result("my-own-infer", "inductor", Status.FAIL_PEAK, checks=[peak, followed], excess_bytes=excess,
+                  memory=memory)
+
+
+def test_a_fused_kernels_buffers_of_one_size_are_recognised_at_the_programs_peak_with_nothing_blamed() -> None:
+    """Blame names one allocation; three of 4 B each, allocated together for one kernel, give it none to name.
+    The program the measurement follows exactly peaks allocating them, so the excess is the fusion's, up to
+    the buffers less the one any schedule holds there (8 B).  Not where the measurement departs from the
+    program, nor where the next call is no fused kernel, nor for more excess than the buffers can make."""
+    manifest = load_manifest("inductor")
+    r = apply(_fused_nothing_blamed(4), manifest)
+    assert r.cause_parts == ["peak: fused-kernel-outputs"] and r.status == Status.XFAIL, r.reason
+    assert "buf4 is one of 3 buffers allocated together" in r.reason
+    for near in (_fused_nothing_blamed(9), _fused_nothing_blamed(4, exact=False),
+                 _fused_nothing_blamed(4, kernel="extern_kernels.mm")):
+        judged = apply(near, manifest)
+        assert judged.cause_parts != ["peak: fused-kernel-outputs"] and judged.status == Status.FAIL_PEAK, judged.reason

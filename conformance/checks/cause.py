@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.api.result import Result
-from conformance.api.verdict import CauseFinding, Check, Status, check_spec, combine
+from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
 from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise
 
 #: joins a cause's parts into its signature
@@ -389,7 +389,8 @@ def raw_status(result: Result) -> Status:
 
 def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     memory = result.memory
-    events = _events(memory.program_timeline) if memory is not None else []
+    events: list[str | tuple[str, int | None]] = \
+        list(_held(memory.program_timeline)) if memory is not None else []
     if not events and check is not None:  # no timeline recorded: the statements the findings name
         events = [str(b[k]) for b in check.blamed if isinstance(b, dict)
                   for k in ("last_use", "should_die_before", "freed_after") if b.get(k)]
@@ -397,8 +398,19 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
     runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
+    program = next((c for c in result.checks if c.name == CheckName.PROGRAM), None)
+    exact = program is not None and program.status == Status.PASS and isinstance(program.figures, dict) \
+        and program.figures.get("timeline") == "exact"
     return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
-                    figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes))
+                    figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes), program_exact=exact)
+
+
+def _held(timeline: object) -> list[tuple[str, int | None]]:
+    """The ``(event, bytes held)`` pairs of a timeline (a figure that is not an int reads as none)."""
+    if not isinstance(timeline, (list, tuple)):
+        return []
+    return [(str(p[0]), p[1] if len(p) > 1 and isinstance(p[1], int) and not isinstance(p[1], bool) else None)
+            for p in timeline if isinstance(p, (list, tuple)) and p]
 
 
 def _events(timeline: object) -> list[str]:

@@ -66,6 +66,8 @@ class Statement:
     phase: str  # ``fw``, ``bw`` (``""`` for a program modelled alone)
     text: str  # the statement as the program model labelled it (long ones end in ``…``)
     host_loop: bool  # inside a host ``while`` loop (a trip) or a while_loop subgraph
+    #: the bytes the program holds once the statement has run (``None``: the timeline gave no figure)
+    live: int | None = None
 
     @property
     def work(self) -> bool:
@@ -91,15 +93,26 @@ class Program:
     statements: tuple[Statement, ...] = ()
 
     @classmethod
-    def from_events(cls, events: Sequence[str]) -> Program:
+    def from_events(cls, events: Sequence[str | tuple[str, int | None]]) -> Program:
+        """The statements of event labels, or of ``(label, live bytes)`` pairs (``memory.program_timeline``)."""
         out: list[Statement] = []
-        for event in events:
-            m = _EVENT.match(str(event))
+        for item in events:
+            event, live = (str(item[0]), item[1]) if isinstance(item, tuple) else (str(item), None)
+            m = _EVENT.match(event)
             if m is None:
                 continue
             loop = "[trip " in event or "while_loop_" in event.split(" ", 1)[0]
-            out.append(Statement(m.group(1) or "", m.group(2).strip(), loop))
+            out.append(Statement(m.group(1) or "", m.group(2).strip(), loop,
+                                 live if isinstance(live, int) and not isinstance(live, bool) else None))
         return cls(tuple(out))
+
+    def peak_statement(self) -> int | None:
+        """The index of the first statement at which the program holds its most bytes (``None``: no figures)."""
+        held = [(s.live, i) for i, s in enumerate(self.statements) if s.live is not None]
+        if not held:
+            return None
+        top = max(b for b, _ in held)
+        return next(i for b, i in held if b == top)
 
     @cached_property
     def has_host_loop(self) -> bool:
@@ -233,6 +246,9 @@ class Evidence:
     runtime: Mapping[str, Any] = field(default_factory=dict)
     #: Dynamo's graph breaks in the step (the notes that start with :data:`GRAPH_BREAK_NOTE`)
     graph_breaks: tuple[str, ...] = ()
+    #: the program check passed with the measured timeline following the program exactly: every byte the
+    #: measurement holds, the program holds by its own schedule (no late release, nothing else allocated)
+    program_exact: bool = False
 
     @property
     def buffer(self) -> tuple[str, str] | None:
@@ -399,11 +415,16 @@ def tangent_held_by_call(ev: Evidence) -> str | None:
     return f"{where[1]}, a gradient the backward receives, is held by the call's grad_outputs until it returns"
 
 
-def _fused_together(ev: Evidence) -> list[str] | None:
-    """The buffers allocated together before the fused kernel that writes the blamed buffer (``None``: not one)."""
+def _fused_together(ev: Evidence) -> tuple[str, str, list[str]] | None:
+    """The buffer fusion keeps alive, as (phase, name, the buffers allocated together before the fused kernel
+    that writes it); ``None``: not one.  The buffer is the blamed one or, where blame could name no single
+    buffer (several of one size), the one whose allocation makes the peak of a program the measurement
+    follows exactly (:func:`_fused_at_program_peak`)."""
     where = ev.buffer
-    if where is None or ev.source != "peak":  # the program held exactly; a late release is not fusion
+    if ev.source != "peak":  # the program held exactly; a late release is not fusion
         return None
+    if where is None:
+        return _fused_at_program_peak(ev)
     phase, name = where
     writer = str(ev.finding.get("op") or "").split(" ", 1)[0]
     for i, s in enumerate(ev.program.statements):
@@ -412,11 +433,48 @@ def _fused_together(ev: Evidence) -> list[str] | None:
             continue  # an assignment from a call, an extern kernel, an op: not a fused kernel's own call
         if not (writer and s.calls(writer)) and name not in s.names()[1:]:
             continue  # (a buffer the wrapper renamed for reuse is written under its new name: renames())
-        together = ev.program.allocated_before(i)
-        named = name in s.names() or bool(ev.program.renames(phase, name, i) & set(s.names()))
-        if name in together and len(together) >= 2 and (named or s.text.endswith("\u2026")):
-            return together
+        together = _written_together(ev.program, i, name)
+        if together is not None:
+            return phase, name, together
     return None
+
+
+def _written_together(program: Program, i: int, name: str) -> list[str] | None:
+    """The buffers allocated together before statement ``i``, a fused kernel's call, when ``name`` is one of two
+    or more of them and the call writes it (names it, under a reuse name too, or is cut short)."""
+    s = program.statements[i]
+    callee = s.text.split("(", 1)[0].removesuffix("\u2026")
+    if not s.work or not re.fullmatch(r"\w+", callee):
+        return None
+    together = program.allocated_before(i)
+    named = name in s.names() or bool(program.renames(s.phase, name, i) & set(s.names()))
+    return together if name in together and len(together) >= 2 and (named or s.text.endswith("\u2026")) else None
+
+
+def _fused_at_program_peak(ev: Evidence) -> tuple[str, str, list[str]] | None:
+    """Fusion at the peak, where blame named nothing: the program the measurement follows exactly reaches its
+    peak allocating one of the buffers of the next fused kernel, and the excess is no more than those buffers
+    less the largest (the one any schedule has alive there).  A backend that also kept something past its
+    last use fails the program check (not exact), and one that kept more shows an excess beyond that."""
+    if ev.finding or not ev.program_exact:
+        return None
+    program = ev.program
+    peak = program.peak_statement()
+    if peak is None or (m := _ALLOC.match(program.statements[peak].text)) is None:
+        return None
+    phase, name = program.statements[peak].phase, m.group(1)
+    k = next((j for j in range(peak + 1, len(program.statements)) if program.statements[j].phase == phase
+              and program.statements[j].work), None)
+    together = _written_together(program, k, name) if k is not None else None
+    if together is None:
+        return None
+    sizes = [program.allocated_bytes(phase, n) for n in together]
+    excess = _int(ev.figures.get("measured_peak_bytes")) - _int(ev.figures.get("model_peak_bytes"))
+    return (phase, name, together) if 0 < excess <= sum(sizes) - max(sizes) else None
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def fused_kernel_outputs(ev: Evidence) -> str | None:
@@ -424,10 +482,11 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
     alive together where the graphs' op-by-op schedule has fewer.  The kernel is the one the blamed
     buffer's writer names, called right after the run of allocations the buffer is in; its call
     names the buffer (or is cut short where the program model shortened a long statement)."""
-    together = _fused_together(ev)
-    if together is None or ev.buffer is None:
+    found = _fused_together(ev)
+    if found is None:
         return None
-    return f"{ev.buffer[1]} is one of {len(together)} buffers allocated together before the fused kernel writing them"
+    _, name, together = found
+    return f"{name} is one of {len(together)} buffers allocated together before the fused kernel writing them"
 
 
 _RELEASED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) del ([\w, ]+?)(?: \(event \d+\))?$")
@@ -476,10 +535,11 @@ def fused_input_read_late(ev: Evidence) -> str | None:
 def fused_buffers_bytes(ev: Evidence) -> int:
     """The bytes of the buffers allocated together for the fused kernel: what fusion keeps alive at once grows
     with how many values one kernel writes (bicubic's backward: 17 taps), not with the model's peak."""
-    together = _fused_together(ev)
-    if together is None or ev.buffer is None:
+    found = _fused_together(ev)
+    if found is None:
         return 0
-    return sum(ev.program.allocated_bytes(ev.buffer[0], n) for n in together)
+    phase, _, together = found
+    return sum(ev.program.allocated_bytes(phase, n) for n in together)
 
 
 #: an extern kernel's or fallback op's call: ``extern_kernels.bmm(...)``, ``buf2 = torch.ops.aten.X.default(...)``
