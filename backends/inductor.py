@@ -8,6 +8,7 @@ memory can be held to the lifetime model of *those* graphs.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -142,6 +143,13 @@ class InductorBackend(Backend):
         x = torch.ones(4, requires_grad=True)
         torch.compile(lambda t: (t * 2).relu().sum(), backend="inductor", dynamic=False)(x).backward()
         torch._dynamo.reset()
+
+    def eager_rounding(self) -> AbstractContextManager[object]:
+        """Inductor keeps a fused kernel's bfloat16/float16 intermediates in float32 unless told to round them
+        after every op as eager does (off by default: ``torch/_inductor/config.py``)."""
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(emulate_precision_casts=True)
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         # AOTAutograd's cache is off while the step runs (conformance.api.aot.modelled_compile): a hit

@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -203,6 +204,16 @@ class Backend(ABC):
         overlap instead of landing in the first pair's compile time.  It must leave no state a
         verdict depends on: pairs are judged the same in a worker that warmed up and one that
         did not (``tests/test_isolation.py`` holds inductor to that)."""
+
+    def eager_rounding(self) -> AbstractContextManager[object] | None:
+        """A configuration under which this backend rounds every reduced-precision (bfloat16, float16) value
+        after each op, as eager PyTorch does (inductor: ``emulate_precision_casts``); ``None``: it has none.
+
+        A fused kernel that keeps such values in float32 between ops computes a more precise result than
+        eager's, and a training step's parameters then drift from eager's by an ulp a step.  A pair that
+        fails parity is run again under this configuration (compiled afresh, no probes): where it then
+        matches, the failure is that rounding (mechanism ``reduced-precision-rounding``), not a wrong kernel."""
+        return None
 
     @abstractmethod
     def compile(self, case: Case, workload: Workload) -> CompiledStep:

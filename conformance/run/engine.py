@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
@@ -40,10 +41,10 @@ from conformance.api.verdict import Check, CheckName, Status, combine, registere
 from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
-from conformance.checks.mechanism import GRAPH_BREAK_NOTE
+from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
-from conformance.checks.state import after_call, judge_call, make_references, state_of
+from conformance.checks.state import CallReference, after_call, judge_call, make_references, state_of
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
@@ -219,7 +220,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
-    parity = _parity(case, states, options, digest, clock)
+    parity, references = _parity(case, states, options, digest, clock)
     # the parameters and buffers each call found (the copies the previous one left): a step whose graph
     # depends on its values is modelled on the values each call ran with
     models.found = {call + 1: {k: v for k, v in left.items() if k.startswith(("param[", "buffer["))}
@@ -237,16 +238,76 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"), harness_stage("judge"):
-            return _judge(backend, compiled, result, steps, source, traces, parity)
+            judged = _judge(backend, compiled, result, steps, source, traces, parity)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
         return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
                         traceback.format_exc())
+    if not all(report.ok for report in parity.values()) and _reduced_precision(case, workload):
+        del compiled, workload
+        _judge_eager_rounding(case, backend, judged, references, last_call, clock)
+    return judged
+
+
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+def _reduced_precision(case: Case, workload: Workload) -> bool:
+    """Whether the step computes any bfloat16/float16 value (its user-level graph, traced once per case and
+    shared: :data:`STEP_TRACES`): only such a step can round otherwise than eager.  A step that cannot be
+    traced is taken as one (its failure is then run again)."""
+    try:
+        gm, args, _ = _USER_TRACES.trace(case, workload)
+    except Exception:
+        return True
+    values = pytree.tree_leaves([n.meta.get("val") for n in gm.graph.nodes])
+    return any(isinstance(v, torch.Tensor) and v.dtype in _REDUCED for v in [*values, *args])
+
+
+def _judge_eager_rounding(case: Case, backend: Backend, result: Result, references: dict[int, CallReference],
+                          last_call: int, clock: PhaseClock) -> None:
+    """Run a pair that failed parity again, compiled afresh under the backend's eager rounding
+    (:meth:`Backend.eager_rounding`), and put on its parity check whether every call then matches
+    (``pass``), still differs (``fail``, with the first call that does) or could not run (``error``)."""
+    context = backend.eager_rounding()
+    check = next((c for c in result.checks if c.name == CheckName.PARITY), None)
+    if context is None or check is None:
+        return
+    states: dict[int, dict[str, torch.Tensor]] = {}
+    with clock.phase("parity"), harness_stage("parity: the pair again under the backend's eager rounding"):
+        torch._dynamo.reset()  # compiled afresh: no graph of the first run is reused
+        try:
+            with context:
+                workload = case.build()
+                compiled = backend.compile(case, workload)
+                for call in range(last_call + 1):
+                    if call:
+                        workload.inputs = _inputs(case, call, backend)
+                        clear_grads(workload.model)
+                        compiled.prepare_call()
+                    out = compiled.run()
+                    results = snapshot(out)
+                    del out
+                    compiled.optimizer_step(workload)
+                    states[call] = {**results, **after_call(workload)}
+                clear_grads(workload.model)
+                del compiled, workload
+        except Exception as exc:
+            outcome: dict[str, Any] = {"outcome": "error", "error": _one_line(exc)}
+        else:
+            reports = {call: judge_call(references[call], states[call], case) for call in states}
+            off = [call for call, report in reports.items() if not report.ok]
+            outcome = {"outcome": "fail", "call": off[0]} if off else {"outcome": "pass"}
+        finally:
+            torch._dynamo.reset()
+    check.figures = {**(check.figures or {}), EAGER_ROUNDING: outcome}
+    if result.parity is not None:
+        result.parity[EAGER_ROUNDING] = outcome
 
 
 def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: RunOptions, digest: InputDigest | None,
-            clock: PhaseClock) -> dict[int, ParityReport]:
+            clock: PhaseClock) -> tuple[dict[int, ParityReport], dict[int, CallReference]]:
     """Every call's results and state against the case's references: the run's shared ones
     (:mod:`conformance.checks.references`) where another pair of the case made them for the same inputs,
     else made here (and shared)."""
@@ -261,7 +322,7 @@ def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: Run
             if shared is not None:
                 shared.store(key, references)
     with clock.phase("parity"), harness_stage("parity"):
-        return {call: judge_call(references[call], states[call], case) for call in calls}
+        return {call: judge_call(references[call], states[call], case) for call in calls}, references
 
 
 def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor],
