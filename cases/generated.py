@@ -161,10 +161,15 @@ class _Choose:
 # -- the op table: how each kind is drawn and how it is written -----------------------------
 
 def _bcast(a: Shape, b: Shape) -> Shape | None:
-    try:
-        return tuple(torch.broadcast_shapes(a, b))
-    except RuntimeError:
-        return None
+    """The shape ``a`` and ``b`` broadcast to (``None``: they do not).  torch.broadcast_shapes says the same, but
+    its first call imports sympy (half a second in every process that registers the cases, the CLI's included)."""
+    width = max(len(a), len(b))
+    out = []
+    for x, y in zip((1,) * (width - len(a)) + tuple(a), (1,) * (width - len(b)) + tuple(b)):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)
 
 
 class _NoOperand(Exception):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import sympy
 import torch
 
 from conformance.models.lifetime.model import ModelError
@@ -87,6 +86,8 @@ def bind_symbols(vals: Sequence[Any], actual: Sequence[Any]) -> Symbols:
 def _bind(symbols: Symbols, size: Any, value: int) -> None:
     if isinstance(size, torch.SymInt):
         expr = size.node.expr
+        import sympy  # here, not at import: the CLI's controller loads this module and never models a size
+
         if isinstance(expr, sympy.Symbol):
             symbols[expr] = value
 
