@@ -78,6 +78,7 @@ def _iree_cache_use(result: dict[str, Any]) -> tuple[int, int] | None:
     return None
 
 
+@pytest.mark.full(ci="tests/test_isolation.py::test_a_warm_up_that_crashes_decides_nothing")
 def test_a_warmed_up_worker_judges_as_a_cold_one() -> None:
     """The run's first worker warms its backends up (``Backend.warm_up``); its pair's verdict is unchanged
     (a training case: forward and backward graphs, both compiled after the warm-up)."""

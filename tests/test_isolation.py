@@ -103,6 +103,7 @@ def test_a_worker_after_a_crash_is_forked_and_adopted_by_the_run() -> None:
     assert after.status == "pass", after.reason
 
 
+@pytest.mark.full(ci="tests/test_isolation.py::test_without_the_fork_server_workers_are_fresh_interpreters")
 @pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
 def test_a_fork_server_whose_imports_initialised_a_device_forks_no_worker() -> None:
     """A backend's preload that initialises CUDA in the server (torch then refuses CUDA in each forked
@@ -126,6 +127,7 @@ def test_without_the_fork_server_workers_are_fresh_interpreters(monkeypatch: pyt
         assert (pool.spawn_count, pool.fork_count) == (2, 0) and pool._server is None
 
 
+@pytest.mark.full(ci="tests/test_isolation.py::test_a_worker_after_a_crash_is_forked_and_adopted_by_the_run")
 @pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
 def test_a_changed_environment_or_a_dead_server_gets_a_new_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server's imports read the environment it started with: a worker spawned after the run's
@@ -150,6 +152,7 @@ def test_a_changed_environment_or_a_dead_server_gets_a_new_fork_server(monkeypat
         assert pool.fork_count == pool.spawn_count == 4
 
 
+@pytest.mark.full(ci="tests/test_isolation.py::test_without_the_fork_server_workers_are_fresh_interpreters")
 @pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
 def test_a_fork_server_that_does_not_answer_is_ended_and_workers_are_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that gives no pid in time (a preload that hangs; here, one still importing torch) is killed,

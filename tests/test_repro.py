@@ -128,6 +128,7 @@ def test_backward_inputs_repro_of_a_registered_case_checks_backward_inputs(tmp_p
     assert without.returncode == 0, without.stdout + without.stderr
 
 
+@pytest.mark.full(ci="tests/test_repro.py::test_backward_inputs_repro_of_a_registered_case_checks_backward_inputs")
 def test_backward_inputs_failure_of_a_generated_case_shrinks_to_a_harness_repro(tmp_path: Path) -> None:
     """A torch-only script cannot watch a backward's inputs: the script says so and runs the harness
     on the shrunk program it embeds."""
