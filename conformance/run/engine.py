@@ -244,9 +244,11 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
         return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
                         traceback.format_exc())
-    if not all(report.ok for report in parity.values()) and _reduced_precision(case, workload):
-        del compiled, workload
-        _judge_eager_rounding(case, backend, judged, references, last_call, clock)
+    if not all(report.ok for report in parity.values()):
+        rounding = backend.eager_rounding()
+        if rounding is not None and _reduced_precision(case, workload):
+            del compiled, workload
+            _judge_eager_rounding(case, backend, rounding, judged, references, last_call, clock)
     return judged
 
 
@@ -265,14 +267,14 @@ def _reduced_precision(case: Case, workload: Workload) -> bool:
     return any(isinstance(v, torch.Tensor) and v.dtype in _REDUCED for v in [*values, *args])
 
 
-def _judge_eager_rounding(case: Case, backend: Backend, result: Result, references: dict[int, CallReference],
-                          last_call: int, clock: PhaseClock) -> None:
+def _judge_eager_rounding(case: Case, backend: Backend, context: contextlib.AbstractContextManager[object],
+                          result: Result, references: dict[int, CallReference], last_call: int,
+                          clock: PhaseClock) -> None:
     """Run a pair that failed parity again, compiled afresh under the backend's eager rounding
     (:meth:`Backend.eager_rounding`), and put on its parity check whether every call then matches
     (``pass``), still differs (``fail``, with the first call that does) or could not run (``error``)."""
-    context = backend.eager_rounding()
     check = next((c for c in result.checks if c.name == CheckName.PARITY), None)
-    if context is None or check is None:
+    if check is None:
         return
     states: dict[int, dict[str, torch.Tensor]] = {}
     with clock.phase("parity"), harness_stage("parity: the pair again under the backend's eager rounding"):
