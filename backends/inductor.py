@@ -115,14 +115,22 @@ def _code_file(compiled: Any) -> str | None:
     return code.co_filename if code is not None else None
 
 
+def runs_as_graph(graph: ReceivedGraph) -> bool:
+    """Whether inductor ran ``graph`` as its own FX code, generating no program: a graph that calls
+    nothing (a backward that only passes a saved tensor on as a gradient) is returned as
+    ``make_boxed_func(gm.forward)`` by ``compile_fx_inner``, so the graph itself is what runs and the
+    lifetime model walks it; any other graph without a source is one whose program we cannot see."""
+    return graph.source is None and not any("call" in n.op for n in graph.gm.graph.nodes)
+
+
 def model_of_programs(graphs: list[ReceivedGraph], observation: Observation) -> LifetimeModel | None:
     """Model the Python wrappers inductor generated for one forward (and its backward), a dynamic
     one's symbolic sizes at the values ``observation.sizes`` binds."""
     forwards = [g for g in graphs if not g.is_backward]
     backwards = [g for g in graphs if g.is_backward]
-    if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None for g in graphs):
+    if len(forwards) != 1 or len(backwards) > 1 or any(g.source is None and not runs_as_graph(g) for g in graphs):
         return None
-    programs = [WrapperProgram(g.source, "forward" if not g.is_backward else "backward")  # type: ignore[arg-type]
+    programs = [None if g.source is None else WrapperProgram(g.source, "backward" if g.is_backward else "forward")
                 for g in (*forwards, *backwards)]
     return model_forward_backward(forwards[0].gm, backwards[0].gm if backwards else None, observation,
                                   programs=programs)

@@ -220,7 +220,15 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
     live = trace.live_at(trace.peak_time)
     latest_birth = max((in_graphs[a.seq].birth for a in live if a.seq in in_graphs), default=-1)
     candidates = []
+    certain = []  # buffers the graphs hold no storage for (Storage.copy_of_input), whatever size and order say
     for a in live:
+        p = in_program.get(a.seq)
+        if p is not None and p.copy_of_input:
+            made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
+            held = f"alive at measured peak (the graphs save their input {p.copy_of_input} itself)"
+            certain.append(replace(_entry(a, p, program, held), producer=f"{p.producer.split(':')[-1]} (made at {made})",
+                                   model="generated program"))
+            continue
         s = in_graphs.get(a.seq)
         if s is not None and (s.death is None or s.death >= latest_birth):
             continue  # the received graphs' schedule holds it alive at its peak too
@@ -232,6 +240,8 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
         candidates.append(replace(_entry(a, p, program, "alive at measured peak"),
                                   producer=f"{p.producer.split(':')[-1]} (made at {made})", model="generated program"))
     excess = trace.peak_bytes - model.peak_bytes
+    if certain:  # extra bytes by the program's own correspondence: named first, even beyond the excess (an offset)
+        return (certain + explaining(candidates, excess - sum(c.bytes for c in certain), limit))[:limit]
     chosen = explaining(candidates, excess, limit)
     if not chosen and excess > 0 and candidates:
         # each extra buffer is larger than the excess (the graphs hold something small the program

@@ -214,12 +214,15 @@ def _free_order(diff: TimelineDiff) -> None:
 
     For each storage, the first later allocation at which it is dead must be the same one in
     both; a storage still alive there in the measurement was freed later than the program
-    frees it (named at that allocation), one dead earlier was freed earlier.  O(n log n)."""
+    frees it (named at that allocation), one dead earlier was freed earlier.  A storage is alive at
+    its own allocation: one the model frees before any event closes after its birth (``death ==
+    birth - 1``: it lives through no event, as the tangent of a backward that runs no op does) is
+    dead from the next allocation on.  O(n log n)."""
     pairs = diff.matched
     births = [s.birth for s, _ in pairs]
     allocated = [a.order_alloc for _, a in pairs]
-    for s, a in pairs:
-        model_pos = len(pairs) if s.death is None else bisect.bisect_right(births, s.death)
+    for i, (s, a) in enumerate(pairs):
+        model_pos = len(pairs) if s.death is None else max(bisect.bisect_right(births, s.death), i + 1)
         measured_pos = len(pairs) if a.order_free is None else bisect.bisect_left(allocated, a.order_free)
         if measured_pos > model_pos:
             diff.freed_late.append((s, a, pairs[model_pos][1]))

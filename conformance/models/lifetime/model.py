@@ -34,6 +34,9 @@ class Storage:
     modelled_by_program: bool = False
     allocated_by_program: bool = False  # allocated by the program itself (not returned by an op)
     copy_of: int | None = None  # the sid of the storage this one copies (the engine's AccumulateGrad layout copy)
+    #: the forward graph input a program's saved buffer stands for (the graphs save the caller's own tensor,
+    #: which costs the step nothing; the program saves a buffer of its own: a copy, e.g. channels-last)
+    copy_of_input: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {

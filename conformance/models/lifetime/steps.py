@@ -126,6 +126,8 @@ def model_forward_backward(
         for s in storages_in(value):
             if s.role == "intermediate":
                 s.role = "saved"
+    if fw_program is not None:
+        mark_input_copies(saved, {name for name, _ in _placeholder_vals(forward)})
     bw_inputs: list[Any] = []
     for name, val in _placeholder_vals(backward):
         if name in saved:
@@ -165,6 +167,19 @@ def model_forward_backward(
         [*user_outputs, *bw_outputs],
         set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
     )
+
+
+def mark_input_copies(saved: dict[str, Any], graph_inputs: set[str]) -> None:
+    """Mark each saved buffer a forward program allocated for a value the forward graph saves as one of its own
+    inputs (``primals_4``): the graphs' backward reads the caller's tensor, which costs the step nothing, so the
+    buffer is alive in the program where the graphs hold no storage at all (inductor saves its channels-last copy
+    of a convolution's input).  Blame can name it whatever size and order say (:mod:`conformance.checks.blame`)."""
+    for name, value in saved.items():
+        if name not in graph_inputs:
+            continue
+        for s in storages_in(value):
+            if s.role != "caller" and s.nbytes:
+                s.copy_of_input = name
 
 
 def _placeholder_vals(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:
