@@ -226,8 +226,8 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
         if p is not None and p.copy_of_input:
             made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
             held = f"alive at measured peak (the graphs save their input {p.copy_of_input} itself)"
-            certain.append(replace(_entry(a, p, program, held), producer=f"{p.producer.split(':')[-1]} (made at {made})",
-                                   model="generated program"))
+            certain.append(replace(_entry(a, p, program, held), model="generated program",
+                                   producer=f"{p.producer.split(':')[-1]} (made at {made})"))
             continue
         s = in_graphs.get(a.seq)
         if s is not None and (s.death is None or s.death >= latest_birth):
