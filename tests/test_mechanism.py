@@ -809,3 +809,37 @@ def test_a_fused_kernels_buffers_of_one_size_are_recognised_at_the_programs_peak
                  _fused_nothing_blamed(4, kernel="extern_kernels.mm")):
         judged = apply(near, manifest)
         assert judged.cause_parts != ["peak: fused-kernel-outputs"] and judged.status == Status.FAIL_PEAK, judged.reason
+
+
+def _pack_residual(excess: int, allocated: int, slots: int, retained: int, freed: str = "") -> Result:
+    """A residual whose blame names the retained results' runtime buffer (the gradients of a backward call), its
+    ``slots`` the results' 64-byte slots as blame computes them from their sizes."""
+    rest = f"the model has freed {freed} in it" if freed else "the rest is its slots' alignment"
+    producer = (f"iree-hal call 4/4's result buffer ({allocated} B allocated, {retained} B of it the retained "
+                f"results'; {rest}; its 3 results' 64-byte slots take {slots} B)")
+    blamed = [{"bytes": allocated - retained, "producer": producer, "identified_by": "runtime call's buffers",
+               "slot_bytes": slots, "retained_bytes": retained}]
+    check = Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL, "residual over model", {"model_source": "user-graph"},
+                  blamed, excess)
+    memory = MemoryFigures(model_peak_bytes=1000, model_source="user-graph")
+    return Result("op-x-0-train", "iree-boxed", Status.FAIL_RESIDUAL, checks=[check], excess_bytes=excess,
+                  memory=memory)
+
+
+def test_a_retained_result_pack_is_held_to_its_results_slots() -> None:
+    """IREE's result pack keeps each retained gradient's whole 64-byte slot (three 20 B gradients in 192 B: 132 B
+    over the model's exact bytes, more than the one 64 B slot the entry once allowed): the mechanism is bound by the
+    slots the results take, read from their sizes, not by a figure fitted to a sample.  A pack larger than its
+    results' slots (a runtime allocating 64 B more for the same results) is beyond that bound and still fails."""
+    from conformance.checks.blame import _slot_bytes
+
+    assert _slot_bytes([20, 20, 20]) == 192 and _slot_bytes([20]) == 20  # a single result is not packed
+    manifest = load_manifest("iree-boxed")
+    padded = apply(_pack_residual(132, 192, 192, 60), manifest)
+    assert padded.status == Status.XFAIL and padded.cause_parts == ["residual: retained-result-pack"], padded.reason
+    cause = cause_of(_pack_residual(132, 192, 192, 60))
+    assert cause is not None and cause.evidence_bound("residual: retained-result-pack") == 192 - 60
+    with_loss = apply(_pack_residual(68, 256, 256, 188, freed="fw:add_1 4 B"), manifest)  # a loss's slot beside them
+    assert with_loss.status == Status.XFAIL, with_loss.reason
+    planted = apply(_pack_residual(196, 256, 192, 60), manifest)  # 64 B the slots do not account for
+    assert planted.status == Status.FAIL_RESIDUAL and "beyond its bound" in planted.reason, planted.reason

@@ -328,6 +328,18 @@ def _explaining_or_smallest(candidates: list[dict[str, Any]], excess: int) -> li
     return chosen
 
 
+#: the alignment of the slots a runtime packs a call's results at (IREE: its stream resources' 64 B)
+PACK_ALIGNMENT = 64
+
+
+def _slot_bytes(sizes: Sequence[int], alignment: int = PACK_ALIGNMENT) -> int:
+    """The bytes a call's results take packed in one allocation: each in a slot rounded up to ``alignment``
+    (a single result: its exact size, no pack)."""
+    if len(sizes) == 1:
+        return sizes[0]
+    return sum(-(-n // alignment) * alignment for n in sizes)
+
+
 def _allocations(call: dict[str, Any]) -> list[tuple[list[int], int]]:
     """A call's result allocations: per allocation, the results in it (a result returned twice counted at its
     first) and its bytes.  A probe that recorded where each result lies (``buffer``, ``offset``) gives them
@@ -346,7 +358,7 @@ def _allocations(call: dict[str, Any]) -> list[tuple[list[int], int]]:
     ordered = sorted(groups.values(), key=lambda m: all(":stage:" in f":{results[j].get('label') or ''}" for j in m))
     for members in ordered:
         end = max(int(results[j].get("offset", 0)) + int(results[j]["bytes"]) for j in members)
-        out.append((members, end if len(members) == 1 else -(-end // 64) * 64))
+        out.append((members, end if len(members) == 1 else -(-end // PACK_ALIGNMENT) * PACK_ALIGNMENT))
     return out
 
 
@@ -392,12 +404,16 @@ def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -
             if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
                 freed = [f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B" for j in members
                          if j not in alive and ":stage:" not in f":{results[j].get('label') or ''}"]
-                candidates.append(_runtime_entry(kept_all - expected,
-                                                 f"{name} ({kept_all} B allocated, {expected} B of it the retained "
-                                                 f"results'; the model has freed {', '.join(freed) or 'the rest'} "
-                                                 "in it)",
-                                                 "still alive after the step (with the retained results)",
-                                                 "with its last use"))
+                slots = _slot_bytes([int(results[j]["bytes"]) for j in members])
+                rest = (f"the model has freed {', '.join(freed)} in it" if freed else
+                        "the rest is its slots' alignment")
+                entry = _runtime_entry(kept_all - expected,
+                                       f"{name} ({kept_all} B allocated, {expected} B of it the retained "
+                                       f"results'; {rest}; its {len(members)} results' {PACK_ALIGNMENT}-byte "
+                                       f"slots take {slots} B)",
+                                       "still alive after the step (with the retained results)",
+                                       "with its last use")
+                candidates.append({**entry, "slot_bytes": slots, "retained_bytes": expected})
             if pack:
                 kept = max(kept_all, sum(r["bytes"] for _, r in pack))
                 held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)

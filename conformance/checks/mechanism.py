@@ -649,15 +649,30 @@ def saved_still_allocated(ev: Evidence) -> int:
 
 
 _RETAINED_PACK = re.compile(r"result buffer(?: \d+ of \d+)? \(\d+ B allocated, \d+ B of it the retained results'; "
-                            r"the model has freed ")
+                            r"(?:the model has freed |the rest is its slots' alignment)")
 
 
 def retained_result_pack(ev: Evidence) -> str | None:
-    """A residual whose blamed bytes are results the model frees, in the runtime buffer of the results the caller
-    keeps (IREE packs a call's results into one allocation: a loss beside the gradients stays with them)."""
-    if ev.source != "residual" or not _RETAINED_PACK.search(str(ev.finding.get("producer") or "")):
+    """A residual whose blamed bytes are in the runtime buffer of the results the caller keeps, beyond their own bytes:
+    results the model frees (IREE packs a call's results into one allocation: a loss beside the gradients stays
+    with them) or the padding of each retained result's slot to the pack's 64-byte alignment."""
+    producer = str(ev.finding.get("producer") or "")
+    if ev.source != "residual" or not _RETAINED_PACK.search(producer):
         return None
-    return "a freed result shares the retained results' buffer"
+    if "the model has freed " in producer:
+        return "a freed result shares the retained results' buffer"
+    return "the retained results' buffer keeps their slots' 64-byte alignment"
+
+
+def pack_beyond_retained(ev: Evidence) -> int:
+    """The most a retained result pack can keep beyond the retained results: its results' slots as the runtime packs
+    them (each rounded up to the 64-byte alignment; blame's ``slot_bytes``) less the retained results' own bytes.
+    Computed from the results' sizes, not from the allocation measured: a buffer larger than its slots, or a
+    result packed farther apart, is more than this."""
+    slots, retained = ev.finding.get("slot_bytes"), ev.finding.get("retained_bytes")
+    if slots is None or retained is None:
+        return 0
+    return max(0, int(slots) - int(retained))
 
 
 _SHARED_RESULT_BUFFER = re.compile(r"result buffer(?: \d+ of \d+)? \((\d+) B allocated; alive in it when call "
@@ -791,7 +806,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("result-buffer-packing", "a call's results share one runtime buffer that keeps dropped ones "
               "allocated", result_buffer_packing, bound=saved_still_allocated),
     Mechanism("retained-result-pack", "a result the caller drops shares one runtime buffer with the results it "
-              "keeps (a loss packed with the gradients), so it stays allocated with them", retained_result_pack),
+              "keeps (a loss packed with the gradients) or pads them to its slots' alignment, so it stays allocated "
+              "with them", retained_result_pack, bound=pack_beyond_retained),
     Mechanism("aten-op-no-lowering", "an aten op the graph holds has no lowering in the compiler (it does not "
               "legalize, or reaches it as an opaque torch.operator)", aten_op_no_lowering),
     Mechanism("effects-op-import", "an op with side effects (linalg's error checks) reaches the importer "
