@@ -138,3 +138,41 @@ def test_a_copy_the_engine_did_not_make_departs() -> None:
     model = _copy_block_model()
     diff = compare(model, _trace((100, 4), (200, None), (100, None)))
     assert not diff.exact and [s.nbytes for s in diff.missing] == [200]
+
+
+def _permuted_grad_graphs() -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The forward and backward AOTAutograd partitions of a step whose backward returns a gradient computed from a
+    permuted view (as op-tensordot-1-train's does): its fake value keeps the permuted strides, which break the
+    parameter's layout contract."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, _: object) -> object:
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def step(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        out = (s * a).permute(2, 0, 1)  # its gradient comes back permuted: s's is mul(permuted grad, a)
+        return out.square().mean() + out.mean()
+
+    aot_function(step, fw_compiler=keep, bw_compiler=keep)(torch.randn(3, 2, 4),
+                                                           torch.ones(3, 2, 4, requires_grad=True)).backward()
+    return graphs[0], graphs[1]
+
+
+def test_a_backend_returning_dense_results_gives_the_engine_nothing_to_copy() -> None:
+    """IREE returns every result as a dense buffer of its own, whatever strides the graph's fake value has: the
+    engine steals each gradient, so the model of that convention (``results_at_start``) keeps the result's own
+    64-byte slot as the parameter's .grad, with no layout copy; the ideal executor's model, which returns the
+    graph's permuted strides, still has the engine copy it."""
+    from conformance.models.lifetime import model_forward_backward
+    from conformance.models.lifetime.accumulate import COPY_OP
+
+    fw, bw = _permuted_grad_graphs()
+    iree = model_forward_backward(fw, bw, staged=True, results_at_start=64)
+    assert not [s for s in iree.storages if s.op == COPY_OP]
+    assert iree.residual_bytes == 96  # the gradient (96 B) the engine steals: the backward's only result
+    ideal = model_forward_backward(fw, bw)
+    assert [s for s in ideal.storages if s.op == COPY_OP]

@@ -64,6 +64,12 @@ def obeys_layout_contract(grad: Layout, leaf: Layout) -> bool:
     return grad[1] == _contiguous_strides(grad[0])
 
 
+def dense_layout(layout: Layout | None) -> Layout | None:
+    """``layout``'s shape with contiguous strides: the layout of a result a backend returns as a dense buffer of its
+    own (IREE's results are row-major HAL buffers whatever strides the graph's fake value has)."""
+    return None if layout is None else (layout[0], _contiguous_strides(layout[0]))
+
+
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(shape):

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
-from conformance.models.lifetime.accumulate import Layout, accumulate_grads, layout_of
+from conformance.models.lifetime.accumulate import Layout, accumulate_grads, dense_layout, layout_of
 from conformance.models.lifetime.aliasing import storages_in
 from conformance.models.lifetime.graph import GraphWalker
 from conformance.models.lifetime.liveness import ModelBuilder
@@ -161,6 +161,8 @@ def model_forward_backward(
     # the engine makes each gradient its leaf's .grad, copying one whose layout breaks the contract
     layouts = (bw_program.result_layouts if bw_program is not None
                else [layout_of(v, builder.symbols) for v in _flat_args(_output_node(backward), meta=True)])
+    if bw_program is None and results_at_start:  # a backend that makes each result a dense buffer of its own (IREE)
+        layouts = [dense_layout(layout) for layout in layouts]  # returns it contiguous, whatever the graph's strides
     bw_outputs = accumulate_grads(builder, bw_outputs, layouts, [v for _, v in _placeholder_vals(forward)])
     builder.release(root)
     return builder.finish(
