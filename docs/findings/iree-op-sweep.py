@@ -8,7 +8,9 @@ shows, 0 once every named one is fixed.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 
 import torch
@@ -113,10 +115,130 @@ def chalf() -> bool:
     return _compare("chalf", lambda x: x.chalf(), torch.tensor(0.25))
 
 
+def _compare_grads(name: str, fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> bool:
+    """Whether the gradients of ``fn``'s scalar result, compiled by IREE (forward and backward), differ from eager's
+    (or IREE refuses the backward): True is the fault.  Every argument requires a gradient, so AOTAutograd's
+    backward returns no None (which turbine's importer refuses on its own: '!torch.none')."""
+    torch._dynamo.reset()
+    eager = [a.clone().requires_grad_() for a in args]
+    fn(*eager).backward()
+    compiled = [a.clone().requires_grad_() for a in args]
+    with tempfile.TemporaryFile() as err:  # the compiler prints its diagnostics on fd 2: keep them to name the fault
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            torch.compile(fn, backend="turbine_cpu", fullgraph=True)(*compiled).backward()
+            failure = None
+        except Exception as exc:
+            failure = exc
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            err.seek(0)
+            diagnostics = err.read().decode("utf-8", errors="replace")
+            sys.stderr.write(diagnostics)
+    if failure is not None:
+        lines = [ln for ln in f"{diagnostics}\n{failure}".splitlines() if ln.strip()]
+        line = next((ln for ln in lines if "error:" in ln), type(failure).__name__)
+        print(f"{name}: FAULT: IREE does not compile or run the backward: {line.strip()[:200]} (diagnostics: stderr)")
+        return True
+    worst = max(float((c.grad - e.grad).abs().max()) for c, e in zip(compiled, eager, strict=True)
+                if c.grad is not None and e.grad is not None)
+    if worst > 1e-4:
+        print(f"{name}: FAULT: gradients differ from eager's (max abs difference {worst:.4g})")
+        return True
+    print(f"{name}: no fault")
+    return False
+
+
+def fill_sum() -> bool:
+    """The sum of ``fill``'s result counts one element per 8-lane vector (20 ones sum to 3, 100 to 13; the mean
+    of 20 is 0.15): ``fill`` alone, and the sum of ``ones_like``, are right.  op-fill-0-train's loss (the
+    mean square plus the mean of ``fill(x, True)``: 0.3 where eager gives 2)."""
+    torch.manual_seed(0)
+    return _compare("fill-sum", lambda x: torch.fill(x, 1.0).sum(), torch.randn(20))
+
+
+def leaky_relu_backward() -> bool:
+    """The gradient of ``leaky_relu`` (slope 0.01): where the input is negative IREE gives 1 + 0.01 * x instead of
+    0.01 (``aten.leaky_relu_backward``, which torch-mlir decomposes, is wrong on its own too).
+    op-nn.functional.leaky_relu-*-train."""
+    torch.manual_seed(0)
+    return _compare_grads("leaky-relu-backward", lambda x: F.leaky_relu(x).sum(), torch.randn(10))
+
+
+def scatter_negative_dim() -> bool:
+    """``scatter`` along a negative dim (-3 of a 3-d tensor) writes other places than along dim 0 (the same dim,
+    which IREE gets right): the backward of ``sort(x, -3, descending=True)`` is that scatter.  op-sort-1-train."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 5, 5)
+    indices = torch.sort(x, -3, True)[1]
+    forward = _compare("scatter-negative-dim", lambda s, i: torch.zeros(5, 5, 5).scatter(-3, i, s),
+                       torch.randn(5, 5, 5), indices)
+    backward = _compare_grads("scatter-negative-dim (sort's backward)",
+                              lambda v: torch.sort(v, -3, True)[0].square().sum(), x)
+    return forward or backward
+
+
+def pad_constant_backward() -> bool:
+    """The backward of a constant pad is a constant pad by the negated amounts (a crop): IREE refuses it, 'expected
+    offsets to be non-negative, but got -2'.  op-constant_pad_nd-*-train, op-nn.functional.pad.constant-*-train."""
+    torch.manual_seed(0)
+    return _compare_grads("pad-constant-backward", lambda x: F.pad(x, (2, 2)).square().sum(), torch.randn(1, 3, 3))
+
+
+def as_strided_backward() -> bool:
+    """The backward of ``as_strided`` is an ``as_strided_scatter`` into zeros, which IREE does not lower: with its
+    zeros folded into a constant the first error names that constant, "failed to legalize operation
+    'torch.vtensor.literal'" (with its base an input, a 'torch.constant.int' of its sizes).
+    op-as_strided-*-train, op-as_strided.partial_views-*-train."""
+    torch.manual_seed(0)
+    return _compare_grads("as-strided-backward", lambda x: x.as_strided((1,), (1,), 0).square().sum(), torch.randn(1))
+
+
+def as_strided_outside_view() -> bool:
+    """``as_strided`` with ``storage_offset=0`` of an input that is a view starting 5 elements into its storage
+    (OpInfo's partial_views sample) reads storage before the view, as torch defines it; IREE gets the input as a
+    dense copy of the view, and its as_strided lowering refuses: 'aten.as_strided.default indexes outside the
+    base tensor'.  op-as_strided.partial_views-1-infer (without storage_offset, -0-, it passes)."""
+    torch.manual_seed(0)
+    view = torch.randn(20)[5:15]
+    return _compare("as-strided-outside-view", lambda x: x.as_strided((2, 2), (1, 2), 0), view)
+
+
+def bfloat16_rounding() -> bool:
+    """Arithmetic on a bfloat16 cast, returned as float32: IREE rounds neither the cast's operand nor the result to
+    bfloat16 (``x.to(bfloat16).square().float()`` of 7.4 is 54.76, 7.4 squared in float32, where eager gives
+    54.75; ``b * b`` gives 7.40625 squared unrounded).  op-bfloat16-1-train's loss, off at its call 4."""
+    return _compare("bfloat16-rounding", lambda x: x.to(torch.bfloat16).square().float(),
+                    torch.tensor([7.4, 1.1, -3.3]))
+
+
+def tan_near_pole() -> bool:
+    """``tan`` near pi/2 is off by |tan(x)| * 7e-8 relative (float32 argument reduction: ~0.6 ulp of pi/2 in the
+    reduced argument): 2365 ulp at 1.5706383 (tan 6328, OpInfo's sample: max abs 1.16), 117 ulp at 1.57, 4.5 at
+    1.5, where eager is within 1 ulp everywhere.  op-tan-0-infer."""
+    x = torch.tensor([1.5, 1.56, 1.57, 1.5706383])
+    torch._dynamo.reset()
+    exact = torch.tan(x.double())
+    ulp = torch.finfo(torch.float32).eps * torch.exp2(torch.floor(torch.log2(exact.abs())))
+    got = torch.compile(torch.tan, backend="turbine_cpu", fullgraph=True)(x).double()
+    eager = torch.tan(x).double()
+    iree_ulp, eager_ulp = ((got - exact).abs() / ulp).max().item(), ((eager - exact).abs() / ulp).max().item()
+    if iree_ulp > 16 * max(eager_ulp, 1.0):
+        print(f"tan-near-pole: FAULT: {iree_ulp:.0f} ulp from tan of the float32 input (eager: {eager_ulp:.2f} ulp)")
+        return True
+    print(f"tan-near-pole: no fault ({iree_ulp:.2f} ulp)")
+    return False
+
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negative, logcumsumexp,
                                                      interpolate_nearest_exact, max_unpool1d,
                                                      embedding_bag_weighted_sum, renorm_last_dim,
-                                                     max_unpool2d_padded, polar_0d_angle, chalf)}
+                                                     max_unpool2d_padded, polar_0d_angle, chalf, fill_sum,
+                                                     leaky_relu_backward, scatter_negative_dim,
+                                                     pad_constant_backward, as_strided_backward,
+                                                     as_strided_outside_view, bfloat16_rounding, tan_near_pole)}
 
 
 def main(names: list[str]) -> int:
