@@ -775,6 +775,48 @@ def test_a_buffer_read_last_by_a_fused_kernel_is_alive_beside_its_buffers_and_bo
     assert unread.cause_parts != ["peak: fused-input-read-late"] and unread.status == Status.FAIL_PEAK, unread.reason
 
 
+def _read_late_to_return(excess: int, after_kernel: tuple[str, ...] = (), returned: str = "buf2, buf3") -> Result:
+    """fractional_max_pool2d's program in small: the seeds buffer ``buf0`` (the graph's ``inductor_seeds``, read
+    early by ``inductor_lookup_seed``) is read by the one fused kernel that looks its seed up, draws the samples and
+    pools; that kernel is the program's last, so inductor writes no ``del buf0`` and the ``return`` releases it."""
+    ret = f"fw:line 308 return ({returned}, )"
+    program = ["fw:line 297 arg0_1, = args", "fw:line 298 args.clear()",
+               "fw:line 299 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
+               "fw:line 301 aten.randint.low_out(-9223372036854775808, 9223372036854775807, [1], ou\u2026",
+               "fw:line 302 buf1 = empty_strided_cpu((1, 3, 2), (6, 2, 1), torch.float32)",
+               "fw:line 304 buf2 = empty_strided_cpu((1, 3, 2, 2), (12, 4, 2, 1), torch.float32)",
+               "fw:line 305 buf3 = empty_strided_cpu((1, 3, 2, 2), (12, 4, 2, 1), torch.int64)",
+               "fw:line 306 cpp_fused_fractional_max_pool2d_rand_0(buf0, arg0_1, buf1, buf2, buf3)",
+               "fw:line 307 del arg0_1", *after_kernel, ret]
+    made = {**_made("buf0", "fw:line 299 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
+                    "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
+            "model_death": f"after {ret} (event 10)"}
+    return _peak_record("my-own-infer", program, [made], excess, peak=168)
+
+
+def test_a_buffer_read_by_the_last_fused_kernel_is_released_by_the_return_and_bounded_by_its_bytes() -> None:
+    """The release of a buffer whose last reader is the program's last kernel is the ``return`` (no ``del``): the
+    same fusion as a ``del`` right after the kernel, held to the buffer's bytes."""
+    manifest = load_manifest("inductor")
+    r = apply(_read_late_to_return(8), manifest)
+    assert r.cause_parts == ["peak: fused-input-read-late"] and r.status == Status.XFAIL, r.reason
+    assert "buf0 is read last by the fused kernel cpp_fused_fractional_max_pool2d_rand_0" in r.reason, r.reason
+    beyond = apply(_read_late_to_return(9), manifest)  # one byte more than the buffer itself
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+    # work between its reader and the return: kept past its last use, not fusion
+    kept = apply(_read_late_to_return(8, ("fw:line 307 buf4 = empty_strided_cpu((1, ), (1, ), torch.float32)",
+                                          "fw:line 307 cpp_fused_sum_1(buf2, buf4)")), manifest)
+    assert kept.cause_parts != ["peak: fused-input-read-late"] and kept.status == Status.FAIL_PEAK, kept.reason
+    # one the program dels before the return, held to the return by something else (the call's grad_outputs)
+    deleted = apply(_read_late_to_return(8, ("fw:line 307 del buf0",)), manifest)
+    assert deleted.cause_parts != ["peak: fused-input-read-late"] and deleted.status == Status.FAIL_PEAK, \
+        deleted.reason
+    # a buffer the return hands out is an output, not released there
+    returned = apply(_read_late_to_return(8, returned="buf0, buf2, buf3"), manifest)
+    assert returned.cause_parts != ["peak: fused-input-read-late"] and returned.status == Status.FAIL_PEAK, \
+        returned.reason
+
+
 def _fused_nothing_blamed(excess: int, exact: bool = True, kernel: str = "cpp_fused_index_reduce_0") -> Result:
     """index_reduce.mean's program: one fused kernel writes three 4 B buffers, all allocated before it runs, so
     blame (which names one allocation) cannot pick one of them and names nothing.  The measured peak (12 B) is

@@ -506,35 +506,55 @@ def fused_kernel_outputs(ev: Evidence) -> str | None:
 
 
 _RELEASED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) del ([\w, ]+?)(?: \(event \d+\))?$")
+#: a release at the program's ``return``: a local inductor never ``del``s because its last reader is the last kernel
+_RETURNED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) (return\b.*?)(?: \(event \d+\))?$")
+
+
+def _release(ev: Evidence) -> tuple[str, list[str], int] | None:
+    """Where the program releases the blamed buffer, as (phase, the names released, the releasing statement's
+    index): its ``del``, or the ``return`` of a program whose last kernel read it (inductor writes no ``del`` for
+    a buffer whose last use is the last kernel: the return drops it), when the return does not hand it out and the
+    program has no ``del`` of it (one the model holds to the return past its ``del`` is held by something else)."""
+    death = str(ev.finding.get("model_death") or "")
+    if (m := _RELEASED_AT.match(death)) is not None:
+        phase, names = m.group(1), [n.strip() for n in m.group(2).split(",")]
+        at = [i for i, s in enumerate(ev.program.statements) if s.phase == phase and s.text.startswith("del ")
+              and [n.strip() for n in s.text.removeprefix("del ").split(",")] == names]
+    elif (m := _RETURNED_AT.match(death)) is not None and ev.buffer is not None and ev.buffer[0] == m.group(1):
+        phase, names = m.group(1), [ev.buffer[1]]
+        at = [i for i, s in enumerate(ev.program.statements) if s.phase == phase and s.text == m.group(2)]
+        if not at or names[0] in ev.program.statements[at[0]].names():
+            return None  # returned: an output, not a release
+        if any(s.phase == phase and s.text.startswith("del ") and names[0] in s.names() for s in ev.program.statements):
+            return None  # the program dels it: what holds it to the return is not the program (a tangent's caller)
+    else:
+        return None
+    return (phase, names, at[0]) if at else None
 
 
 def _fused_reader(ev: Evidence) -> tuple[str, str] | None:
     """The blamed buffer's name where the program releases it, and the fused kernel that reads it last, when
-    the program's ``del`` of it comes right after that kernel (no work between) and the kernel's buffers are
-    allocated before it runs: fusion moved the buffer's last use to a kernel that writes later values."""
+    the program's release of it (its ``del``, or the ``return``) comes right after that kernel (no work between)
+    and the kernel's buffers are allocated before it runs: fusion moved the buffer's last use to a kernel that
+    writes later values."""
     if ev.buffer is None or ev.source != "peak":
         return None
-    released = _RELEASED_AT.match(str(ev.finding.get("model_death") or ""))
+    released = _release(ev)
     if released is None:
         return None
-    phase, names = released.group(1), [n.strip() for n in released.group(2).split(",")]
+    phase, names, i = released
     statements = ev.program.statements
-    for i, s in enumerate(statements):
-        if s.phase != phase or not s.text.startswith("del ") or \
-                [n.strip() for n in s.text.removeprefix("del ").split(",")] != names:
-            continue
-        k = next((j for j in range(i - 1, -1, -1) if statements[j].phase == phase and statements[j].work), None)
-        if k is None:
-            return None
-        kernel = statements[k]
-        callee = kernel.text.split("(", 1)[0].removesuffix("\u2026")
-        if not re.fullmatch(r"\w+", callee) or not ev.program.allocated_before(k):
-            return None  # not a fused kernel's own call, or one that writes no buffer of its own
-        read = [n for n in names if n in kernel.names()[1:]]
-        if not read and kernel.text.endswith("\u2026"):  # the program model cut the call's arguments short
-            read = names
-        return (read[0], callee) if read else None
-    return None
+    k = next((j for j in range(i - 1, -1, -1) if statements[j].phase == phase and statements[j].work), None)
+    if k is None:
+        return None
+    kernel = statements[k]
+    callee = kernel.text.split("(", 1)[0].removesuffix("\u2026")
+    if not re.fullmatch(r"\w+", callee) or not ev.program.allocated_before(k):
+        return None  # not a fused kernel's own call, or one that writes no buffer of its own
+    read = [n for n in names if n in kernel.names()[1:]]
+    if not read and kernel.text.endswith("\u2026"):  # the program model cut the call's arguments short
+        read = names
+    return (read[0], callee) if read else None
 
 
 def fused_input_read_late(ev: Evidence) -> str | None:
