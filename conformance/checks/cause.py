@@ -33,7 +33,7 @@ from typing import Any
 
 from conformance.api.result import Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
-from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise
+from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 
 #: joins a cause's parts into its signature
 SEPARATOR = " + "
@@ -441,6 +441,8 @@ def cause_of(result: Result) -> Cause | None:
         source = deciding.name.value
         base = _evidence(result, source, deciding)
         found = _check_findings(deciding, result)
+    if not error and deciding is not None:
+        found += _unnamed_rest(deciding, base, found)
     parts: dict[str, int | None] = {}
     why: dict[str, str] = {}
     scales: dict[str, int] = {}
@@ -462,6 +464,25 @@ def cause_of(result: Result) -> Cause | None:
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())),
                  tuple(sorted(scales.items())), tuple(sorted(bounds.items())))
+
+
+#: the words of the part of a peak's excess that blame's named storages leave over
+UNNAMED_REST = "peak over the model beyond the storages blamed"
+
+
+def _unnamed_rest(check: Check, base: Evidence, found: list[CauseFinding]) -> list[CauseFinding]:
+    """The peak excess blame's storages leave unnamed, as a finding of its own where a mechanism recognises it
+    from the program alone (``finding`` empty, as where blame names nothing): blame names what is alive past
+    its modelled death, never what a fused kernel made before the graphs' schedule makes it (its buffers
+    allocated together), so that part of an excess has no storage to name.  Unrecognised, the rest stays with
+    the largest part (:func:`_split`), as before."""
+    if check.name != CheckName.PEAK or check.excess_bytes is None or not check.blamed \
+            or any(f.share is None for f in found):
+        return []
+    rest = check.excess_bytes - sum(int(f.share or 0) for f in found)
+    if rest <= 0 or recognise_rest(replace(base, part=UNNAMED_REST, finding={})) is None:
+        return []
+    return [CauseFinding(UNNAMED_REST, None, rest)]
 
 
 def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:

@@ -790,6 +790,10 @@ class Mechanism:
     #: the most bytes over the contract one instance can show, read from the evidence where the backend's own
     #: program declares it (``None``: the manifest entry gives the bound); such an entry needs no bound of its own
     bound: Callable[[Evidence], int] | None = None
+    #: its recogniser can name, from the program alone, an excess blame left unnamed beside named storages
+    #: (``finding`` empty): fusion's buffers made before the graphs' schedule makes them, which are never alive
+    #: past a modelled death; a runtime's own verdict (the backward-input watch) is not evidence for such a rest
+    names_rest: bool = False
 
 
 #: every mechanism, asked in this order (the more specific first)
@@ -810,7 +814,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "unfold's windows), copied into a buffer of its own for the kernel and alive beside its result",
               extern_input_copy, bound=materialised_input_bytes),
     Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
-              fused_kernel_outputs, scale=fused_buffers_bytes),
+              fused_kernel_outputs, scale=fused_buffers_bytes, names_rest=True),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
               early_gradient),
     Mechanism("fused-input-read-late", "a buffer an early op reads is read last by the later kernel that op was "
@@ -916,6 +920,16 @@ def recognise(ev: Evidence) -> Recognised | None:
     """The first mechanism whose recogniser answers for ``ev`` (``None``: no known mechanism)."""
     for m in MECHANISMS:
         why = m.recognise(ev)
+        if why:
+            return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0,
+                              m.bound(ev) if m.bound is not None else None)
+    return None
+
+
+def recognise_rest(ev: Evidence) -> Recognised | None:
+    """The first mechanism that names an excess blame left unnamed (:attr:`Mechanism.names_rest`), else ``None``."""
+    for m in MECHANISMS:
+        why = m.recognise(ev) if m.names_rest else None
         if why:
             return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0,
                               m.bound(ev) if m.bound is not None else None)
