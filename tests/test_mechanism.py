@@ -897,6 +897,53 @@ def test_the_excess_blame_leaves_unnamed_beside_a_named_buffer_is_a_fused_kernel
         assert "beyond its bound" in judged.reason, judged.reason
 
 
+def _output_blamed_at_backward_peak(excess: int, backward: bool = True) -> Result:
+    """nanquantile's training step in small: the forward makes ``buf0`` and reuses it for its output
+    (``buf6 = buf0; del buf0``), so blame's size-and-order match puts the 4 B output on a graph value that dies
+    early; the peak is the backward's, one kernel's four 4 B buffers allocated together before it runs."""
+    fw = [("fw:line 132 primals_1, primals_2 = args", 0), ("fw:line 133 args.clear()", 0),
+          ("fw:line 136 buf0 = empty_strided_cpu((), (), torch.float32)", 4),
+          ("fw:line 137 cpp_fused_mul_0(primals_2, primals_1, buf0)", 4),
+          ("fw:line 150 buf6 = buf0; del buf0", 4), ("fw:line 151 buf7 = empty_strided_cpu((), (), torch.float32)", 8),
+          ("fw:line 152 cpp_fused_lerp_1(primals_2, buf6, buf7)", 8), ("fw:line 153 return (buf6, buf7, )", 8)]
+    bw = [("bw:line 147 mul_2, tangents_1 = args", 8), ("bw:line 148 args.clear()", 8),
+          ("bw:line 149 buf0 = empty_strided_cpu((1, ), (1, ), torch.float32)", 12),
+          ("bw:line 153 buf2 = empty_strided_cpu((1, ), (1, ), torch.float32)", 16),
+          ("bw:line 155 buf4 = empty_strided_cpu((1, ), (1, ), torch.float32)", 20),
+          ("bw:line 158 buf6 = empty_strided_cpu((), (), torch.float32)", 24),
+          ("bw:line 159 cpp_fused_add_div_scatter_0(mul_2, tangents_1, buf0, buf2, buf4, buf6)", 24),
+          ("bw:line 160 del buf0", 20), ("bw:line 161 del buf2", 16), ("bw:line 162 del buf4", 12),
+          ("bw:line 169 return (buf6, None, )", 12)]
+    program = fw + bw if backward else fw
+    top = max(b for _, b in program)
+    output = {**_made("buf0", "fw:line 136 buf0 = empty_strided_cpu((), (), torch.float32)", "cpp_fused_mul_0", 4,
+                      role="output"), "measured_death": "alive at measured peak",
+              "model_death": "when the caller drops the step's outputs"}
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, f"measured peak {top} B > model peak",
+                 {"model_source": "received-graphs", "measured_peak_bytes": top, "model_peak_bytes": top - excess},
+                 [output], excess)
+    followed = Check(CheckName.PROGRAM, Status.PASS, "", {"timeline": "exact", "program_peak_bytes": top})
+    memory = MemoryFigures(model_peak_bytes=top - excess, measured_peak_bytes=top, model_source="received-graphs",
+                           program_timeline=program)
+    return Result("my-own-train", "inductor", Status.FAIL_PEAK, checks=[peak, followed], excess_bytes=excess,
+                  memory=memory)
+
+
+def test_a_forward_output_blamed_at_a_backward_peak_names_no_excess() -> None:
+    """The graphs hold every step output at a backward peak, so a forward output blame put on an early-dying value
+    of its size names none of the excess: the excess is the backward kernel's buffers allocated together (up to
+    them less the largest, 12 B).  More than that, or a peak in the forward (where the output may truly be early),
+    keeps the output's words and fails."""
+    manifest = load_manifest("inductor")
+    r = apply(_output_blamed_at_backward_peak(7), manifest)
+    assert r.cause_parts == ["peak: fused-kernel-outputs"] and r.status == Status.XFAIL, r.reason
+    assert "buf6 is one of 4 buffers allocated together" in r.reason, r.reason
+    for near in (_output_blamed_at_backward_peak(13), _output_blamed_at_backward_peak(4, backward=False)):
+        judged = apply(near, manifest)
+        assert judged.cause_parts != ["peak: fused-kernel-outputs"] and judged.status == Status.FAIL_PEAK, \
+            judged.reason
+
+
 def _pack_residual(excess: int, allocated: int, slots: int, retained: int, freed: str = "") -> Result:
     """A residual whose blame names the retained results' runtime buffer (the gradients of a backward call), its
     ``slots`` the results' 64-byte slots as blame computes them from their sizes."""

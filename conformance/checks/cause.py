@@ -442,7 +442,7 @@ def cause_of(result: Result) -> Cause | None:
         base = _evidence(result, source, deciding)
         found = _check_findings(deciding, result)
     if not error and deciding is not None:
-        found += _unnamed_rest(deciding, base, found)
+        found = _unnamed_rest(deciding, base, found)
     parts: dict[str, int | None] = {}
     why: dict[str, str] = {}
     scales: dict[str, int] = {}
@@ -471,18 +471,33 @@ UNNAMED_REST = "peak over the model beyond the storages blamed"
 
 
 def _unnamed_rest(check: Check, base: Evidence, found: list[CauseFinding]) -> list[CauseFinding]:
-    """The peak excess blame's storages leave unnamed, as a finding of its own where a mechanism recognises it
-    from the program alone (``finding`` empty, as where blame names nothing): blame names what is alive past
-    its modelled death, never what a fused kernel made before the graphs' schedule makes it (its buffers
-    allocated together), so that part of an excess has no storage to name.  Unrecognised, the rest stays with
-    the largest part (:func:`_split`), as before."""
+    """The findings of a peak with the excess blame's storages leave unnamed as a finding of its own, where a
+    mechanism recognises it from the program alone (``finding`` empty, as where blame names nothing): blame names
+    what is alive past its modelled death, never what a fused kernel made before the graphs' schedule makes it
+    (its buffers allocated together), so that part of an excess has no storage to name.  A step output the
+    forward made, blamed at a peak the program reaches in its backward (:func:`_output_at_backward_peak`), names
+    no excess either and leaves its bytes to that rest.  Only mechanisms that read such a rest from the program
+    are asked (:func:`~conformance.checks.mechanism.recognise_rest`); unrecognised, the findings stay as they were
+    (the rest with the largest part: :func:`_split`)."""
     if check.name != CheckName.PEAK or check.excess_bytes is None or not check.blamed \
             or any(f.share is None for f in found):
-        return []
-    rest = check.excess_bytes - sum(int(f.share or 0) for f in found)
+        return found
+    named = [f for f in found if not _output_at_backward_peak(base, f)]
+    rest = check.excess_bytes - sum(int(f.share or 0) for f in named)
     if rest <= 0 or recognise_rest(replace(base, part=UNNAMED_REST, finding={})) is None:
-        return []
-    return [CauseFinding(UNNAMED_REST, None, rest)]
+        return found
+    return [*named, CauseFinding(UNNAMED_REST, None, rest)]
+
+
+def _output_at_backward_peak(base: Evidence, f: CauseFinding) -> bool:
+    """A blamed forward buffer the program holds as a step output (``role`` output, alive until the caller drops
+    the outputs), at a peak the program reaches in its backward: the received graphs hold every step output there
+    too, so blame's size-and-order match put it on a storage of the same size that dies early (a buffer inductor
+    reuses for the output, ``buf6 = buf0``), and it names none of the excess."""
+    where = replace(base, finding=f.entry or {}).buffer
+    peak = base.program.peak_statement()
+    return f.entry is not None and f.entry.get("role") == "output" and where is not None and where[0] == "fw" \
+        and peak is not None and base.program.statements[peak].phase == "bw"
 
 
 def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:
