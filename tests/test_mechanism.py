@@ -827,13 +827,21 @@ def _fused_nothing_blamed(excess: int, exact: bool = True, kernel: str = "cpp_fu
                ("fw:line 131 buf4 = empty_strided_cpu((), (), torch.float32)", 12),
                (f"fw:line 132 {kernel}(arg0_1, arg1_1, arg2_1, buf0, buf2, buf4)", 12),
                ("fw:line 133 del buf0", 8), ("fw:line 134 del buf2", 4), ("fw:line 136 return (buf4, )", 4)]
-    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak 12 B > model peak",
-                 {"model_source": "received-graphs", "measured_peak_bytes": 12, "model_peak_bytes": 12 - excess},
-                 [], excess)
-    followed = Check(CheckName.PROGRAM, Status.PASS if exact else Status.FAIL_PEAK, "",
-                     {"timeline": "exact" if exact else "differs", "program_peak_bytes": 12})
-    memory = MemoryFigures(model_peak_bytes=12 - excess, measured_peak_bytes=12, model_source="received-graphs",
-                           program_timeline=program)
+    return _exact_program_record(program, [], excess, exact, Status.PASS if exact else Status.FAIL_PEAK)
+
+
+def _exact_program_record(program: list[tuple[str, int]], blamed: list[dict[str, Any]], excess: int, exact: bool,
+                          program_status: Status = Status.PASS) -> Result:
+    """A peak failure ``excess`` over the model at the program's own peak (its last figure's most), with the
+    program check's verdict and whether the measured timeline followed the program exactly."""
+    measured = max(b for _, b in program)
+    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, f"measured peak {measured} B > model peak",
+                 {"model_source": "received-graphs", "measured_peak_bytes": measured,
+                  "model_peak_bytes": measured - excess}, blamed, excess)
+    followed = Check(CheckName.PROGRAM, program_status, "",
+                     {"timeline": "exact" if exact else "differs", "program_peak_bytes": measured})
+    memory = MemoryFigures(model_peak_bytes=measured - excess, measured_peak_bytes=measured,
+                           model_source="received-graphs", program_timeline=program)
     return Result("my-own-infer", "inductor", Status.FAIL_PEAK, checks=[peak, followed], excess_bytes=excess,
                   memory=memory)
 
@@ -870,15 +878,7 @@ def _seeds_and_fused_sample(excess: int, exact: bool = True) -> Result:
     seeds = {**_made("buf0", "fw:line 121 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
                      "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
              "model_death": "after fw:line 134 del buf0 (event 13)"}
-    peak = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak 168 B > model peak",
-                 {"model_source": "received-graphs", "measured_peak_bytes": 168, "model_peak_bytes": 168 - excess},
-                 [seeds], excess)
-    followed = Check(CheckName.PROGRAM, Status.PASS, "",  # passed, its timeline followed exactly or not
-                     {"timeline": "exact" if exact else "differs", "program_peak_bytes": 168})
-    memory = MemoryFigures(model_peak_bytes=168 - excess, measured_peak_bytes=168, model_source="received-graphs",
-                           program_timeline=program)
-    return Result("my-own-infer", "inductor", Status.FAIL_PEAK, checks=[peak, followed], excess_bytes=excess,
-                  memory=memory)
+    return _exact_program_record(program, [seeds], excess, exact)  # passed, its timeline followed exactly or not
 
 
 def test_the_excess_blame_leaves_unnamed_beside_a_named_buffer_is_a_fused_kernels_when_the_program_shows_it() -> None:
