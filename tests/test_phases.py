@@ -78,3 +78,16 @@ def test_every_run_says_its_wall_time(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("conformance: wall time ")
     assert "where the time went" not in proc.stderr
+
+
+def test_checking_that_the_cases_build_imports_no_compiler() -> None:
+    """The command builds each selected case before pytest starts (a builder that fails is a one-line
+    refusal), but not its optimizer: the first optimizer a process makes imports ``torch._dynamo``, two
+    seconds of the command's start-up that the worker pays again anyway."""
+    script = ("import sys\n"
+              "from conformance.cli.main import _validate\n"
+              "_validate(['eager'], ['mlp-s-train', 'mlp-s-infer'], build=True)\n"
+              "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -171,11 +171,13 @@ class Case:
         params = [p for p in model.parameters() if p.requires_grad]
         return OPTIMIZERS[self.optimizer](params) if params else None
 
-    def build(self) -> Workload:
+    def build(self, optimizer: bool = True) -> Workload:
+        """The case's workload; ``optimizer=False`` leaves out its optimizer, for a caller that needs the model or
+        inputs only: the first optimizer a process makes imports ``torch._dynamo`` (about 2 s)."""
         torch.manual_seed(self.seed)
         workload = self.builder(self.seed)
         workload.model.train(self.trains)
-        workload.optimizer = self.make_optimizer(workload.model)
+        workload.optimizer = self.make_optimizer(workload.model) if optimizer else None
         return workload
 
     def inputs_for(self, call: int) -> tuple[torch.Tensor, ...]:
@@ -184,7 +186,7 @@ class Case:
         Every call a step makes gets fresh inputs, so a backend that returns stale results or
         corrupts state between calls cannot pass on the first call's numbers."""
         if call == 0:
-            return self.build().inputs
+            return self.build(optimizer=False).inputs
         with torch.random.fork_rng():
             torch.manual_seed(call_seed(self.seed, call))
             if self.make_inputs is not None:

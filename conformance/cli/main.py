@@ -151,7 +151,7 @@ def _validate(backends: list[str], cases: list[str], build: bool, generated: int
     if build:
         for case in _shard_cases(selection, shard, shard_durations):
             try:
-                case.build()
+                case.build(optimizer=False)  # the worker makes the optimizer: a first one imports torch._dynamo
             except (Exception, SystemExit) as exc:  # a builder that exits is a case that failed to build
                 raise UsageFailure(f"case {case.id} failed to build: {type(exc).__name__}: {exc}") from None
     if not selection.backends:
