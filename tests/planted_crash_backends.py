@@ -76,3 +76,36 @@ class ForkPoisoningBackend(EagerBackend):
 
     name = "planted-fork-poisoning"
     preload_modules = ("tests.planted_fork_poison",)
+
+
+#: where :class:`WorkerFactsBackend` writes what its worker process is made of (JSON)
+WORKER_FACTS_ENV = "CONFORMANCE_TEST_WORKER_FACTS"
+
+
+class WorkerFactsBackend(EagerBackend):
+    """Eager, and its compile writes down the facts of the worker process it runs in: its command line,
+    its signal handlers, what its descriptors point at, and which of the command's modules it holds."""
+
+    name = "planted-worker-facts"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        import json
+        import sys
+
+        fds = {}
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                pass
+        facts = {
+            "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\0"),
+            "sigint_is_keyboard_interrupt": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+            "sigterm_is_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "fd_targets": sorted(fds.values()),
+            "modules": sorted(m for m in sys.modules if m.startswith("conformance.cli")),
+            "cwd_on_path": os.getcwd() in sys.path,
+        }
+        with open(os.environ[WORKER_FACTS_ENV], "w", encoding="utf-8") as out:
+            json.dump(facts, out)
+        return super().compile(case, workload)

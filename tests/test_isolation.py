@@ -165,3 +165,39 @@ def test_a_fork_server_that_does_not_answer_is_ended_and_workers_are_spawned(mon
         assert pool.run("mlp-s-train", "eager", timeout_s=120).status == "pass"
         # the forked attempt, then a fresh interpreter for the first pair and another after the crash
         assert (pool.spawn_count, pool.fork_count) == (3, 1) and pool._server is None
+
+
+@pytest.mark.skipif(not reaper.supported(), reason="the fork server needs a subreaper (Linux)")
+def test_a_runs_fork_server_is_forked_from_the_command_as_a_fresh_server_would_be(tmp_path: Path) -> None:
+    """``conformance run`` imports torch once: it forks its fork server from itself after that import and
+    before anything else, not from a new interpreter.  The worker forked from there is the one a fresh
+    server would fork: default signal handlers (not the command's Ctrl-C handler), none of the command's
+    descriptors (a caller's pipe left open there would keep the caller waiting), none of the CLI's
+    modules, and the working directory on its import path."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.planted_crash_backends import WORKER_FACTS_ENV
+
+    facts_path = tmp_path / "facts.json"
+    read_end, write_end = os.pipe()  # a descriptor the command inherits and its workers must not
+    marker = f"pipe:[{os.fstat(write_end).st_ino}]"
+    env = {**os.environ, WORKER_FACTS_ENV: str(facts_path)}
+    env.pop(FORK_SERVER_ENV, None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "conformance", "run", "--case", "mlp-s-infer",
+             "--backend", "tests.planted_crash_backends:WorkerFactsBackend", "--out", str(tmp_path / "out")],
+            cwd=Path(__file__).parent.parent, env=env, pass_fds=(write_end,), capture_output=True, text=True,
+            timeout=300)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.returncode == 0, done.stdout + done.stderr
+    facts = json.loads(facts_path.read_text(encoding="utf-8"))
+    assert facts["cmdline"][1:4] == ["-m", "conformance", "run"], facts["cmdline"]  # forked from the command
+    assert facts["sigint_is_keyboard_interrupt"] and facts["sigterm_is_default"]
+    assert marker not in facts["fd_targets"], facts["fd_targets"]
+    assert "conformance.cli.main" not in facts["modules"], facts["modules"]  # forked before the CLI loaded
+    assert facts["cwd_on_path"]

@@ -2,8 +2,10 @@
 
 A run's pairs go to a worker process that imports torch, the compilers and every backend
 before its first pair (seconds).  The command itself imports torch, checks the options, builds
-the selected cases and starts pytest before its first pair too.  Spawning the worker before any
-of that lets the two start-ups overlap instead of adding up.  Only a plain isolated run does
+the selected cases and starts pytest before its first pair too.  So the command imports torch
+and the engine first and forks the worker's fork server from itself (one ``import torch`` per
+run, not two), and the server's imports of the compilers and the worker's warm-up overlap the
+rest of the command's start-up instead of adding up.  Only a plain isolated run does
 it: with ``-n`` the pairs run in pytest-xdist's workers (each starts its own), with
 ``--no-isolate`` in this process, and with ``--cases`` the worker must inherit the sources the
 CLI loads first.

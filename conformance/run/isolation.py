@@ -28,7 +28,9 @@ Workers are forked from a fork server (:func:`fork_server_main`): one interprete
 imported torch, the engine and the backends' modules and does nothing else (no torch op has run
 in it, no backend is warmed up).  A worker it forks starts in milliseconds instead of the seconds
 an interpreter takes to import torch, which is what a crash costs the next pair (the IREE
-compiler's ``while_loop`` crashes are in the default matrix).  The worker is forked twice and the
+compiler's ``while_loop`` crashes are in the default matrix).  A ``conformance run`` forks its first
+server from itself (:func:`prestart`), right after importing torch and the engine and before anything
+else: it needs those imports anyway, and the server then costs no second ``import torch``.  The worker is forked twice and the
 middle process exits, so the worker is this process's child (a subreaper adopts it): its exit
 status, signal included, reaches the pool as a spawned worker's does.  The fork server is used
 where a subreaper is possible (Linux) and the environment and working directory are still those
@@ -353,22 +355,16 @@ def _run_forked_worker(control: socket.socket, fds: list[int], request: dict[str
         os._exit(code)
 
 
-class _Forked:
-    """A worker the fork server forked and this process adopted: the part of ``subprocess.Popen`` the pool
-    uses.  Its pid is the server's answer, read when first needed (the server may still be importing)."""
+class _Child:
+    """A child this process forked itself: the part of ``subprocess.Popen`` the pool uses."""
 
-    def __init__(self, server: _ForkServer, stdin: IO[bytes]) -> None:
-        self._server = server
-        self._pid: int | None = None
-        self.stdin: IO[bytes] | None = stdin
+    def __init__(self, pid: int) -> None:
+        self._pid: int | None = pid
         self.returncode: int | None = None
 
     @property
     def pid(self) -> int:
-        if self._pid is None:
-            self._pid = self._server.answer()
-            if self._pid <= 0:
-                self.returncode = 1  # never forked: the server died
+        assert self._pid is not None
         return self._pid
 
     def poll(self) -> int | None:
@@ -392,11 +388,94 @@ class _Forked:
         return self.returncode
 
 
+class _Forked(_Child):
+    """A worker the fork server forked and this process adopted.  Its pid is the server's answer, read when
+    first needed (the server may still be importing)."""
+
+    def __init__(self, server: _ForkServer, stdin: IO[bytes]) -> None:
+        super().__init__(0)
+        self._server = server
+        self._pid = None
+        self.stdin: IO[bytes] | None = stdin
+
+    @property
+    def pid(self) -> int:
+        if self._pid is None:
+            self._pid = self._server.answer()
+            if self._pid <= 0:
+                self.returncode = 1  # never forked: the server died
+        return self._pid
+
+
+def imports_for_workers() -> None:
+    """Import what a fork server imports before it forks (torch, the engine, the backends' registry), under the
+    same guard: an import that asks ``torch.cuda.is_available()`` asks NVML, and initialises no device."""
+    nvml_check = os.environ.get(NVML_CHECK_ENV)
+    os.environ[NVML_CHECK_ENV] = "1"
+    try:
+        import torch  # noqa: F401
+
+        from conformance.api.adapter import discover
+        from conformance.run import engine  # noqa: F401
+
+        discover()
+    finally:
+        if nvml_check is None:
+            del os.environ[NVML_CHECK_ENV]
+        else:
+            os.environ[NVML_CHECK_ENV] = nvml_check
+
+
+def _fork_server_here(control: socket.socket, log: IO[bytes], env: dict[str, str], preload: list[str] | None) -> int:
+    """Fork this process into a fork server; its pid.
+
+    Only where this process has done nothing but :func:`imports_for_workers` (and read its arguments): the
+    server is then the interpreter a ``python -m conformance.run.isolation --fork-server`` would be once
+    its imports are done, without paying for them again (``import torch``: two seconds of CPU per run).
+    The child is made into that interpreter: its own session, default signal handlers, the log as its
+    stdout and stderr, no other inherited descriptor, the pool's environment and import path."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent_pid = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        os.setsid()
+        for signum in signal.valid_signals():
+            handler = signal.getsignal(signum)
+            if callable(handler) and handler is not signal.default_int_handler:
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        keep = control.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 16)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.argv = [__file__, "--fork-server", str(keep), str(parent_pid),
+                    *(["--preload", *preload] if preload is not None else [])]
+        fork_server_main(keep, parent_pid, preload)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 @dataclass
 class _ForkServer:
     """The pool's fork server: its process, this end of its control socket, and what it started with."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | _Child
     control: socket.socket
     env: dict[str, str]
     cwd: str
@@ -404,16 +483,21 @@ class _ForkServer:
     pending: int = 0  # requests sent whose answer has not been read
 
     @classmethod
-    def start(cls, env: dict[str, str], preload: list[str] | None) -> _ForkServer:
-        """Start one; it imports the ``preload_modules`` of the backends ``preload`` names (``[]``: all)."""
+    def start(cls, env: dict[str, str], preload: list[str] | None, here: bool = False) -> _ForkServer:
+        """Start one; it imports the ``preload_modules`` of the backends ``preload`` names (``[]``: all).
+        ``here``: fork it from this process, which has imported what a server imports and done nothing else."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log = tempfile.TemporaryFile(prefix="conformance-fork-server-", suffix=".log")
+        process: subprocess.Popen[bytes] | _Child
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "conformance.run.isolation", "--fork-server", str(theirs.fileno()),
-                 str(os.getpid()), *(["--preload", *preload] if preload is not None else [])],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),), env=env,
-                start_new_session=True)
+            if here:
+                process = _Child(_fork_server_here(theirs, log, env, preload))
+            else:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "conformance.run.isolation", "--fork-server", str(theirs.fileno()),
+                     str(os.getpid()), *(["--preload", *preload] if preload is not None else [])],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),), env=env,
+                    start_new_session=True)
         except BaseException:
             mine.close()
             log.close()
@@ -536,6 +620,8 @@ class WorkerPool:
     spawn_count: int = 0
     startup_wait_s: float = 0.0  # time the run waited for workers to start (beyond what overlapped)
     fork_count: int = 0  # workers the fork server forked (of spawn_count)
+    #: fork the first fork server from this process (:func:`prestart`: it has imported what a server imports)
+    server_here: bool = False
     _worker: _Worker | None = field(default=None, repr=False)
     _server: _ForkServer | None = field(default=None, repr=False)
     _no_server: bool = field(default=False, repr=False)  # a forked worker failed to start: no fork server again
@@ -621,8 +707,9 @@ class WorkerPool:
             self._server.close(kill=True)  # gone, or the environment changed: its imports read the old one
             self._server = None
         if self._server is None:
+            here, self.server_here = self.server_here, False  # once: this process goes on to run things
             try:
-                self._server = _ForkServer.start(env, self.warm)  # the run's backends, as its first worker warms
+                self._server = _ForkServer.start(env, self.warm, here)  # the run's backends, as its first worker warms
             except OSError:
                 return None
         return self._server
@@ -735,7 +822,7 @@ class WorkerPool:
         return killed
 
 
-def _kill_group(process: subprocess.Popen[bytes] | _Forked) -> None:
+def _kill_group(process: subprocess.Popen[bytes] | _Child) -> None:
     """SIGKILL the worker's process group: the worker and anything its backend started.
 
     Only while the worker is not yet reaped: until then its pid, the group's id, cannot be reused.
@@ -817,11 +904,18 @@ def run_environment(parallel_pairs: bool) -> None:
 
 
 def prestart(warm: list[str]) -> None:
-    """Spawn the shared worker now, so its start-up overlaps the run's own: torch, the compilers, and
-    the ``warm`` backends' first-use costs (every usable backend when empty)."""
+    """Spawn the shared worker now, so its start-up overlaps the run's own: the compilers, and the ``warm``
+    backends' first-use costs (every usable backend when empty).
+
+    Called first thing in a command (:mod:`conformance.cli.launch`): this process imports torch and the
+    engine, which it needs anyway, and forks the fork server from itself, so the run pays for that import
+    once instead of twice (half the CPU time of a small run's start-up on a two-core machine)."""
     global _DEFAULT_POOL
     if _DEFAULT_POOL is None:
-        _DEFAULT_POOL = WorkerPool(warm=warm)
+        here = _fork_server_wanted() and threading.active_count() == 1 and reaper.become_subreaper()
+        if here:
+            imports_for_workers()
+        _DEFAULT_POOL = WorkerPool(warm=warm, server_here=here)
     _DEFAULT_POOL.spawn()
 
 
