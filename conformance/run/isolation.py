@@ -30,8 +30,8 @@ in it, no backend is warmed up).  A worker it forks starts in milliseconds inste
 an interpreter takes to import torch, which is what a crash costs the next pair (the IREE
 compiler's ``while_loop`` crashes are in the default matrix).  A ``conformance run`` forks its first
 server from itself (:func:`prestart`), right after importing torch and the engine and before anything
-else: it needs those imports anyway, and the server then costs no second ``import torch``.  The worker is forked twice and the
-middle process exits, so the worker is this process's child (a subreaper adopts it): its exit
+else: it needs those imports anyway, and the server then costs no second ``import torch``.  The worker
+is forked twice and the middle process exits, so the worker is this process's child (a subreaper adopts it): its exit
 status, signal included, reaches the pool as a spawned worker's does.  The fork server is used
 where a subreaper is possible (Linux) and the environment and working directory are still those
 it started with (its imports read them); otherwise, or when it is gone, or with
@@ -59,7 +59,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from conformance.api.result import Result, Status
 from conformance.run import reaper
@@ -68,6 +68,8 @@ from conformance.util.paths import caches_outside_tmp
 from conformance.util.text import clip_start, code_roots, traceback_tail
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from conformance.api.case import Case
 
 STDERR_TAIL_CHARS = 3000
@@ -321,8 +323,8 @@ def _fork_worker(control: socket.socket, fds: list[int], request: dict[str, Any]
 def _run_forked_worker(control: socket.socket, fds: list[int], request: dict[str, Any], parent_pid: int) -> None:
     """In the forked worker: its own session, the pool's pipes as stdin/stdout/stderr, then the worker
     loop; it ends as an interpreter does (exit functions run), never back in the server's loop."""
-    code = 0
-    try:
+
+    def body() -> None:
         control.close()
         _name_process(WORKER_NAME)
         os.setsid()  # its own process group: the pool ends the group, as it does a spawned worker's
@@ -341,6 +343,16 @@ def _run_forked_worker(control: socket.socket, fds: list[int], request: dict[str
         while os.getppid() != parent_pid and time.monotonic() < deadline:
             time.sleep(0.001)  # the middle process is exiting: then the pool's process adopts this one
         worker_main(reply_fd, parent_pid, request.get("warm"))
+
+    _end_as_an_interpreter(body)
+
+
+def _end_as_an_interpreter(body: Callable[[], None]) -> NoReturn:
+    """Run ``body`` in a forked child, then end it as an interpreter ends (its exit functions run, its
+    streams flushed, ``sys.exit``'s status or 1 after a traceback), never back in the code that forked it."""
+    code = 0
+    try:
+        body()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -440,8 +452,8 @@ def _fork_server_here(control: socket.socket, log: IO[bytes], env: dict[str, str
     pid = os.fork()
     if pid:
         return pid
-    code = 0
-    try:
+
+    def body() -> None:
         os.setsid()
         for signum in signal.valid_signals():
             handler = signal.getsignal(signum)
@@ -460,15 +472,8 @@ def _fork_server_here(control: socket.socket, log: IO[bytes], env: dict[str, str
         sys.argv = [__file__, "--fork-server", str(keep), str(parent_pid),
                     *(["--preload", *preload] if preload is not None else [])]
         fork_server_main(keep, parent_pid, preload)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+
+    _end_as_an_interpreter(body)
 
 
 @dataclass
