@@ -57,7 +57,8 @@ class ChdirBackend(EagerBackend):
     name = "leaky-chdir"
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
-        os.chdir(tempfile.mkdtemp(prefix="leaky-chdir-"))
+        here = os.getcwd()  # another directory that exists (a new one would be left in the temp dir)
+        os.chdir(os.path.dirname(here) if here != os.path.dirname(here) else tempfile.gettempdir())
         return super().compile(case, workload)
 
 
