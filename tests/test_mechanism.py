@@ -10,6 +10,7 @@ in the shape the engine writes them (statements as the program model labels them
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -976,3 +977,37 @@ def test_a_retained_result_pack_is_held_to_its_results_slots() -> None:
     assert with_loss.status == Status.XFAIL, with_loss.reason
     planted = apply(_pack_residual(196, 256, 192, 60), manifest)  # 64 B the slots do not account for
     assert planted.status == Status.FAIL_RESIDUAL and "beyond its bound" in planted.reason, planted.reason
+
+
+def test_a_users_pool_with_a_one_entry_padding_is_inductors_backward_lowering_by_mechanism() -> None:
+    """A model nobody here wrote, trained through an ``AvgPool2d(padding=[1])``: eager takes the one-entry list
+    for both dimensions, inductor's backward lowering asserts two.  The real compile failure is recognised by
+    what the lowering's own message says (its target and its window arguments), so the manifest expects it on
+    any model; the same assertion text with two-entry arguments, or another lowering's target, is not it."""
+    from conformance.api.case import Case, Workload
+    from conformance.backends.inductor import InductorBackend
+    from conformance.checks.mechanism import pool_backward_short_list
+    from conformance.run.engine import RunOptions, run_case
+
+    class Pooled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.pool = nn.Conv2d(2, 2, 1), nn.AvgPool2d(3, stride=1, padding=[1])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(self.conv(x)).square().mean()
+
+    def build(seed: int) -> Workload:
+        return Workload(Pooled(), (torch.randn(1, 2, 5, 5),))
+
+    case = Case("my-own-avgpool-train", "train_step", "mine", 0, build)
+    raw = run_case(case, InductorBackend(), RunOptions(steps=1))
+    assert raw.status == Status.FAIL_COMPILE and "LoweringException" in raw.reason, raw.reason
+    r = apply(copy.deepcopy(raw), load_manifest("inductor"))
+    assert r.status == Status.XFAIL and r.cause_parts == ["fail-compile: pool-backward-short-list"], r.reason
+    error = "\n".join(raw.notes)
+    assert (pool_backward_short_list(_ev_error(error)) or "").endswith("one-entry padding=[1]")
+    both = re.sub(r"args\[4\]: \[1\]", "args[4]: [1, 1]", error)
+    assert both != error and pool_backward_short_list(_ev_error(both)) is None
+    other = error.replace("aten.avg_pool2d_backward.default", "aten.max_pool2d_with_indices_backward.default")
+    assert pool_backward_short_list(_ev_error(other)) is None

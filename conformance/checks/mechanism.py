@@ -779,6 +779,24 @@ def graph_input_bytes(ev: Evidence) -> int:
     return ev.program.input_numel("fw") * itemsize
 
 
+#: a lowering's assertion, with the target inductor prints after it and the window arguments (kernel, stride,
+#: padding) of an avg_pool2d backward
+_POOL_BACKWARD = re.compile(r"LoweringException: AssertionError:.*?target: aten\.avg_pool2d_backward\.default", re.S)
+_WINDOW_ARG = re.compile(r"args\[([234])\]: \[([^\]\n]*)\]")
+
+
+def pool_backward_short_list(ev: Evidence) -> str | None:
+    """Inductor's avg_pool2d backward lowering asserts two entries in each window argument, where eager (and
+    the forward lowering, which pads the list) takes one for both dimensions: ``padding=[1]``."""
+    m = _POOL_BACKWARD.search(ev.error) if ev.error else None
+    if m is None:
+        return None
+    names = {"2": "kernel_size", "3": "stride", "4": "padding"}
+    short = dict.fromkeys(f"{names[i]}=[{v.strip()}]" for i, v in _WINDOW_ARG.findall(ev.error[m.end():])
+                          if len([x for x in v.split(",") if x.strip()]) == 1)  # the message is printed twice
+    return f"avg_pool2d's backward lowering refuses a one-entry {', '.join(short)}" if short else None
+
+
 @dataclass(frozen=True)
 class Mechanism:
     name: str
@@ -895,6 +913,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("reduced-precision-rounding", "fused kernels keep bfloat16/float16 values in float32 between ops "
               "where eager rounds after every op; the pair matches when the backend rounds as eager does",
               reduced_precision_rounding),
+    Mechanism("pool-backward-short-list", "inductor's avg_pool2d backward lowering asserts two entries in a "
+              "window argument eager gives one (padding=[1])", pool_backward_short_list),
     Mechanism("while-loop-no-autograd", "torch.while_loop has no autograd in this torch",
               _error(r"Autograd not implemented for while_loop", "while_loop has no autograd")),
 )
