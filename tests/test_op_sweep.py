@@ -64,7 +64,9 @@ def test_ids_are_stable_across_two_builds_and_readable() -> None:
             assert case.family == "ops" and not case.in_default and case.description.startswith("torch op ")
     assert sum(len(s.cases) for s in first) >= 10
     ci = select_cases(ops.ci_patterns())  # the fixed CI sample selects as patterns, each naming cases
-    assert {c.id for c in ci} == {c.id for s in first for c in s.cases}
+    # the float32 ones: another test in this process may have registered other dtypes' (op-abs-0-float64-*)
+    float32 = {c.id for c in ci if not any(f"-{dtype}-" in c.id for dtype in ops.OTHER_DTYPES)}
+    assert float32 == {c.id for s in first for c in s.cases}
 
 
 def test_every_step_op_db_offers_is_registered_or_left_out_with_a_reason() -> None:
