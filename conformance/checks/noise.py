@@ -26,6 +26,8 @@ from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from conformance.checks.exact_kernels import exact_op
+
 #: ops that only move values (no arithmetic, so no rounding): their values are perturbed upstream
 MOVES = frozenset({
     "clone", "copy_", "_to_copy", "cat", "stack", "contiguous", "lift_fresh_copy", "constant_pad_nd", "index",
@@ -125,6 +127,7 @@ class RoundingNoise(_StepMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        func = exact_op(func, args, kwargs)  # an eager kernel below float64 precision: its formula
         if isinstance(func, HigherOrderOperator):  # its bodies' ops run without this mode: only its results move
             return tree_map(lambda t: self._move(t) if self._moves(t) else t, run_eagerly(func, args, kwargs))
         name = _name(func)
@@ -214,6 +217,7 @@ class RandomValues(_StepMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        func = exact_op(func, args, kwargs)  # an eager kernel below float64 precision: its formula
         if isinstance(func, HigherOrderOperator):  # its bodies run without this mode: random if it reads random
             out = run_eagerly(func, args, kwargs)
             if any(self.holds_random(t) for t in _tensors((args, kwargs))):
