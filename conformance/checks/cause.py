@@ -482,7 +482,7 @@ def _unnamed_rest(check: Check, base: Evidence, found: list[CauseFinding]) -> li
     if check.name != CheckName.PEAK or check.excess_bytes is None or not check.blamed \
             or any(f.share is None for f in found):
         return found
-    named = [f for f in found if not _output_at_backward_peak(base, f)]
+    named = [f for f in found if not _output_at_backward_peak(base, f) and not _operand_at_program_peak(base, f)]
     rest = check.excess_bytes - sum(int(f.share or 0) for f in named)
     if rest <= 0 or recognise_rest(replace(base, part=UNNAMED_REST, finding={})) is None:
         return found
@@ -498,6 +498,24 @@ def _output_at_backward_peak(base: Evidence, f: CauseFinding) -> bool:
     peak = base.program.peak_statement()
     return f.entry is not None and f.entry.get("role") == "output" and where is not None and where[0] == "fw" \
         and peak is not None and base.program.statements[peak].phase == "bw"
+
+
+def _operand_at_program_peak(base: Evidence, f: CauseFinding) -> bool:
+    """A blamed buffer that the op making the peak of a program the measurement follows exactly reads (a saved
+    value of the forward by its backward name too): any schedule holds an op's operands while the op makes its
+    results, so blame, which put the peak's excess on it by size and order, names none of the excess with it."""
+    peak = base.program.peak_statement()
+    where = replace(base, finding=f.entry or {}).buffer
+    if f.entry is None or not base.program_exact or peak is None or where is None:
+        return False
+    statement = base.program.statements[peak]
+    if not statement.work or "(" not in statement.text:
+        return False
+    phase, name = where
+    own = name if phase == statement.phase else \
+        base.program.backward_name(name) if (phase, statement.phase) == ("fw", "bw") else None
+    operands = statement.text.split("(", 1)[1]
+    return own is not None and own in re.findall(r"\b\w+\b", operands)
 
 
 def _split(check: Check | None, parts: dict[str, int | None]) -> dict[str, int]:

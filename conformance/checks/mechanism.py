@@ -215,6 +215,39 @@ class Program:
                 current.add(m.group(1))
         return found
 
+    def backward_name(self, name: str) -> str | None:
+        """The name the backward gives a forward buffer it receives as saved (AOTAutograd's convention: the
+        forward returns its outputs then what it saves, the backward unpacks the saved values then the
+        tangents), following an extern result's item (``buf3 = buf1[1]``); ``None``: not saved, or cut short."""
+        taken = {name} | {m.group(1) for s in self.statements if s.phase == "fw"
+                          and (m := re.match(rf"^(\w+) = {re.escape(name)}$", s.text))}
+        returned = next((s.text for s in reversed(self.statements)
+                         if s.phase == "fw" and s.text.startswith("return (")), "")
+        unpacked = next((s.text for s in self.statements if s.phase == "bw" and _UNPACK.match(s.text)), "")
+        if not returned.endswith(")") or not unpacked.endswith("= args"):
+            return None
+        outs = [x.strip() for x in returned[len("return ("):-1].split(",") if x.strip()]
+        saved_in = [n.strip() for n in unpacked.removesuffix("= args").split(",")
+                    if n.strip() and not re.fullmatch(r"tangents_\d+", n.strip())]
+        if len(saved_in) > len(outs):
+            return None
+        saved_out = outs[len(outs) - len(saved_in):]
+        return next((saved_in[i] for i, n in enumerate(saved_out) if n in taken), None)
+
+    def alive_between(self, phase: str, name: str, start: int, end: int) -> bool:
+        """Whether ``name``'s buffer is still held at statement ``end`` by some name (its own, one the wrapper
+        renamed it to, or a view of it) after statement ``start``: no ``del`` dropped the last of them."""
+        held = {name}
+        for s in self.statements[start:end]:
+            if s.phase != phase:
+                continue
+            for part in s.text.split("; "):
+                if (m := re.match(r"^(\w+) = (?:reinterpret_tensor\()?(\w+)\b", part)) and m.group(2) in held:
+                    held.add(m.group(1))
+                elif part.startswith("del "):
+                    held -= {n.strip() for n in part[4:].split(",")}
+        return bool(held)
+
     def allocated_before(self, i: int) -> list[str]:
         """The buffers allocated since the work statement before statement ``i`` (allocated together)."""
         names = []
@@ -453,24 +486,53 @@ def _written_together(program: Program, i: int, name: str) -> list[str] | None:
 
 def _fused_at_program_peak(ev: Evidence) -> tuple[str, str, list[str]] | None:
     """Fusion at the peak, where blame named nothing: the program the measurement follows exactly reaches its
-    peak allocating one of the buffers of the next fused kernel, and the excess is no more than those buffers
-    less the largest (the one any schedule has alive there).  A backend that also kept something past its
-    last use fails the program check (not exact), and one that kept more shows an excess beyond that."""
+    peak allocating one of the buffers of the next fused kernel, or running an op (an extern kernel, a fallback)
+    while the buffers an earlier fused kernel wrote together are all still alive (the kernel computed values
+    the graphs' schedule makes only after that op); and the excess is no more than those buffers less the
+    largest (the one any schedule has alive there).  A backend that also kept something past its last use fails
+    the program check (not exact), and one that kept more shows an excess beyond that."""
     if ev.finding or not ev.program_exact:
         return None
     program = ev.program
     peak = program.peak_statement()
-    if peak is None or (m := _ALLOC.match(program.statements[peak].text)) is None:
+    if peak is None:
         return None
-    phase, name = program.statements[peak].phase, m.group(1)
-    k = next((j for j in range(peak + 1, len(program.statements)) if program.statements[j].phase == phase
-              and program.statements[j].work), None)
-    together = _written_together(program, k, name) if k is not None else None
+    phase = program.statements[peak].phase
+    if (m := _ALLOC.match(program.statements[peak].text)) is not None:
+        name = m.group(1)
+        k = next((j for j in range(peak + 1, len(program.statements)) if program.statements[j].phase == phase
+                  and program.statements[j].work), None)
+        together = _written_together(program, k, name) if k is not None else None
+    elif program.statements[peak].work:
+        found = _fused_alive_at(program, peak)
+        if found is None:
+            return None
+        name, together = found
+    else:
+        return None
     if together is None:
         return None
     sizes = [program.allocated_bytes(phase, n) for n in together]
     excess = _int(ev.figures.get("measured_peak_bytes")) - _int(ev.figures.get("model_peak_bytes"))
     return (phase, name, together) if 0 < excess <= sum(sizes) - max(sizes) else None
+
+
+def _fused_alive_at(program: Program, peak: int) -> tuple[str, list[str]] | None:
+    """(a buffer, the buffers allocated together with it) of the last fused kernel before statement ``peak``
+    that wrote two or more buffers all still alive at ``peak`` (no ``del`` of them or of a name the wrapper
+    gave them since), else ``None``."""
+    phase = program.statements[peak].phase
+    for k in range(peak - 1, -1, -1):
+        s = program.statements[k]
+        if s.phase != phase:
+            return None
+        if not s.work:
+            continue
+        together = program.allocated_before(k)
+        written = [n for n in together if _written_together(program, k, n) is not None]
+        if len(written) >= 2 and all(program.alive_between(phase, n, k, peak) for n in written):
+            return written[0], written
+    return None
 
 
 #: the parity check's figure saying how the pair compares when the backend rounds as eager does
