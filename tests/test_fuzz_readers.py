@@ -29,20 +29,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.api.result import Result
+from conformance.api.result import MemoryFigures, Result
 from conformance.checks.baseline import BaselineError, Tolerance, load_baseline
 from conformance.checks.cause import fill_cause
 from conformance.checks.manifest import ManifestError, load_manifest
 from conformance.output import history
 from conformance.output.outdir import OutDirError, claim, name_junit_classes
-from conformance.output.records import RecordsError, read_records, read_usable
+from conformance.output.records import (
+    RecordsError,
+    _check_names,
+    _fast_for,
+    _validator,
+    check_record,
+    read_records,
+    read_usable,
+)
 from conformance.output.triage import render_text, triage_dir
 from tests.conftest import case_registry_saver
 from tests.test_bad_inputs import child_env
 
 #: examples per property (CI runs these; the subprocess one runs a handful)
 EXAMPLES = {"records": 400, "manifest": 300, "junit": 200, "history": 100, "baseline": 200, "cases": 100,
-            "options": 60, "cli": 6, "triage": 150}
+            "options": 60, "cli": 6, "triage": 150, "fast": 60}
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 GOOD = {"case": "mlp-s-infer", "backend": "eager", "status": "pass", "reason": "", "kind": "inference",
@@ -117,6 +125,96 @@ def test_results_reader(tmp_path: Path, data: bytes) -> None:
         read_usable(path)
     except RecordsError as exc:
         assert "\n" not in str(exc)
+
+
+def _with_memory() -> dict[str, Any]:
+    memory = MemoryFigures(timeline=[(0.0, 8), (1.5, 0)], model_timeline=[("fw:mm", 8)], peak_per_step=[8],
+                           residual_per_step=[0], program_timeline=[("fw:line 1 buf0 = empty_strided_cpu(...)", 8)])
+    record = json.loads(json.dumps(Result("mlp-s-infer", "eager", "pass", memory=memory, notes=["a"]).to_json()))
+    assert _validator().is_valid(record)
+    return record
+
+
+#: a long array's item kinds (timelines' points, per-step figures); ``notes`` holds strings
+ITEM_SHAPES: dict[str, Any] = {"timeline": ("number", "integer"), "model_timeline": ("string", "integer"),
+                               "program_timeline": ("string", "integer"), "peak_per_step": "integer",
+                               "residual_per_step": "integer"}
+#: values at and past the edges of what a slot takes
+EDGES = [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 5.0, 5.5, -0.0, True, False, "5", "", None, float("nan"),
+         float("inf"), [], {}]
+RIGHT = {"number": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**63), 2**63 - 1)),
+         "integer": st.integers(-(2**63), 2**63 - 1), "string": st.text(max_size=5)}
+
+
+def _slot(draw: st.DrawFn, kind: str) -> Any:
+    """Mostly a right value for ``kind``; one time in four one at or past its edges."""
+    return draw(RIGHT[kind]) if draw(st.integers(0, 3)) else draw(st.sampled_from(EDGES))
+
+
+@st.composite
+def near_valid_record(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid record whose long arrays (and notes) hold drawn items: each slot mostly right, now and then at or
+    past an edge, an item now and then of another shape; so whole records are valid often, and invalid by one
+    value often."""
+    record = _with_memory()
+    for name in draw(st.lists(st.sampled_from(sorted(ITEM_SHAPES)), max_size=5, unique=True)):
+        shape, items = ITEM_SHAPES[name], []
+        for _ in range(draw(st.integers(0, 2))):
+            if not draw(st.integers(0, 15)):
+                items.append(draw(json_values))
+            else:
+                items.append(_slot(draw, shape) if isinstance(shape, str) else [_slot(draw, k) for k in shape])
+        record["memory"][name] = items
+    record["notes"] = [_slot(draw, "string") for _ in range(draw(st.integers(0, 2)))]
+    return record
+
+
+@settings(max_examples=EXAMPLES["fast"], **FUZZ)
+@given(line=record_line(), record=near_valid_record())
+def test_the_fast_record_check_answers_as_the_whole_schema(line: bytes, record: dict[str, Any]) -> None:
+    """The reader's fast path (the long arrays' items checked apart) accepts exactly the records the whole
+    schema accepts: on mutated records, and on valid ones whose timelines, steps and notes hold any values."""
+    try:
+        mutated = json.loads(line)
+    except ValueError:
+        mutated = None
+    for data in (mutated, record):
+        assert (check_record(data) is None) == _validator().is_valid(data), data
+
+
+def _one_value_changed() -> list[tuple[str, Any]]:
+    """A valid record's long arrays and notes, each item slot set to each edge value in turn (the rest right), and
+    each item replaced by one of another shape: where a fast check would part from the schema, if anywhere."""
+    changed: list[tuple[str, Any]] = []
+    right = {"number": 1.5, "integer": 8, "string": "x"}
+    for name, shape in [*ITEM_SHAPES.items(), ("notes", "string")]:
+        kinds = [shape] if isinstance(shape, str) else list(shape)
+        for i in range(len(kinds)):
+            for edge in EDGES:
+                item = [right[k] if j != i else edge for j, k in enumerate(kinds)]
+                changed.append((name, [edge] if isinstance(shape, str) else [item]))
+        changed += [(name, [[right[k] for k in kinds][:1]]), (name, [[right[k] for k in kinds] + [1]]), (name, None),
+                    (name, [{"0": 1}]), (name, "x")]
+    return changed
+
+
+def test_the_fast_record_check_answers_as_the_whole_schema_at_every_edge() -> None:
+    """Every item slot of the long arrays at each edge value (bools, 2**63, 5.0, NaN, strings, None, containers),
+    and items of other shapes: the fast path accepts a record exactly when the whole schema does."""
+    valid = 0
+    for name, value in _one_value_changed():
+        record = _with_memory()
+        (record if name == "notes" else record["memory"])[name] = value
+        whole = _validator().is_valid(record)
+        assert (check_record(record) is None) == whole, (name, value)
+        valid += whole
+    assert 0 < valid < len(_one_value_changed())  # both answers were asked for
+
+
+def test_the_fast_record_check_covers_the_long_arrays() -> None:
+    """The arrays that make most of a record's values are the ones checked apart (else the fast path is gone)."""
+    covered = {path for path, _ in _fast_for(_check_names()).items}
+    assert {("memory", "timeline"), ("memory", "model_timeline"), ("memory", "program_timeline")} <= covered
 
 
 # --------------------------------------------------------------------------- manifests

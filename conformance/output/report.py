@@ -35,7 +35,7 @@ from conformance.api.verdict import Rates, Status, combine, rates
 from conformance.output import history as hist
 from conformance.output.coverage import STEPS, Coverage, OpCoverage, coverage, op_cell, op_coverage, sweep_left_out
 from conformance.output.outdir import OutDirError, check_target, locked
-from conformance.output.records import RecordsError, read_usable
+from conformance.output.records import RecordFile, RecordsError, read_usable
 from conformance.output.triage import Triage, triage
 from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.glossary import explain
@@ -83,19 +83,27 @@ def load_results(results_dirs: Sequence[Path], warn: Callable[[str], None] | Non
     Each line is checked against the results schema: bad lines are skipped and named
     through ``warn``; a file with no valid record at all raises :class:`RecordsError`.
     """
-    merged: dict[tuple[str, str], Result] = {}
+    return merged_results(read_results_dirs(results_dirs, warn))
+
+
+def read_results_dirs(results_dirs: Sequence[Path], warn: Callable[[str], None] | None = None) -> list[RecordFile]:
+    """Each directory's (or file's) records, read and checked once; bad lines named through ``warn``."""
+    files = []
     for d in results_dirs:
         loaded = read_usable(results_file(d))
         for line in loaded.warnings():
             (warn or _warn)(line)
+        files.append(loaded)
+    return files
+
+
+def merged_results(files: Sequence[RecordFile]) -> list[Result]:
+    """The results of ``files``, a later one winning for the same case x backend."""
+    merged: dict[tuple[str, str], Result] = {}
+    for loaded in files:
         for r in loaded.results:
             merged[(r.case, r.backend)] = r
     return list(merged.values())
-
-
-def all_results(results_dirs: Sequence[Path]) -> list[Result]:
-    """Every usable result of every directory, nothing merged away (the per-version view needs them all)."""
-    return [r for d in results_dirs for r in read_usable(results_file(d)).results]
 
 
 def _warn(line: str) -> None:
@@ -682,7 +690,8 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     The page is written to a fresh file and moved into place: a failure leaves the old one.
     """
     check_target(out_dir, "-o")
-    results = load_results(results_dirs, warn)
+    files = read_results_dirs(results_dirs, warn)  # each record is read and checked against the schema once
+    results = merged_results(files)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
@@ -691,7 +700,7 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
         with locked(out_dir, "-o"):  # a run or another report writing there refuses this one
             page = build_page(results, [str(d) for d in results_dirs], history,
                               run_time=results_time(results_dirs), note=note)
-            page.by_version = version_matrix(all_results(results_dirs))
+            page.by_version = version_matrix([r for loaded in files for r in loaded.results])
             staged.write_text(render(page), encoding="utf-8")
             os.replace(staged, index)
     except BaseException:  # nothing built: no empty site directory left behind either
