@@ -658,14 +658,17 @@ def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -
     assert recognise(Evidence("peak", "alive past modelled death", {"producer": kept, "bytes": 64})) is None
 
 
-def _extern_copy(kernel: str, excess: int) -> Result:
+def _extern_copy(kernel: str, excess: int, call: str = "alpha=1, beta=1, out=buf1)", between: str = "") -> Result:
     """baddbmm-1-infer's program: ``kernel`` fills buf0 (1000 B) from a one-element input, and the extern
-    baddbmm reads it and writes buf1; blame names the extern kernel's result."""
+    baddbmm reads it and writes buf1; blame names the extern kernel's result.  ``call``: the call's arguments
+    after its operands, as the program model labelled them (cut short: ``alpha=0.6, beta=0.2, out=b…``, as in
+    baddbmm-3-infer); ``between``: a statement between buf1's allocation and the call."""
     program = ["fw:line 79 arg0_1, arg1_1, arg2_1 = args", "fw:line 80 args.clear()",
                "fw:line 82 buf0 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
                f"fw:line 85 {kernel}(arg0_1, buf0)", "fw:line 86 del arg0_1",
                "fw:line 87 buf1 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
-               "fw:line 89 extern_kernels.baddbmm(buf0, arg1_1, arg2_1, alpha=1, beta=1, out=buf1)",
+               *([f"fw:line 88 {between}"] if between else []),
+               f"fw:line 89 extern_kernels.baddbmm(buf0, arg1_1, arg2_1, {call}",
                "fw:line 92 return (buf1, )"]
     made = _made("buf1", "fw:line 87 buf1 = empty_strided_cpu((5, 5, 10), (50, 10, 1), torch.float32)",
                  "extern_kernels.baddbmm (aten.baddbmm)", 1000)
@@ -683,6 +686,20 @@ def test_an_extern_kernels_operand_copied_for_it_is_bounded_by_the_copy() -> Non
     assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
     other = apply(_extern_copy("cpp_fused_mul_0", 1000), manifest)  # a kernel of the graph's own, not the copy
     assert other.cause_parts != ["peak: extern-input-copy"] and other.status == Status.FAIL_PEAK, other.reason
+
+
+def test_an_extern_call_cut_short_in_its_out_argument_still_writes_the_buffer_allocated_for_it() -> None:
+    """The program model cuts a long statement (``out=b…``): the buffer allocated right before the call, whose
+    name the cut ``out=`` begins, is what the call writes.  Not a name the cut does not begin, nor a buffer
+    allocated before some other work."""
+    manifest = load_manifest("inductor")
+    for call in ("alpha=0.6, beta=0.2, out=b\u2026", "alpha=0.6, beta=0.2, out=buf\u2026", "alpha=0.6, be\u2026"):
+        r = apply(_extern_copy("cpp_fused_baddbmm_0", 1000, call), manifest)
+        assert r.cause_parts == ["peak: extern-input-copy"] and r.status == Status.XFAIL, (call, r.reason)
+    for call, between in (("alpha=0.6, beta=0.2, out=c\u2026", ""),
+                          ("alpha=0.6, beta=0.2, out=b\u2026", "cpp_fused_mul_1(arg1_1, buf1)")):
+        r = apply(_extern_copy("cpp_fused_baddbmm_0", 1000, call, between), manifest)
+        assert r.cause_parts != ["peak: extern-input-copy"] and r.status == Status.FAIL_PEAK, (call, r.reason)
 
 
 def _tangent_peak(name: str, excess: int) -> Result:

@@ -663,7 +663,8 @@ def _materialised_input(ev: Evidence) -> tuple[str, str, str] | None:
         out = _OUT_ARG.search(s.text)
         written = out.group(1) if out else s.text.split(" = ", 1)[0] if " = " in s.text.split("(", 1)[0] else ""
         read = [n for n in s.names()[1:] if n != written]
-        if blamed != written and blamed not in read:
+        cut_write = _cut_out_arg(s.text, blamed, ev.program.allocated_before(i))
+        if blamed != written and blamed not in read and not cut_write:
             continue
         for name in read:
             writer = ev.program.writer_before(phase, name, i) if ev.program.allocated_bytes(phase, name) else None
@@ -671,6 +672,15 @@ def _materialised_input(ev: Evidence) -> tuple[str, str, str] | None:
             if re.fullmatch(r"\w+", kernel) and f"_{op}_" in f"{kernel}_":
                 return name, kernel, op
     return None
+
+
+def _cut_out_arg(text: str, name: str, allocated: list[str]) -> bool:
+    """Whether a call the program model cut short (``extern_kernels.baddbmm(buf0, ..., out=b…``) writes ``name``:
+    its ``out=`` argument is cut inside ``name`` (or cut off), and ``name`` was allocated right before the call."""
+    if not text.endswith("\u2026") or name not in allocated:
+        return False
+    cut = re.search(r"\bout=(\w*)\u2026$", text)
+    return name.startswith(cut.group(1)) if cut else "out=" not in text
 
 
 def extern_input_copy(ev: Evidence) -> str | None:
