@@ -137,7 +137,9 @@ def _fused(case: str, kernel: str, n: int, width: int) -> Result:
     return _peak_record(case, program, [_made(f"buf{last}", allocs[last], kernel, width * 4)], width * 4)
 
 
-def _layout(case: str, kernel: str, shape: tuple[int, int, int, int]) -> Result:
+def _layout(case: str, kernel: str, shape: tuple[int, int, int, int], copy: str = "") -> Result:
+    """A convolution's channels-last result ``buf1`` copied row-major into ``buf2`` for the caller; ``copy``: the
+    copy's shape and strides instead (an unbatched convolution's result is copied out squeezed)."""
     n, c, h, w = shape
     cl = f"({c * h * w}, 1, {w * c}, {c})"
     rm = f"({c * h * w}, {h * w}, {w}, 1)"
@@ -146,7 +148,7 @@ def _layout(case: str, kernel: str, shape: tuple[int, int, int, int]) -> Result:
         "fw:line 11 cpp_fused_convolution_0(arg2_1, buf0)",
         "fw:line 12 buf1 = extern_kernels.convolution(buf0, arg0_1, arg1_1, stride=(1, 1), …",
         f"fw:line 13 assert_size_stride(buf1, ({n}, {c}, {h}, {w}), {cl}, 'torch.ops.aten…",
-        f"fw:line 14 buf2 = empty_strided_cpu(({n}, {c}, {h}, {w}), {rm}, torch.float32)",
+        f"fw:line 14 buf2 = empty_strided_cpu({copy or f'({n}, {c}, {h}, {w}), {rm}'}, torch.float32)",
         f"fw:line 15 {kernel}(buf1, buf2)",
         "fw:line 16 return (buf2, )",
     ]
@@ -171,6 +173,18 @@ def _small_output_conv(copies: int = 1) -> Result:
     program += ["fw:line 170 buf9 = extern_kernels.convolution(buf0, buf1, primals_2, stride=(1, 1), …",
                 "fw:line 171 return (buf9, )"]
     return _peak_record("moddb-Conv2d-0-infer", program, blamed, 1104 * copies, peak=80)
+
+
+def test_an_unbatched_convolutions_result_copied_out_squeezed_is_the_layout_copy() -> None:
+    """conv_transpose2d on a 3-D input (later samples): the channels-last 1x4x22x22 result is copied into a
+    row-major 4x22x22 buffer for the caller, both alive; the same shape but for the batch of one.  A copy of
+    another shape (the rows and columns swapped) is not a layout copy."""
+    squeezed = _layout("op-conv-3-infer", "cpp_fused_squeeze_1", (1, 4, 22, 20), "(4, 22, 20), (440, 20, 1)")
+    cause = cause_of(squeezed)
+    assert cause is not None and cause.parts == ("peak: layout-copy",), cause
+    swapped = _layout("op-conv-3-infer", "cpp_fused_permute_1", (1, 4, 22, 20), "(4, 20, 22), (440, 22, 1)")
+    cause = cause_of(swapped)
+    assert cause is not None and "peak: layout-copy" not in cause.parts, cause
 
 
 def test_a_layout_copy_is_bounded_by_the_graph_inputs_it_copies_not_the_model_peak_alone(tmp_path: Path) -> None:

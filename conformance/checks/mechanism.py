@@ -311,9 +311,15 @@ def graph_breaks_of(notes: Sequence[str]) -> tuple[str, ...]:
     return tuple(n[len(GRAPH_BREAK_NOTE):] for n in notes if n.startswith(GRAPH_BREAK_NOTE))
 
 
+def _squeezed(shape: Sequence[int]) -> tuple[int, ...]:
+    """A shape without its size-1 dimensions: an unbatched convolution's result is copied out squeezed."""
+    return tuple(n for n in shape if n != 1)
+
+
 def layout_copy(ev: Evidence) -> str | None:
     """A buffer in another layout than the graphs' (inductor's channels-last convolution inputs,
-    weights and results), or the row-major copy of one made for the caller."""
+    weights and results), or the row-major copy of one made for the caller (of the same shape, up to size-1
+    dimensions: an unbatched convolution's result is copied out without its batch of one)."""
     where = ev.buffer
     if where is None or ev.source != "peak":  # the program held exactly; a late release is not a layout
         return None
@@ -328,7 +334,7 @@ def layout_copy(ev: Evidence) -> str | None:
         read = [n for n in ev.program.statements[i].names()[1:] if n in layouts and n != name]
         for src in read:
             theirs = ev.program.layout(phase, src)
-            if mine is None or theirs is None or mine[0] == theirs[0]:
+            if mine is None or theirs is None or _squeezed(mine[0]) == _squeezed(theirs[0]):
                 return f"{name} is a row-major copy of the channels-last {src}, both alive"
     return None
 
