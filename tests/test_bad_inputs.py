@@ -830,6 +830,7 @@ def test_an_adapters_own_keyboard_interrupt_is_its_pairs_verdict(tmp_path: Path)
     assert (tmp_path / "out" / "report" / "index.html").read_text().count('<td class="cell ') == 2
 
 
+@pytest.mark.full(ci="tests/test_bad_inputs.py::test_ctrl_c_keeps_verdicts_and_resume_runs_only_the_rest")
 def test_ctrl_c_still_stops_a_no_isolate_run(tmp_path: Path) -> None:
     """The other side of the line drawn above: a real SIGINT while an in-process pair runs ends the run."""
     run = start_hanging_run(tmp_path, "--no-isolate")

@@ -58,6 +58,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
@@ -230,6 +231,7 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     from conformance.run import engine  # noqa: F401
 
     registry = discover()
+    _import_quietly(WORKER_PRELOAD)
     if preload is not None:  # the run's backends (every registered one for []) name the compilers' packages
         _preload(registry, preload)
     if nvml_check is None:
@@ -282,21 +284,31 @@ def devices_lost_in_a_fork() -> list[str]:
     return list(json.loads(data)) if data else ["an unknown device (the child could not tell)"]
 
 
+#: what every worker imports whatever its backend: each pair's trace of the user-level step (``make_fx``) imports
+#: inductor's config and with it ``torch._dynamo`` (two seconds of CPU), in each worker a crash or a hang replaces
+WORKER_PRELOAD = ("torch._inductor.config",)
+
+
 def _preload(registry: Any, specs: list[str]) -> None:
     """Import the ``preload_modules`` of the backends ``specs`` name (every registered one for none); what
     fails to import is left to the worker."""
-    import importlib
-
     try:
         backends = [registry.get(s) for s in specs] if specs else list(registry.backends.values())
     except Exception:
         return
     for backend in backends:
-        for module in getattr(backend, "preload_modules", ()):
-            try:
-                importlib.import_module(module)
-            except Exception:
-                pass
+        _import_quietly(getattr(backend, "preload_modules", ()))
+
+
+def _import_quietly(modules: Iterable[str]) -> None:
+    """Import each of ``modules``; one that fails is left to the worker that needs it (its error is its pair's)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            pass
 
 
 def _fork_worker(control: socket.socket, fds: list[int], request: dict[str, Any], parent_pid: int) -> int:
