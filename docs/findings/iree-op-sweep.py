@@ -232,13 +232,49 @@ def tan_near_pole() -> bool:
     return False
 
 
+def fmax_size_1() -> bool:
+    """fmax of a (5, 1) and a (5,) tensor (OpInfo's third sample): the same refused 'tensor.cast' as fmax-0d, of the
+    size-1 operand's NaN mask, 'tensor<5x1xi1>' to the broadcast 'tensor<5x5xi1>' instead of a broadcast."""
+    torch.manual_seed(0)
+    return _compare("fmax-size-1", torch.fmax, torch.randn(5, 1), torch.randn(5))
+
+
+def pad_constant_backward_right() -> bool:
+    """The backward of a constant pad on the right only (``(0, 1)`` of a (1, 3) tensor, OpInfo's third sample): the
+    crop is refused, "slice along dimension 0 runs out-of-bounds: 3 >= 3" (pad-constant-backward's other form)."""
+    torch.manual_seed(0)
+    return _compare_grads("pad-constant-backward-right", lambda x: F.pad(x, (0, 1), value=1.0).square().sum(),
+                          torch.randn(1, 3))
+
+
+def select_scatter_last_index() -> bool:
+    """``select_scatter`` at index -1 writes nothing there (index -2 is right): its decomposition into a
+    ``slice_scatter`` from -1 to -1 + 1 = 0 is empty.  ``select``'s backward is that scatter into zeros, so the
+    gradient of ``x.select(-1, -1)`` is all zeros (OpInfo's select and select_scatter samples 2)."""
+    torch.manual_seed(0)
+    scatter = _compare("select-scatter-last-index", lambda x, s: torch.select_scatter(x, s, -1, -1),
+                       torch.randn(5, 5, 5), torch.randn(5, 5))
+    backward = _compare_grads("select-last-index-backward", lambda x: torch.select(x, -1, -1).square().sum(),
+                              torch.randn(5, 5, 5))
+    return scatter or backward
+
+
+def trapezoid_backward() -> bool:
+    """The gradient of ``trapezoid(y)`` (unit spacing, OpInfo's fourth sample): other values than eager's (max abs
+    difference about 1 on six values); ``slice_scatter`` of its two shifted slices alone is right."""
+    torch.manual_seed(0)
+    return _compare_grads("trapezoid-backward", lambda y: torch.trapezoid(y).square().sum(), torch.randn(6))
+
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negative, logcumsumexp,
                                                      interpolate_nearest_exact, max_unpool1d,
                                                      embedding_bag_weighted_sum, renorm_last_dim,
                                                      max_unpool2d_padded, polar_0d_angle, chalf, fill_sum,
                                                      leaky_relu_backward, scatter_negative_dim,
                                                      pad_constant_backward, as_strided_backward,
-                                                     as_strided_outside_view, bfloat16_rounding, tan_near_pole)}
+                                                     as_strided_outside_view, bfloat16_rounding, tan_near_pole,
+                                                     fmax_size_1, pad_constant_backward_right,
+                                                     select_scatter_last_index, trapezoid_backward)}
 
 
 def main(names: list[str]) -> int:
