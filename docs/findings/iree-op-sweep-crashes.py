@@ -49,14 +49,40 @@ def count_nonzero_0d() -> None:
     _step(lambda x: torch.count_nonzero(x, 0), torch.tensor(0.25), train=False)
 
 
-REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d)}
+def scatter_add_last_dim() -> None:
+    """scatter_add of a (5, 5) source into a (10, 5) tensor along dim -1 (op-scatter_add-2-infer; the same along
+    dim 1, the same dim positively, runs)."""
+    torch.manual_seed(0)
+    index = torch.randint(0, 5, (5, 5))
+    src = torch.randn(5, 5)
+    _step(lambda x: torch.scatter_add(x, -1, index, src), torch.randn(10, 5), train=False)
+
+
+def scatter_add_dim_1() -> None:
+    """The same scatter_add along dim 1: no fault (the control of scatter-add-last-dim)."""
+    torch.manual_seed(0)
+    index = torch.randint(0, 5, (5, 5))
+    src = torch.randn(5, 5)
+    _step(lambda x: torch.scatter_add(x, 1, index, src), torch.randn(10, 5), train=False)
+
+
+def topk_dim_minus_2_train() -> None:
+    """topk(x, 3, dim=-2) of a (5, 10, 5) tensor, with its backward (op-topk-2-train; dim=1, the same dim
+    positively, runs: op-topk-1-train)."""
+    torch.manual_seed(0)
+    _step(lambda x: torch.topk(x, 3, dim=-2).values, torch.randn(5, 10, 5), train=True)
+
+
+REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d,
+                                                     scatter_add_last_dim, topk_dim_minus_2_train)}
+CONTROLS = {f.__name__.replace("_", "-"): f for f in (scatter_add_dim_1,)}
 
 
 def main(names: list[str]) -> int:
     if len(names) == 2 and names[0] == "--child":
-        REPROS[names[1]]()
+        {**REPROS, **CONTROLS}[names[1]]()
         return 0
-    unknown = [n for n in names if n not in REPROS]
+    unknown = [n for n in names if n not in REPROS and n not in CONTROLS]
     if unknown:
         print(f"unknown repro {unknown[0]!r}; one of: {', '.join(REPROS)}")
         return 2
