@@ -266,6 +266,16 @@ def trapezoid_backward() -> bool:
     return _compare_grads("trapezoid-backward", lambda y: torch.trapezoid(y).square().sum(), torch.randn(6))
 
 
+def masked_scatter_broadcast_input() -> bool:
+    """masked_scatter of a (5,) tensor with a (5, 5) mask (the result broadcast to (5, 5), OpInfo's fourth sample):
+    IREE refuses the program, "'tensor.cast' op operand type 'tensor<5x5xi64>' and result type 'tensor<5xi64>' are
+    cast incompatible" (the same masked_scatter of a (5, 5) tensor compiles)."""
+    torch.manual_seed(0)
+    mask = torch.rand(5, 5) > 0.5
+    source = torch.randn(5, 5)
+    return _compare("masked-scatter-broadcast-input", lambda x: torch.masked_scatter(x, mask, source), torch.randn(5))
+
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negative, logcumsumexp,
                                                      interpolate_nearest_exact, max_unpool1d,
                                                      embedding_bag_weighted_sum, renorm_last_dim,
@@ -274,7 +284,8 @@ REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negat
                                                      pad_constant_backward, as_strided_backward,
                                                      as_strided_outside_view, bfloat16_rounding, tan_near_pole,
                                                      fmax_size_1, pad_constant_backward_right,
-                                                     select_scatter_last_index, trapezoid_backward)}
+                                                     select_scatter_last_index, trapezoid_backward,
+                                                     masked_scatter_broadcast_input)}
 
 
 def main(names: list[str]) -> int:
