@@ -73,8 +73,17 @@ def topk_dim_minus_2_train() -> None:
     _step(lambda x: torch.topk(x, 3, dim=-2).values, torch.randn(5, 10, 5), train=True)
 
 
+def index_put_empty_mask() -> None:
+    """index_put(x, (mask,), values, accumulate=True) with a boolean row mask that selects no row
+    (op-index_put-3-infer: all five entries False, values of shape (5,))."""
+    mask = torch.zeros(5, dtype=torch.bool)
+    values = torch.randn(5)
+    _step(lambda x: torch.index_put(x, (mask,), values, accumulate=True), torch.randn(5, 5), train=False)
+
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d,
-                                                     scatter_add_last_dim, topk_dim_minus_2_train)}
+                                                     scatter_add_last_dim, topk_dim_minus_2_train,
+                                                     index_put_empty_mask)}
 CONTROLS = {f.__name__.replace("_", "-"): f for f in (scatter_add_dim_1,)}
 
 
