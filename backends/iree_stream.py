@@ -8,7 +8,9 @@ the random generator's new seed replacing the old in its global), its size an ``
 where the shapes are static.  A call's *program transients* are the most bytes of those that are
 allocated at once, in program order (one without a ``dealloca`` counted to the function's end, a
 loop's carried buffers twice: the previous trip's beside the next), a size that depends on the data
-taken at its most where the program clamps it.  An upper bound, read the same way for every program.
+taken at its most where the program clamps it, one computed from a counted loop's counter at its most
+over the values the loop counts (batched linalg.det's per-column scratch).  An upper bound, read the
+same way for every program.
 
 That is a figure the compiler commits to, not one fitted to a sample: the peak check can hold a
 call's measured transients to it (``lowering-transients`` applies only where they are at or under
@@ -69,10 +71,11 @@ def _combine(op: str, args: list[Interval]) -> Interval:
     return _ANY
 
 
-def _index_ranges(body: str) -> dict[str, Interval]:
-    """Each index value's range, from constants through the arithmetic on them: a size computed from a
-    value the program reads at run time (a mask's count) is bounded where the program clamps it."""
-    ranges: dict[str, Interval] = {}
+def _index_ranges(body: str, known: dict[str, Interval] | None = None) -> dict[str, Interval]:
+    """Each index value's range, from constants (and ``known`` ones: a loop's counter) through the arithmetic
+    on them: a size computed from a value the program reads at run time (a mask's count) is bounded where
+    the program clamps it."""
+    ranges: dict[str, Interval] = dict(known or {})
     for line in body.splitlines():
         m = _INDEX_OP.match(line)
         if m is None:
@@ -85,6 +88,63 @@ def _index_ranges(body: str) -> dict[str, Interval]:
         args = [ranges.get(a.strip(), _ANY) for a in operands.split(",")]
         ranges[name] = _combine(op, args)
     return ranges
+
+
+_BLOCK_ARGS = re.compile(r"^\s*\^(bb\d+)\((.*)\)\s*:")
+_BRANCH_ARGS = re.compile(rf"\^(bb\d+)\(((?:{_NAME}(?:, )?)+) :")
+_GUARD = re.compile(rf"({_NAME}) = arith\.cmpi (slt|ult|sle|ule), ({_NAME}), ({_NAME})\b")
+_COND_BR = re.compile(rf"cf\.cond_br ({_NAME}), \^(bb\d+)")
+_STEP = re.compile(rf"^\s*({_NAME}) = arith\.addi ({_NAME}), ({_NAME})\b")
+
+
+def _blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Each block's lines (first, past the last), by name."""
+    starts = [(m[1], i) for i, line in enumerate(lines) if (m := _BLOCK.match(line))]
+    ends = [i for _, i in starts[1:]] + [len(lines)]
+    return {name: (i, end) for (name, i), end in zip(starts, ends[:len(starts)], strict=True)}
+
+
+def _induction_ranges(lines: list[str], ranges: dict[str, Interval]) -> dict[str, Interval]:
+    """The range of each counted loop's induction variable, as ``scf.for`` lowers to blocks: a header
+    block argument that enters as a constant, comes back as itself plus a positive step (``arith.addi``)
+    made in the block the header's guard (``arith.cmpi slt %iv, %bound``, then ``cf.cond_br``) enters,
+    so it is at most the bound less one plus the step, its value on leaving.  Anything else is not read."""
+    blocks = _blocks(lines)
+    params = {m[1]: re.findall(rf"({_NAME}):", m[2]) for line in lines if (m := _BLOCK_ARGS.match(line))}
+    incoming: dict[str, list[list[str]]] = {}
+    for line in lines:
+        for target, operands in _BRANCH_ARGS.findall(line):
+            incoming.setdefault(target, []).append([o.strip() for o in operands.split(",")])
+    sums: dict[str, tuple[str, str, str]] = {}  # a sum -> its operands and the block it is made in
+    for name, (first, end) in blocks.items():
+        sums.update({m[1]: (m[2], m[3], name) for line in lines[first:end] if (m := _STEP.match(line))})
+    found: dict[str, Interval] = {}
+    for header, names in params.items():
+        first, end = blocks[header]
+        body = "\n".join(lines[first:end])
+        for position, iv in enumerate(names):
+            guard = next((g for g in _GUARD.finditer(body) if g[3] == iv), None)
+            enter = next((b[2] for b in _COND_BR.finditer(body) if guard and b[1] == guard[1]), None)
+            values = [args[position] for args in incoming.get(header, []) if position < len(args)]
+            if guard is None or enter is None or not values:
+                continue
+            inits: list[Interval] = []
+            step_hi = 0.0
+            for value in values:
+                a, b, made_in = sums.get(value, ("", "", ""))
+                step = ranges.get(b if a == iv else a if b == iv else "", _ANY)
+                if made_in == enter and step[0] > 0:
+                    step_hi = max(step_hi, step[1])
+                elif value in ranges and ranges[value] != _ANY:
+                    inits.append(ranges[value])
+                else:
+                    break
+            else:
+                bound = ranges.get(guard[4], _ANY)[1] + (1 if guard[2] in ("sle", "ule") else 0)
+                if inits and step_hi > 0 and bound != float("inf") and step_hi != float("inf"):
+                    lo = min(lo for lo, _ in inits)
+                    found[iv] = (lo, max(max(hi for _, hi in inits), bound - 1 + step_hi))
+    return found
 
 
 def _size(text: str, ranges: dict[str, Interval]) -> int | None:
@@ -122,6 +182,9 @@ def _function_transients(body: str) -> int | None:
     in a loop, the previous trip's buffers it carries are counted too.  A size is its most (a
     data-dependent one clamped by the program); ``None`` where one is unbounded."""
     ranges = _index_ranges(body)
+    induction = _induction_ranges(body.splitlines(), ranges)
+    if induction:  # the sizes computed from a loop's counter, again with its range
+        ranges = _index_ranges(body, induction)
     alias = {m[1]: m[2] for m in _AWAIT.finditer(body)}
     exported = set()
     for export in _EXPORT.finditer(body):
