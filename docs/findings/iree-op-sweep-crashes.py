@@ -49,6 +49,11 @@ def count_nonzero_0d() -> None:
     _step(lambda x: torch.count_nonzero(x, 0), torch.tensor(0.25), train=False)
 
 
+def count_nonzero_0d_last_dim() -> None:
+    """count_nonzero(x, dim=-1) of a 0-d tensor (op-count_nonzero-2-infer, a later sample)."""
+    _step(lambda x: torch.count_nonzero(x, -1), torch.tensor(0.25), train=False)
+
+
 def scatter_add_last_dim() -> None:
     """scatter_add of a (5, 5) source into a (10, 5) tensor along dim -1 (op-scatter_add-2-infer; the same along
     dim 1, the same dim positively, runs)."""
@@ -82,6 +87,7 @@ def index_put_empty_mask() -> None:
 
 
 REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d,
+                                                     count_nonzero_0d_last_dim,
                                                      scatter_add_last_dim, topk_dim_minus_2_train,
                                                      index_put_empty_mask)}
 CONTROLS = {f.__name__.replace("_", "-"): f for f in (scatter_add_dim_1,)}
