@@ -8,7 +8,8 @@ memory can be held to the lifetime model of *those* graphs.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -54,6 +55,34 @@ class RecordingCompiler:
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=self.config_patches)
 
 
+#: inductor lowerings known to be wrong in some form: the defect (with its upstream issue) -> the ATen ops lowered
+KNOWN_LOWERING_DEFECTS: dict[str, tuple[str, ...]] = {
+    # a ceil_mode window that overhangs the padded input is divided by the whole kernel in the backward
+    # (the forward and eager divide by its part inside): docs/findings/inductor-repro-avg-pool-ceil-mode-backward.py
+    "avg_pool backward's divisor for a ceil_mode window past the padding (pytorch/pytorch#198119)":
+        ("avg_pool2d_backward", "avg_pool3d_backward"),
+}
+
+
+@contextmanager
+def aten_kernels_for(ops: tuple[str, ...]) -> Iterator[None]:
+    """Inductor runs the ATen ops ``ops`` as ATen's kernels (its fallback) instead of lowering them, with its
+    FX graph cache off (a cached program has the lowering in it); the lowerings are put back after."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import lowering
+
+    overloads = [getattr(packet, name) for packet in (getattr(torch.ops.aten, op) for op in ops)
+                 for name in packet.overloads()]
+    saved = {o: lowering.lowerings[o] for o in overloads if o in lowering.lowerings}
+    try:
+        for overload in saved:
+            lowering.lowerings[overload] = lowering.fallback_handler(overload, add_to_fallback_set=False)
+        with inductor_config.patch(fx_graph_cache=False):
+            yield
+    finally:
+        lowering.lowerings.update(saved)
+
+
 class InductorStep(AotStep):
     optimizer_backend = "inductor"
     follows_compile_mode = True  # a case whose shapes change is compiled as its schedule says
@@ -70,6 +99,13 @@ class InductorStep(AotStep):
     def notes(self) -> list[str]:
         why = [f"the compiled optimizer step: {self.optimizer_not_modelled}"] if self.optimizer_not_modelled else []
         return [*super().notes(), *why]
+
+    def lowering_fallbacks(self) -> dict[str, AbstractContextManager[object]]:
+        """The known lowering defects (:data:`KNOWN_LOWERING_DEFECTS`) whose ops a graph this step received calls."""
+        called = {str(node.target).split(".")[1] for graph in self.recorder.graphs for node in graph.gm.graph.nodes
+                  if node.op == "call_function" and str(node.target).startswith("aten.")}
+        return {defect: aten_kernels_for(ops) for defect, ops in KNOWN_LOWERING_DEFECTS.items()
+                if called.intersection(ops)}
 
     def optimizer_compiler(self) -> Any:
         return self.optimizer_recorder

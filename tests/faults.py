@@ -62,6 +62,9 @@ class FaultyStep(CompiledStep):
     def leaves_modules_to_eager(self) -> bool:
         return self.inner.leaves_modules_to_eager()
 
+    def lowering_fallbacks(self) -> dict[str, contextlib.AbstractContextManager[object]]:
+        return self.inner.lowering_fallbacks()
+
     def notes(self) -> list[str]:
         return self.inner.notes()
 

@@ -109,6 +109,14 @@ class CompiledStep(ABC):
         """
         return None
 
+    def lowering_fallbacks(self) -> dict[str, AbstractContextManager[object]]:
+        """This step's backend lowerings known to be wrong in some form, where the graphs this step received
+        call their ops: per known defect (its name, with the upstream issue), a configuration under which
+        the backend runs those ops as ATen's own kernels instead.  A pair that fails parity is run again
+        under each, compiled afresh; where every call then matches, the failure is that lowering's (mechanism
+        ``known-lowering-defect``), proven on the pair, not read from its id.  Empty: none known."""
+        return {}
+
     def leaves_modules_to_eager(self) -> bool:
         """Whether modules the compiler does not trace run as eager PyTorch inside this backend's step
         (``torch.compile``: Dynamo breaks the graph at an ``nn.LSTM``, ``nn.GRU``, ``nn.RNN``; see

@@ -557,6 +557,23 @@ def reduced_precision_rounding(ev: Evidence) -> str | None:
     return "every call matches when the backend rounds each reduced-precision value after every op, as eager does"
 
 
+#: the parity check's figure saying how the pair compares when the backend runs the ops of a lowering known
+#: to be wrong as ATen's kernels (:meth:`conformance.api.adapter.CompiledStep.lowering_fallbacks`):
+#: ``{"outcome": "pass" | "fail" | "error", "lowering": the known defect, ...}``
+LOWERING_FALLBACK = "lowering_fallback"
+
+
+def known_lowering_defect(ev: Evidence) -> str | None:
+    """A parity failure that goes away when the backend runs the ops of one of its lowerings known to be wrong
+    as ATen's own kernels: that lowering computes this pair wrong.  Proven on the pair itself (the engine ran it
+    again, compiled afresh with only those ops falling back, and every call matched), so a user's own model
+    meeting the same defect is recognised, and a wrong kernel anywhere else is not."""
+    seen = ev.figures.get(LOWERING_FALLBACK) if ev.source == "parity" else None
+    if not isinstance(seen, Mapping) or seen.get("outcome") != "pass" or not seen.get("lowering"):
+        return None
+    return f"every call matches when the backend runs these ops as ATen's kernels: {seen['lowering']}"
+
+
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -988,6 +1005,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("while-loop-import", "the importer's while_loop lowering (torch.prim.Loop, "
               "while_loop_stack_output) fails", _error(r"while_loop_stack_output|prim\.Loop|region branch point",
                                                        "the importer's while_loop lowering failed")),
+    Mechanism("known-lowering-defect", "a lowering known to be wrong in some form (the backend names it and its "
+              "issue): the pair matches when only its ops run as ATen's kernels", known_lowering_defect),
     Mechanism("reduced-precision-rounding", "fused kernels keep bfloat16/float16 values in float32 between ops "
               "where eager rounds after every op; the pair matches when the backend rounds as eager does",
               reduced_precision_rounding),

@@ -41,7 +41,7 @@ from conformance.api.verdict import Check, CheckName, Status, combine, registere
 from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
-from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE
+from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
 from conformance.checks.state import CallReference, after_call, judge_call, make_references, state_of
@@ -246,9 +246,15 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                         traceback.format_exc())
     if not all(report.ok for report in parity.values()):
         rounding = backend.eager_rounding()
-        if rounding is not None and _reduced_precision(case, workload):
-            del compiled, workload
-            _judge_eager_rounding(case, backend, rounding, judged, references, last_call, clock)
+        reruns = {EAGER_ROUNDING: {"": rounding}} if rounding is not None and _reduced_precision(case, workload) else {}
+        fallbacks = compiled.lowering_fallbacks()
+        if fallbacks:
+            reruns[LOWERING_FALLBACK] = dict(fallbacks)
+        del compiled, workload
+        for figure, contexts in reruns.items():
+            for name, context in contexts.items():
+                if _judge_again(case, backend, context, judged, references, last_call, clock, figure, name):
+                    break  # one configuration that matches explains the failure
     return judged
 
 
@@ -267,17 +273,19 @@ def _reduced_precision(case: Case, workload: Workload) -> bool:
     return any(isinstance(v, torch.Tensor) and v.dtype in _REDUCED for v in [*values, *args])
 
 
-def _judge_eager_rounding(case: Case, backend: Backend, context: contextlib.AbstractContextManager[object],
-                          result: Result, references: dict[int, CallReference], last_call: int,
-                          clock: PhaseClock) -> None:
-    """Run a pair that failed parity again, compiled afresh under the backend's eager rounding
-    (:meth:`Backend.eager_rounding`), and put on its parity check whether every call then matches
-    (``pass``), still differs (``fail``, with the first call that does) or could not run (``error``)."""
+def _judge_again(case: Case, backend: Backend, context: contextlib.AbstractContextManager[object],
+                 result: Result, references: dict[int, CallReference], last_call: int, clock: PhaseClock,
+                 figure: str, name: str) -> bool:
+    """Run a pair that failed parity again, compiled afresh under ``context`` (the backend's eager rounding,
+    :meth:`Backend.eager_rounding`; or ATen's kernels for a lowering known to be wrong,
+    :meth:`CompiledStep.lowering_fallbacks`, ``name``), and put on its parity check, as ``figure``, whether
+    every call then matches (``pass``), still differs (``fail``, with the first call that does) or could not
+    run (``error``).  Returns whether every call matched."""
     check = next((c for c in result.checks if c.name == CheckName.PARITY), None)
     if check is None:
-        return
+        return False
     states: dict[int, dict[str, torch.Tensor]] = {}
-    with clock.phase("parity"), harness_stage("parity: the pair again under the backend's eager rounding"):
+    with clock.phase("parity"), harness_stage(f"parity: the pair again under {figure.replace('_', ' ')} {name}"):
         torch._dynamo.reset()  # compiled afresh: no graph of the first run is reused
         try:
             with context:
@@ -303,9 +311,12 @@ def _judge_eager_rounding(case: Case, backend: Backend, context: contextlib.Abst
             outcome = {"outcome": "fail", "call": off[0]} if off else {"outcome": "pass"}
         finally:
             torch._dynamo.reset()
-    check.figures = {**(check.figures or {}), EAGER_ROUNDING: outcome}
+    if name:
+        outcome = {**outcome, "lowering": name}
+    check.figures = {**(check.figures or {}), figure: outcome}
     if result.parity is not None:
-        result.parity[EAGER_ROUNDING] = outcome
+        result.parity[figure] = outcome
+    return outcome["outcome"] == "pass"
 
 
 def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: RunOptions, digest: InputDigest | None,
