@@ -396,6 +396,12 @@ def test_errors_and_runtime_findings_name_their_mechanism() -> None:
      "generic-shape-mismatch"),
     ("error: 'linalg.generic' op tiling is not supported for the semi-affine indexing map: tile size 1",
      "semi-affine-tiling"),
+    ("source.mlir:5:10: error: 'tensor.cast' op operand type 'tensor<10x5xi1>' and result type 'tensor<5x10x5xi1>' "
+     "are cast incompatible", "static-shape-refused"),  # fmin of a size-1 operand: a cast where a broadcast belongs
+    ("source.mlir:10:46: error: 'tensor.cast' op operand type 'tensor<0xi64>' and result type 'tensor<6xi64>' are "
+     "cast incompatible", "static-shape-refused"),  # embedding_bag with empty offsets
+    ("source.mlir:10:10: error: 'tensor.expand_shape' op expected dimension 0 of collapsed type to be static value "
+     "of 2", "static-shape-refused"),  # fftshift
     ("conformance.api.adapter.CompileError: torch.compile route compiled no graph with IREE: Dynamo ran the case in "
      "eager (Dynamic shape operator Explanation: Operator `aten.nonzero.default`'s output shape depends on input)",
      "dynamo-eager-fallback"),
@@ -404,6 +410,15 @@ def test_the_sweep_s_compile_errors_name_their_mechanism(error: str, mechanism: 
     """The classes the whole op sweep showed on IREE, read from the error a pair's record keeps."""
     cause = cause_of(Result("op-x-0-infer", "iree", Status.FAIL_COMPILE, "IREE compile failed", notes=[error]))
     assert cause is not None and cause.parts == (f"fail-compile: {mechanism}",), cause
+
+
+def test_a_tensor_cast_error_that_is_not_the_refusal_names_no_mechanism() -> None:
+    """Only the verifier's refusal of incompatible static shapes is ``static-shape-refused``: another tensor.cast
+    or expand_shape error stays the error it is."""
+    for error in ("error: 'tensor.cast' op requires the same element type for all operands and results",
+                  "error: 'tensor.expand_shape' op expected rank expansion, but found source rank 2"):
+        cause = cause_of(Result("op-x-0-infer", "iree", Status.FAIL_COMPILE, "IREE compile failed", notes=[error]))
+        assert cause is not None and not any("static-shape-refused" in p for p in cause.parts), cause
 
 
 def test_a_call_s_transients_beyond_the_graph_s_intermediates_are_lowering_transients() -> None:

@@ -984,6 +984,12 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("libm-symbol-link", "a dispatch lowered to a libm call the llvm-cpu target's embedded ELF does not "
               "define (log10 -> log10f), so the executable does not link",
               _error(r"undefined symbol: \w+", "a libm symbol the executable cannot link")),
+    Mechanism("static-shape-refused", "torch-mlir's lowering emits a static shape op the verifier refuses: a "
+              "tensor.cast between incompatible shapes where the op should broadcast or take a data-sized operand, or "
+              "a tensor.expand_shape to a static dimension its operand does not have",
+              _error(r"'tensor\.cast' op operand type 'tensor<[^']*>' and result type 'tensor<[^']*>' are cast "
+                     r"incompatible|'tensor\.expand_shape' op expected dimension \d+ of collapsed type to be static",
+                     "a static shape op the verifier refuses")),
     Mechanism("topk-region-yield", "torch-mlir's tm_tensor.topk (kthvalue's lowering) has a comparator region the "
               "IREE verifier refuses", _error(r"'tm_tensor\.topk' op region block must end with a linalg_ext\.yield",
                                              "tm_tensor.topk's region refused")),
