@@ -17,7 +17,7 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from conformance.util.paths import EXISTING_MODES, path_arg
@@ -134,7 +134,10 @@ class Option:
         return self.pytest
 
     def checked(self, value: Any, values: Values) -> Any:
-        """``value`` checked (and parsed) by this option's checker; raises :class:`OptionError`."""
+        """``value`` checked (and parsed) by this option's checker; raises :class:`OptionError`.  A value holding
+        a NUL byte is refused first: no path or name can hold one (the OS refuses it with a ValueError)."""
+        if isinstance(value, (str, PurePath)) and "\x00" in str(value):
+            raise OptionError(f"{self.flag(values.side)}: the value holds a NUL byte, which no path or name can")
         return self.check(value, self.flag(values.side), values) if self.check else value
 
     def _kwargs(self, pytest_side: bool) -> dict[str, Any]:
