@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from conformance.checks.mechanism import (
     mechanism_of,
     recognise,
     result_tuple_held,
+    split_values_over_model,
     unused_saved_tensor,
     while_loop_host_code,
 )
@@ -507,12 +509,41 @@ def test_a_users_own_model_split_by_dynamo_is_the_known_graph_break_split() -> N
     unsplit = copy.deepcopy(raw)
     unsplit.notes = [n for n in unsplit.notes if not n.startswith(GRAPH_BREAK_NOTE)]
     assert apply(unsplit, manifest).status == Status.FAIL_PEAK
+    # the bound is every value the step makes at once, beside 64 B of scalars: one byte more is beyond it
+    memory = raw.memory
+    assert memory is not None and memory.model_peak_bytes and memory.user_model_made_bytes
+    assert memory.user_model_made_bytes > memory.model_peak_bytes  # a, b, c and (c - b).cos(): 5 values of 128 B
     grown = copy.deepcopy(raw)
-    assert grown.memory is not None and grown.memory.model_peak_bytes
     peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
-    grown.excess_bytes = peak.excess_bytes = 2 * grown.memory.model_peak_bytes + 65
+    grown.excess_bytes = peak.excess_bytes = memory.user_model_made_bytes - memory.model_peak_bytes + 65
     beyond = apply(grown, manifest)
     assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def test_a_scratch_buffer_planted_in_a_split_step_is_beyond_the_split() -> None:
+    """The split's bound is the step's own values: a backend's 4 KiB scratch buffer in the same split
+    step is not a value the step makes, and stays an unexpected failure."""
+    from conformance.api.case import Case, Workload
+    from conformance.backends.inductor import InductorBackend
+    from conformance.run.engine import RunOptions, run_case
+    from tests.faults import SCRATCH_BYTES, planted
+
+    case = Case("my-own-gate-infer", "inference", "mine", 0, lambda seed: Workload(UserGate(), (torch.randn(4, 8),)))
+    raw = run_case(case, planted(InductorBackend, "scratch-buffer")(), RunOptions(steps=1))
+    assert any(n.startswith(GRAPH_BREAK_NOTE) for n in raw.notes), raw.notes
+    assert raw.status == Status.FAIL_PEAK and (raw.excess_bytes or 0) >= SCRATCH_BYTES, raw.reason
+    r = apply(raw, load_manifest("inductor"))
+    assert r.status == Status.FAIL_PEAK and "beyond its bound" in r.reason, r.reason
+
+
+def test_the_split_bound_is_read_from_the_values_made_and_taken_once_per_pair() -> None:
+    breaks = ("Data dependent operator Explanation: Operator `aten.equal.default` has a non-Tensor output",)
+    split = Evidence("peak", "alive past modelled death", model_source="user-graph", graph_breaks=breaks,
+                     figures={"model_peak_bytes": 300}, model_made_bytes=1000)
+    assert split_values_over_model(split) == 1000 - 300 + 64
+    assert split_values_over_model(replace(split, model_made_bytes=0)) is None  # not recorded: no bound read
+    found = recognise(split)
+    assert found is not None and found.bound == 764 and found.bound_per_pair
 
 
 def test_a_graph_break_is_the_split_only_for_a_peak_held_to_the_user_level_graph() -> None:

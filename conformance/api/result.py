@@ -59,6 +59,9 @@ class MemoryFigures:
     residual_per_step: list[int] = field(default_factory=list)
     peak_per_step: list[int] = field(default_factory=list)
     user_model_peak_bytes: int | None = None
+    #: the bytes of every value the user-level model makes in the call, each once (the most a split step's
+    #: graphs and eager code can hold of them: conformance.checks.mechanism.split_values_over_model)
+    user_model_made_bytes: int | None = None
     peak_contract: str | None = None
     #: the model's event at its peak (None when the model has no events)
     peak_event: str | None = None

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conformance.api.result import Result
+from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
 from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 
@@ -402,7 +402,21 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     exact = program is not None and program.status == Status.PASS and isinstance(program.figures, dict) \
         and program.figures.get("timeline") == "exact"
     return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
-                    figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes), program_exact=exact)
+                    figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes), program_exact=exact,
+                    model_made_bytes=_made_bytes(memory))
+
+
+def _made_bytes(memory: MemoryFigures | None) -> int:
+    """The bytes of every value the user-level model makes; a record from before that figure: what its user-level
+    model timeline grows by (never more: an event that frees as it allocates grows by less)."""
+    if memory is None:
+        return 0
+    if isinstance(memory.user_model_made_bytes, int):
+        return memory.user_model_made_bytes
+    if memory.model_source != "user-graph":
+        return 0
+    held = [b for _, b in _held(memory.model_timeline) if b is not None]
+    return sum(max(0, b - a) for a, b in zip([0, *held], held))
 
 
 def _held(timeline: object) -> list[tuple[str, int | None]]:
@@ -455,7 +469,8 @@ def cause_of(result: Result) -> Cause | None:
         if seen and seen.scale:
             scales[part] = max(scales.get(part, 0), seen.scale)
         if seen and seen.bound is not None:
-            bounds[part] = bounds.get(part, 0) + seen.bound
+            bounds[part] = max(bounds.get(part, 0), seen.bound) if seen.bound_per_pair \
+                else bounds.get(part, 0) + seen.bound
         if f.share is not None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:

@@ -282,6 +282,8 @@ class Evidence:
     #: the program check passed with the measured timeline following the program exactly: every byte the
     #: measurement holds, the program holds by its own schedule (no late release, nothing else allocated)
     program_exact: bool = False
+    #: the bytes of every value the user-level model makes in the call, each counted once (0: not recorded)
+    model_made_bytes: int = 0
 
     @property
     def buffer(self) -> tuple[str, str] | None:
@@ -360,6 +362,21 @@ def graph_break_split(ev: Evidence) -> str | None:
     if ev.source != "peak" or ev.model_source != "user-graph" or not ev.graph_breaks:
         return None
     return f"Dynamo split the step ({clip(ev.graph_breaks[0], 120)}); held to the user-level graph"
+
+
+#: what crosses a split besides the step's values: the 0-d results Dynamo's eager code makes between
+#: the graphs (a ``_local_scalar_dense``, the ``bool`` of an ``equal``), which no graph holds
+SPLIT_SCALARS_BYTES = 64
+
+
+def split_values_over_model(ev: Evidence) -> int | None:
+    """The most a split step can put over its user-level model: the graphs and eager code between them
+    hold nothing but the step's own values, so at worst every value it makes at once, beside the few
+    scalars that cross the split (``None``: the record holds no figure of the values made)."""
+    peak = ev.figures.get("model_peak_bytes")
+    if not ev.model_made_bytes or not isinstance(peak, int):
+        return None
+    return max(0, ev.model_made_bytes - peak) + SPLIT_SCALARS_BYTES
 
 
 _PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
@@ -902,11 +919,13 @@ class Mechanism:
     scale: Callable[[Evidence], int] | None = None
     #: the most bytes over the contract one instance can show, read from the evidence where the backend's own
     #: program declares it (``None``: the manifest entry gives the bound); such an entry needs no bound of its own
-    bound: Callable[[Evidence], int] | None = None
+    bound: Callable[[Evidence], int | None] | None = None
     #: its recogniser can name, from the program alone, an excess blame left unnamed beside named storages
     #: (``finding`` empty): fusion's buffers made before the graphs' schedule makes them, which are never alive
     #: past a modelled death; a runtime's own verdict (the backward-input watch) is not evidence for such a rest
     names_rest: bool = False
+    #: its bound is the whole pair's (the step's values), not each finding's: taken once, however many findings
+    bound_per_pair: bool = False
 
 
 #: every mechanism, asked in this order (the more specific first)
@@ -918,7 +937,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("while-loop-host-code", "the wrapper's host while loop holds its carry list, predicate or counter "
               "past their last use", while_loop_host_code),
     Mechanism("graph-break-split", "Dynamo split the step at an op it cannot trace: compiled graphs and eager "
-              "code between them keep values the one user-level graph frees", graph_break_split),
+              "code between them keep values the one user-level graph frees", graph_break_split,
+              bound=split_values_over_model, bound_per_pair=True),
     Mechanism("unused-saved-tensor", "the backward unpacks a saved tensor it never reads and keeps its name",
               unused_saved_tensor),
     Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",
@@ -1037,6 +1057,7 @@ class Recognised:
     why: str
     scale: int = 0  # bytes its manifest bound's percentage covers beside the model peak (Mechanism.scale)
     bound: int | None = None  # the most bytes over the contract it can show, from the evidence (Mechanism.bound)
+    bound_per_pair: bool = False  # that bound is the pair's, not the finding's (Mechanism.bound_per_pair)
 
 
 def recognise(ev: Evidence) -> Recognised | None:
@@ -1045,7 +1066,7 @@ def recognise(ev: Evidence) -> Recognised | None:
         why = m.recognise(ev)
         if why:
             return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0,
-                              m.bound(ev) if m.bound is not None else None)
+                              m.bound(ev) if m.bound is not None else None, m.bound_per_pair)
     return None
 
 
@@ -1055,7 +1076,7 @@ def recognise_rest(ev: Evidence) -> Recognised | None:
         why = m.recognise(ev) if m.names_rest else None
         if why:
             return Recognised(m.name, why, m.scale(ev) if m.scale is not None else 0,
-                              m.bound(ev) if m.bound is not None else None)
+                              m.bound(ev) if m.bound is not None else None, m.bound_per_pair)
     return None
 
 

@@ -552,6 +552,7 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
     memory.model_timeline = list(zip(model.events, model.live_bytes))[:2000]
     memory.peak_event = model.events[model.peak_event] if model.events else None
     memory.user_model_peak_bytes = step.user_model.peak_bytes
+    memory.user_model_made_bytes = step.user_model.made_bytes
     memory.foreign_free_bytes = trace.foreign_free_bytes
 
 
@@ -816,6 +817,7 @@ def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,
         residual_per_step=[s.trace.residual_bytes for s in steps],
         peak_per_step=[s.trace.peak_bytes for s in steps],
         user_model_peak_bytes=worst.user_model.peak_bytes,
+        user_model_made_bytes=worst.user_model.made_bytes,
         peak_contract="equal" if exact else f"<= model + {backend.peak_slack_bytes}",
         peak_event=model.events[model.peak_event] if model.events else None,
         foreign_free_bytes=trace.foreign_free_bytes,

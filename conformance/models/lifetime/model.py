@@ -72,6 +72,12 @@ class LifetimeModel:
         return max(range(len(self.live_bytes)), key=self.live_bytes.__getitem__, default=-1)
 
     @property
+    def made_bytes(self) -> int:
+        """The bytes of every storage the step makes, each counted once: what a schedule that holds
+        nothing but the step's own values can hold at most (all of them at once)."""
+        return sum(s.nbytes for s in self.storages if s.role != "caller")
+
+    @property
     def residual_bytes(self) -> int:
         return sum(s.nbytes for s in self.storages if s.death is None and s.role == "retained")
 
