@@ -672,7 +672,8 @@ def fused_input_read_late(ev: Evidence) -> str | None:
 
 def fused_buffers_bytes(ev: Evidence) -> int:
     """The bytes of the buffers allocated together for the fused kernel: what fusion keeps alive at once grows
-    with how many values one kernel writes (bicubic's backward: 17 taps), not with the model's peak."""
+    with how many values one kernel writes (bicubic's backward: 17 taps), not with the model's peak.  It bounds
+    the excess too: at worst the graphs' schedule held none of those buffers at its peak."""
     found = _fused_together(ev)
     if found is None:
         return 0
@@ -947,7 +948,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "unfold's windows), copied into a buffer of its own for the kernel and alive beside its result",
               extern_input_copy, bound=materialised_input_bytes),
     Mechanism("fused-kernel-outputs", "a fused kernel's buffers are allocated together before it runs",
-              fused_kernel_outputs, scale=fused_buffers_bytes, names_rest=True),
+              fused_kernel_outputs, scale=fused_buffers_bytes, bound=fused_buffers_bytes, names_rest=True,
+              bound_per_pair=True),
     Mechanism("early-gradient", "the backward computes a gradient before the graph's schedule does",
               early_gradient),
     Mechanism("fused-input-read-late", "a buffer an early op reads is read last by the later kernel that op was "
