@@ -12,6 +12,11 @@ passes is ``xpass``, which fails the run; a larger (or, for ``excess``, any
 other) excess is a failure; entries that apply here and match no selected case
 are reported as stale.
 
+``strict = false`` marks a case entry for a wrong value that only some drawn values show (``fail-parity``
+only): IREE's max_unpool1d loses a value only where a call's pooled indices fall in two windows' overlap.
+Where a pair does not show it, the entry steps aside: a pass is a pass (not ``xpass``), and another
+failure is judged as if the entry were not there (by its cause).  Where it shows, it is held as strictly.
+
 An entry may name a *cause* instead of a case: ``cause = "<part>"`` is one part of a failure's
 cause signature (:mod:`conformance.checks.cause`: ``results.jsonl``'s ``cause_parts``), with
 ``status``, ``reason``, ``issue`` and ``when`` as above and, for a memory failure, a bound per
@@ -69,6 +74,8 @@ class Expectation:
     cause: str = ""  # a cause part (conformance.checks.cause) this entry expects on any case ``case`` matches
     max_excess_pct: float | None = None  # a cause entry's bound: percent of the pair's model peak
     mechanism: str = ""  # a mechanism (conformance.checks.mechanism) this entry expects on any case ``case`` matches
+    #: False: a wrong value only some drawn values show; a pair that does not show it is judged without the entry
+    strict: bool = True
 
     @property
     def by_cause(self) -> bool:
@@ -231,7 +238,7 @@ def load_manifest(backend: str, path: str | Path | None = None,
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
         extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when", "cause",
-                             "max_excess_pct", "mechanism"}
+                             "max_excess_pct", "mechanism", "strict"}
         if extra:
             raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
         cause = item.get("cause", "")
@@ -267,8 +274,14 @@ def load_manifest(backend: str, path: str | Path | None = None,
             raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
                                 "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
         when = _parse_when(item["when"], f"{entry_at}") if "when" in item else ()
+        strict = item.get("strict", True)
+        if not isinstance(strict, bool):
+            raise ManifestError(f"{entry_at}: 'strict' must be true or false, got {strict!r}")
+        if not strict and (named or status != Status.FAIL_PARITY):
+            raise ManifestError(f"{entry_at}: 'strict = false' is for a case entry expecting fail-parity (a wrong "
+                                "value only some drawn values show)")
         entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct,
-                                   mechanism))
+                                   mechanism, strict))
     return Manifest(backend, path, entries, versions)
 
 
@@ -317,6 +330,11 @@ def apply(result: Result, manifest: Manifest) -> Result:
     if cause is not None:
         result.cause, result.cause_parts = cause.signature, list(cause.parts)
     expectation = manifest.lookup(result.case)
+    if expectation is not None and not expectation.strict and result.status != expectation.status:
+        note = (f"manifest entry {expectation.case!r} (strict = false, {expectation.status}) did not show on "
+                "these values: judged without it")
+        result.notes.append(note)
+        expectation = None  # a wrong value these values did not show: the pair is judged as if unlisted
     if expectation is None and cause is not None:
         return _apply_cause(result, manifest, cause)
     if expectation is None or result.status == Status.SKIP:
@@ -423,7 +441,8 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             entries.append(e)
             continue
         still = sorted(c for c, s in matched.items() if s == e.status)
-        changed = sorted(c for c, s in matched.items() if s != e.status)
+        # a non-strict entry's passes are values that did not show its fault, not a fix
+        changed = sorted(c for c, s in matched.items() if s != e.status and (e.strict or s in FAILURES))
         memory = Status(e.status).is_memory
         sizes = {excess[c] for c in still} if memory else set()
         bound_holds = e.max_excess is not None and all((excess[c] or 0) <= e.max_excess for c in still)
@@ -433,8 +452,8 @@ def update(manifest: Manifest, results: Iterable[Result]) -> tuple[Manifest, lis
             continue
         if _is_glob(e.case) and (changed or len(sizes) > 1):
             notes.append(f"narrowed {e.case!r} to the cases that still give {e.status}")
-            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue, when=e.when), excess[c], memory)
-                           for c in still)
+            entries.extend(_sized(Expectation(c, e.status, e.reason, e.issue, when=e.when, strict=e.strict), excess[c],
+                                  memory) for c in still)
         elif still:
             if resize:
                 notes.append(f"{e.case}: excess {e.describe_excess().strip() or 'unset'} -> +{excess[still[0]]} B")
@@ -490,6 +509,8 @@ def dump(manifest: Manifest, header: str = "") -> str:
             lines.append(f"max_excess_pct = {e.max_excess_pct:g}")
         if e.when:
             lines.append(f"when = {json.dumps(e.when[0] if len(e.when) == 1 else list(e.when))}")
+        if not e.strict:
+            lines.append("strict = false")
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -70,8 +70,9 @@ def interpolate_nearest_exact() -> bool:
 
 
 def max_unpool1d() -> bool:
-    """max_unpool1d into an output of 3 (OpInfo's sample): the value whose index is the last position (2) is
-    lost (0 where eager writes it)."""
+    """max_unpool1d into an output of 3 (OpInfo's sample): IREE reads output position o from pooled position
+    o // stride, as if the windows (kernel 3, stride 2) did not overlap, so the value whose index is 2 at
+    position 0 is lost (0 where eager writes it)."""
     pooled, indices = torch.tensor([[[-1.765825867652893], [3.611605167388916]]]), torch.tensor([[[1], [2]]])
     return _compare("max-unpool1d", lambda x, i: F.max_unpool1d(x, i, 3, 2, 0, output_size=(1, 2, 3)),
                     pooled, indices)
