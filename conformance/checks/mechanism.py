@@ -1012,6 +1012,17 @@ MECHANISMS: tuple[Mechanism, ...] = (
               _error(r"'tensor\.cast' op operand type 'tensor<[^']*>' and result type 'tensor<[^']*>' are cast "
                      r"incompatible|'tensor\.expand_shape' op expected dimension \d+ of collapsed type to be static",
                      "a static shape op the verifier refuses")),
+    Mechanism("unbroadcast-operand", "torch-mlir's lowering of an elementwise op leaves a lower-rank operand "
+              "unbroadcast: the linalg.generic it builds maps the operand at the result's rank (polar's angle)",
+              _error(r"'linalg\.generic' op expected operand #\d+ rank \(\d+\) to match the result rank of "
+                     r"indexing_map \(\d+\)", "a lower-rank operand not broadcast to the result")),
+    Mechanism("slice-out-of-bounds", "a crop (a constant pad's backward, a padded unpooling) lowered to a slice "
+              "whose offsets are negative or whose extent runs past its tensor, which IREE refuses",
+              _error(r"expected offsets to be non-negative, but got -\d+|slice along dimension \d+ runs "
+                     r"out-of-bounds: \d+ >= \d+", "a slice outside its tensor")),
+    Mechanism("complex-scalar-import", "a graph holding a Python complex scalar (polar's backward: its `* 1j`), "
+              "which turbine's importer does not take",
+              _error(r"Unsupported argument type <class 'complex'>", "the importer refuses a complex scalar")),
     Mechanism("topk-region-yield", "torch-mlir's tm_tensor.topk (kthvalue's lowering) has a comparator region the "
               "IREE verifier refuses", _error(r"'tm_tensor\.topk' op region block must end with a linalg_ext\.yield",
                                              "tm_tensor.topk's region refused")),

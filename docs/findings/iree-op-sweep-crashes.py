@@ -1,10 +1,11 @@
-"""Repros: single ops whose IREE program kills the process (SIGSEGV or SIGABRT), found by the op sweep.
+"""Repros: single ops whose IREE program kills the process (SIGSEGV or SIGABRT), or whose compile never ends,
+found by the op sweep.
 
 Plain ``python docs/findings/iree-op-sweep-crashes.py NAME`` (torch + iree-turbine, no harness), NAME one
 of the repros below (no NAME: all of them).  Each runs in a child process, compiled with
 ``torch.compile(backend="turbine_cpu")`` on the sweep's sample; a training repro also runs the backward
 (the sweep's step: the mean square of the op's floating output).  Exit status 1 while a child is killed
-by a signal, 0 once none is.
+by a signal or a compile hangs (no result within ``HANG_SECONDS``), 0 once none does.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 
 import torch
 
@@ -86,11 +88,26 @@ def index_put_empty_mask() -> None:
     _step(lambda x: torch.index_put(x, (mask,), values, accumulate=True), torch.randn(5, 5), train=False)
 
 
+def softmax_0d() -> None:
+    """softmax of a 0-d tensor (op-softmax-5-infer, a later sample; softmin and the with_dtype variants, and the
+    training steps, the same): the compiler never returns, printing "failed to get softmax result" over and over
+    (a rewrite pattern that fails and is retried without end)."""
+    _step(lambda x: torch.softmax(x, -1), torch.tensor(0.25), train=False)
+
+
+def softmax_1d() -> None:
+    """softmax of a 1-d tensor of one value: compiles and runs (the control of softmax-0d)."""
+    _step(lambda x: torch.softmax(x, -1), torch.tensor([0.25]), train=False)
+
+
+#: a compile that has not returned in this long is a hang (the 1-d control compiles in seconds)
+HANG_SECONDS = 120
+
 REPROS = {f.__name__.replace("_", "-"): f for f in (sort_train, topk_train, quantile_train, count_nonzero_0d,
                                                      count_nonzero_0d_last_dim,
                                                      scatter_add_last_dim, topk_dim_minus_2_train,
-                                                     index_put_empty_mask)}
-CONTROLS = {f.__name__.replace("_", "-"): f for f in (scatter_add_dim_1,)}
+                                                     index_put_empty_mask, softmax_0d)}
+CONTROLS = {f.__name__.replace("_", "-"): f for f in (scatter_add_dim_1, softmax_1d)}
 
 
 def main(names: list[str]) -> int:
@@ -103,13 +120,21 @@ def main(names: list[str]) -> int:
         return 2
     killed = 0
     for name in names or list(REPROS):
-        child = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
-                               timeout=600)
+        with tempfile.TemporaryFile() as err:  # a file, not a pipe: a looping compiler prints without end
+            try:
+                child = subprocess.run([sys.executable, __file__, "--child", name], stdout=subprocess.DEVNULL,
+                                       stderr=err, timeout=HANG_SECONDS)
+            except subprocess.TimeoutExpired:  # (the child is killed)
+                killed += 1
+                print(f"{name}: FAULT: no result in {HANG_SECONDS} s (the compile does not end)")
+                continue
+            err.seek(max(0, err.seek(0, 2) - 4096))
+            last = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1][:200]
         if child.returncode < 0:
             killed += 1
             print(f"{name}: FAULT: killed by {signal.Signals(-child.returncode).name}")
         elif child.returncode:
-            print(f"{name}: exit {child.returncode}: {(child.stderr.strip().splitlines() or [''])[-1][:200]}")
+            print(f"{name}: exit {child.returncode}: {last}")
         else:
             print(f"{name}: no fault")
     return 1 if killed else 0

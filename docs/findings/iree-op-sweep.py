@@ -267,6 +267,35 @@ def trapezoid_backward() -> bool:
     return _compare_grads("trapezoid-backward", lambda y: torch.trapezoid(y).square().sum(), torch.randn(6))
 
 
+def interpolate_nearest_size_6() -> bool:
+    """interpolate(mode='nearest') of 4 columns to 6 (OpInfo's fifth sample, scale_factor 1.7 recomputed): other
+    source columns than eager's; 3, 5 and 8 columns match."""
+    torch.manual_seed(0)
+    return _compare("interpolate-nearest-size-6", lambda x: F.interpolate(x, size=6, mode="nearest"),
+                    torch.randn(2, 3, 4))
+
+
+def sort_dim_minus_3_backward() -> bool:
+    """The gradient of ``sort(x, dim=-3)`` of a (5, 5, 5) tensor of distinct values (OpInfo's sixth sample): other
+    values than eager's while the sorted values match (op-sort-5-infer passes)."""
+    torch.manual_seed(0)
+    x, w = torch.randperm(125).float().reshape(5, 5, 5), torch.randn(5, 5, 5)
+    return _compare_grads("sort-dim-minus-3-backward", lambda x, w: (torch.sort(x, -3).values * w).sum(), x, w)
+
+
+def sort_dim_0_backward() -> bool:
+    """The same sort along dim 0, the same dimension positively (the control of sort-dim-minus-3-backward)."""
+    torch.manual_seed(0)
+    x, w = torch.randperm(125).float().reshape(5, 5, 5), torch.randn(5, 5, 5)
+    return _compare_grads("sort-dim-0-backward", lambda x, w: (torch.sort(x, 0).values * w).sum(), x, w)
+
+
+def dropout_p1() -> bool:
+    """dropout with p=1 in training mode (OpInfo's fifth sample): eager gives zeros, IREE NaN (0 times 1/(1-p))."""
+    torch.manual_seed(0)
+    return _compare("dropout-p1", lambda x: F.dropout(x, p=1.0, training=True), torch.randn(5, 5))
+
+
 def masked_scatter_broadcast_input() -> bool:
     """masked_scatter of a (5,) tensor with a (5, 5) mask (the result broadcast to (5, 5), OpInfo's fourth sample):
     IREE refuses the program, "'tensor.cast' op operand type 'tensor<5x5xi64>' and result type 'tensor<5xi64>' are
@@ -286,15 +315,21 @@ REPROS = {f.__name__.replace("_", "-"): f for f in (fmax_0d, pad_replicate_negat
                                                      as_strided_outside_view, bfloat16_rounding, tan_near_pole,
                                                      fmax_size_1, pad_constant_backward_right,
                                                      select_scatter_last_index, trapezoid_backward,
-                                                     masked_scatter_broadcast_input)}
+                                                     masked_scatter_broadcast_input, sort_dim_minus_3_backward,
+                                                     dropout_p1, interpolate_nearest_size_6)}
+
+
+#: the same op in a form IREE gets right, named beside a repro (run only when named)
+CONTROLS = {f.__name__.replace("_", "-"): f for f in (sort_dim_0_backward,)}
 
 
 def main(names: list[str]) -> int:
-    unknown = [n for n in names if n not in REPROS]
+    known = {**REPROS, **CONTROLS}
+    unknown = [n for n in names if n not in known]
     if unknown:
         print(f"unknown repro {unknown[0]!r}; one of: {', '.join(REPROS)}")
         return 2
-    faults = [n for n in (names or list(REPROS)) if REPROS[n]()]
+    faults = [n for n in (names or list(REPROS)) if known[n]()]
     return 1 if faults else 0
 
 
