@@ -17,5 +17,11 @@ each other (``import-linter`` contracts in ``pyproject.toml``, run by ``tox -e l
 ========================  =====================================================================
 
 ``conformance.adapter``, ``conformance.case`` and ``conformance.verdict`` are the stable paths
-vendors import; they re-export :mod:`conformance.api`.  Nothing here imports torch.
+vendors import; they re-export :mod:`conformance.api`.  The paths older guides showed
+(``conformance.step``, ``conformance.aot``, ...) are served for a release by :mod:`conformance.compat`.
+Nothing here imports torch.
 """
+
+from conformance import compat as _compat
+
+_compat.install()

@@ -110,3 +110,27 @@ def test_every_documented_import_works_without_a_warning(where: str, module: str
     assert not caught, f"{where} shows a deprecated path: {caught[0].message}"
     for name in (n.strip() for n in names.split(",")):
         assert hasattr(imported, name), f"{where}: {module} has no {name}"
+
+
+def test_the_moved_paths_have_one_home_and_it_lists_what_this_test_holds() -> None:
+    """The package top shows only the paths that stay: the old ones are rows of one table."""
+    from conformance.compat import MOVED_PATHS
+
+    assert MOVED_PATHS == {old: new for old, new, _ in MOVED}
+    top = {p.stem for p in (ROOT / "conformance").glob("*.py")}
+    assert not top & {old.rpartition(".")[2] for old in MOVED_PATHS}, "a moved path is a file again"
+
+
+def test_the_moved_paths_end_at_their_announced_release() -> None:
+    """The guide says they go in REMOVED_IN: once the project's version reaches it, this fails until
+    conformance/compat.py's table (and this file's MOVED) are emptied."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    from conformance.compat import MOVED_PATHS
+    from conformance.util.deprecation import REMOVED_IN
+
+    current = Version(version("torch-conformance"))
+    assert current < Version(REMOVED_IN) or not MOVED_PATHS, (
+        f"version {current} has reached {REMOVED_IN}: remove the moved paths {sorted(MOVED_PATHS)}")
