@@ -10,6 +10,7 @@ sizes at 16, 200 and 800 tokens, gradients laid out as the kernel reads them or 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -203,6 +204,63 @@ def _calls() -> list[OpCall]:
 
     for mask in ((True, True, True), (True, False, False), (True, True, False)):
         calls.append(OpCall(f"layer-norm-backward-{mask}", "native_layer_norm_backward", _ln_backward(mask), ln_args))
+
+    def transposed(*shape: int) -> torch.Tensor:  # a (B, T, C) view of a (B, C, T) tensor, as after a conv
+        return torch.randn(shape[0], shape[2], shape[1]).transpose(1, 2)
+
+    ln = aten.native_layer_norm.default
+    calls.append(OpCall("layer-norm", "native_layer_norm", lambda x, w, b: ln(x, [32], w, b, 1e-5),
+                        lambda: (torch.randn(2, 16, 32), torch.randn(32), torch.randn(32))))
+    calls.append(OpCall("layer-norm-transposed-input", "native_layer_norm", lambda x, w, b: ln(x, [32], w, b, 1e-5),
+                        lambda: (transposed(2, 16, 32), torch.randn(32), torch.randn(32))))
+    calls.append(OpCall("layer-norm-transposed-input-no-affine", "native_layer_norm",
+                        lambda x: ln(x, [32], None, None, 1e-5), lambda: (transposed(2, 16, 32),)))
+    for which in ("input", "grad", "both"):
+        def ln_nc_args(which: str = which) -> tuple[Any, ...]:
+            x = transposed(2, 16, 32) if which in ("input", "both") else torch.randn(2, 16, 32)
+            w, b = torch.randn(32), torch.randn(32)
+            out, mean, rstd = ln(x, [32], w, b, 1e-5)
+            g = transposed(2, 16, 32) if which in ("grad", "both") else torch.randn_like(out)
+            return g, x, mean, rstd, w, b
+
+        for mask in ((True, True, True), (True, False, False)):
+            calls.append(OpCall(f"layer-norm-backward-transposed-{which}-{mask}", "native_layer_norm_backward",
+                                _ln_backward(mask), ln_nc_args))
+
+    for shape, dim in (((32, 16, 8), 0), ((32, 16, 8), 2), ((6, 5), 1)):
+        def wn_args(shape: tuple[int, ...] = shape, dim: int = dim) -> tuple[Any, ...]:
+            g_shape = [1] * len(shape)
+            g_shape[dim] = shape[dim]
+            return torch.randn(shape), torch.randn(g_shape)
+
+        def wn_bw_args(shape: tuple[int, ...] = shape, dim: int = dim) -> tuple[Any, ...]:
+            v, g = wn_args(shape, dim)
+            w, norm = aten._weight_norm_interface.default(v, g, dim)
+            return torch.randn_like(w), v, g, norm
+
+        calls.append(OpCall(f"weight-norm-{shape}-dim{dim}", "_weight_norm_interface",
+                            lambda v, g, dim=dim: aten._weight_norm_interface.default(v, g, dim), wn_args))
+        calls.append(OpCall(f"weight-norm-backward-{shape}-dim{dim}", "_weight_norm_interface_backward",
+                            lambda gw, v, g, n, dim=dim: aten._weight_norm_interface_backward.default(gw, v, g, n, dim),
+                            wn_bw_args))
+
+    contiguous, channels_last = torch.contiguous_format, torch.channels_last
+    for shape, groups, layout in (((2, 16, 99), 16, contiguous), ((3, 8, 4, 4), 2, contiguous),
+                                  ((2, 16, 5, 7), 4, channels_last)):
+        def gn_bw_args(shape: tuple[int, ...] = shape, groups: int = groups,
+                       layout: torch.memory_format = layout) -> tuple[Any, ...]:
+            x = torch.randn(shape).contiguous(memory_format=layout)
+            n, c, hw = shape[0], shape[1], math.prod(shape[2:])
+            w, b = torch.randn(c), torch.randn(c)
+            y, mean, rstd = aten.native_group_norm.default(x, w, b, n, c, hw, groups, 1e-5)
+            return torch.randn_like(y), x, mean, rstd, w
+
+        for mask in ((True, True, True), (True, False, False)):
+            calls.append(OpCall(f"group-norm-backward-{shape}-{layout}-{mask}", "native_group_norm_backward",
+                                lambda gy, x, mean, rstd, w, shape=shape, groups=groups, mask=mask:
+                                aten.native_group_norm_backward.default(gy, x, mean, rstd, w, shape[0], shape[1],
+                                                                        math.prod(shape[2:]), groups, list(mask)),
+                                gn_bw_args))
 
     emb = aten.embedding.default
     calls.append(OpCall("embedding", "embedding", emb, lambda: (torch.randn(128, 32), torch.randint(0, 128, (2, 16)))))

@@ -918,13 +918,54 @@ def batch_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], 
     return max(temporary, reduce)
 
 
+def layer_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_layer_norm`` reads its input, weight and bias contiguous (``expect_contiguous``): a copy
+    of each that is not (an encoder's features transposed from a convolution's channels, as Whisper's
+    and Wav2Vec2's are)."""
+    return _dense_copies(torch.contiguous_format, *operands[:1], *operands[2:4])
+
+
 def layer_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
-    """``native_layer_norm_backward``: the weight and bias gradients are reduced through a
+    """``native_layer_norm_backward``: the gradient, the input, weight and bias are read contiguous (a
+    copy of each that is not), and the weight and bias gradients are reduced through a
     ``2 x threads x N`` buffer (``N`` the normalized size) when either is asked for."""
-    x, normalized_shape, mask = operands[1], operands[2], operands[7]
+    grad, x, normalized_shape, weight, bias, mask = (operands[i] for i in (0, 1, 2, 5, 6, 7))
+    copies = _dense_copies(torch.contiguous_format, grad, x, weight, bias)
     if not (mask[1] or mask[2]):
-        return 0
-    return 2 * torch.get_num_threads() * math.prod(normalized_shape) * x.element_size()
+        return copies
+    return copies + 2 * torch.get_num_threads() * math.prod(normalized_shape) * x.element_size()
+
+
+def _weight_norm_last_dim(v: torch.Tensor, g: torch.Tensor, dim: int) -> int | None:
+    """The size of ``v``'s last dimension where the weight-norm kernel normalises along it (``dim``
+    is its last dimension and not its first), which it reduces through a per-thread ``rows x N``
+    buffer of the norm's dtype; ``None`` on the first-dimension kernel, which allocates nothing."""
+    dim = dim % max(v.dim(), 1)
+    if dim == 0:
+        return None
+    return int(v.shape[-1]) * (4 if g.dtype in REDUCED_FLOATS else g.element_size())
+
+
+def weight_norm(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_weight_norm_interface`` along the last dimension (a convolution's kernel taps, Wav2Vec2's
+    positional convolution): a ``threads x N`` buffer of partial sums."""
+    row = _weight_norm_last_dim(operands[0], operands[1], operands[2])
+    return 0 if row is None else torch.get_num_threads() * row
+
+
+def weight_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``_weight_norm_interface_backward`` along the last dimension: a ``max(3, threads) x N`` buffer
+    (the kernel keeps ``sum``, ``a`` and ``b`` in its rows after the per-thread reduction, so at
+    least three)."""
+    row = _weight_norm_last_dim(operands[1], operands[2], operands[4])
+    return 0 if row is None else max(3, torch.get_num_threads()) * row
+
+
+def group_norm_backward(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
+    """``native_group_norm_backward``: the per-sample, per-channel sums ``ds`` and ``db`` (``N x C`` each,
+    in the accumulation dtype), whatever the mask and layout."""
+    x, n, c = operands[1], operands[5], operands[6]
+    return 2 * int(n) * int(c) * _acc_itemsize(x)
 
 
 def _channels_last(x: torch.Tensor) -> bool:
@@ -1591,7 +1632,11 @@ TABLE: dict[str, Entry] = {
     "_batch_norm_no_update": batch_norm_no_update,
     "_native_batch_norm_legit": batch_norm,  # what _native_batch_norm_legit_no_training's body calls (torch 2.8)
     "native_batch_norm_backward": batch_norm_backward,
+    "native_layer_norm": layer_norm,
     "native_layer_norm_backward": layer_norm_backward,
+    "_weight_norm_interface": weight_norm,
+    "_weight_norm_interface_backward": weight_norm_backward,
+    "native_group_norm_backward": group_norm_backward,
     "embedding": embedding,
     "embedding_dense_backward": embedding_dense_backward,
     "cumsum": cumsum,
