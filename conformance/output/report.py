@@ -465,6 +465,15 @@ class Cell:
         return decision(self.result)
 
     @property
+    def check_sentence(self) -> str:
+        """The deciding check's own sentence, where the panel shows it beside the record's reason: only where
+        the manifest replaced the reason (an xfail or xpass says the manifest's words).  Anywhere else the
+        record's reason is that sentence, or restates it after the manifest's verdict on it, so showing both
+        printed it twice in a row."""
+        restated = self.result.status not in (Status.XFAIL, Status.XPASS)
+        return "" if restated else self.decision.reason
+
+    @property
     def timeline(self) -> dict[str, Any] | None:
         return timeline_data(self.result.memory)
 
