@@ -521,7 +521,8 @@ def five_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: lines(el): how many lines el's text takes (its text boxes' vertical bands: boxes on one line overlap);
 #: split(el): the words of el's text (a run of non-spaces, up to 40 characters) laid over two lines or more:
 #: "changing-/shapes" broken at its hyphen is one; splitProse(el): the same, but a break right after a
-#: hyphen in running text ("host-/side") is how prose wraps, and only a break inside a word counts
+#: hyphen in running text ("host-/side") or between CamelCase words ("Group/Norm") is how prose and ids wrap,
+#: and only a break inside a word counts
 MEASURE = """
 window.__textRects = el => { const rects = []; const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
     for (let n = walk.nextNode(); n; n = walk.nextNode()) { const r = document.createRange(); r.selectNodeContents(n);
@@ -540,7 +541,8 @@ window.__cuts = (el, prose) => { const out = []; const walk = document.createTre
                 r.setStart(n, m.index + i); r.setEnd(n, m.index + i + 1);
                 const b = r.getClientRects()[0]; return b ? Math.round(b.top) : null; };
             for (let i = 1; i < m[0].length; i++) {
-                if (top(i) !== top(i - 1) && !(prose && m[0][i - 1] === '-')) { out.push(m[0]); break; }
+                const between = m[0][i - 1] === '-' || (/[a-z0-9]/.test(m[0][i - 1]) && /[A-Z]/.test(m[0][i]));
+                if (top(i) !== top(i - 1) && !(prose && between)) { out.push(m[0]); break; }
             }
         } }
     return out; };
@@ -611,7 +613,7 @@ def test_five_backends_tables_keep_words_whole(open_page: Any, five_site: Path, 
     for selector in ("#changes li", "#triage tr.cause-group td", "#history h3", "#history .u-legend"):
         split = [x for x in measure(page, selector, "split") if x[1]]
         assert split == [], (selector, split)
-    # a long case id may give way at its hyphens ("mod-Conv2d-GroupNorm-block-/train"), never inside a word
+    # a long case id may give way between its words ("mod-Conv2d-Group/Norm-block-/train"), never inside one
     assert [x for x in measure(page, "#matrix td.case", "splitProse") if x[1]] == []
     repro = measure(page, "#triage td.smallest code.repro-command", "lines")
     assert repro and all(n <= 2 for _, n in repro), repro
@@ -692,3 +694,21 @@ def test_changes_name_new_and_vanished_backends(open_page: Any, tmp_path: Path) 
     assert page.locator("#new-backends").is_visible() and page.locator("#vanished-backends").is_visible()
     assert [x for x in measure(page, "#backend-changes li", "split") if x[1]] == []
     assert page.errors == []
+
+
+def test_a_matrix_too_wide_stands_its_headers_upright(open_page: Any, tmp_path: Path) -> None:
+    """Seven backends at 1280 px do not fit side by side with their names flat: the names stand upright, each
+    on one line, and no column is scrolled out of the card; at 1920 px they lie flat again."""
+    seven = [*FIVE, "inductor-cuda", "vendor-npu-graph"]
+    index = build_report([write_run(tmp_path / "run", five_backend_night(backends=seven))], tmp_path / "site",
+                         history=None)
+    for width, upright in ((1280, True), (1920, False)):
+        page = open_page(index, width=width)
+        assert page.evaluate("() => document.querySelector('#matrix').classList.contains('tight')") is upright
+        wrap = page.evaluate("() => { const e = document.querySelector('#matrix-wrap'); "
+                             "return [e.scrollWidth, e.clientWidth]; }")
+        assert wrap[0] <= wrap[1], (width, wrap)
+        lines = measure(page, "#matrix thead th", "lines") + measure(page, "#matrix td.family", "lines")
+        assert all(n == 1 for _, n in lines), (width, [x for x in lines if x[1] != 1])
+        assert [x for x in measure(page, "#matrix td.case", "splitProse") if x[1]] == []
+        assert page.errors == []

@@ -242,6 +242,7 @@
     if (action === "close") close();
     if (action === "widen") {  // full-width detail view, right under the answer; the charts redrawn at its width
       document.body.classList.toggle("wide-detail");
+      fitMatrix();
       if (current) open(current);
       detail.scrollIntoView({block: "start"});
     }
@@ -288,7 +289,16 @@
       if (rowShown) shown += 1;
     });
     document.getElementById("visible-count").textContent = shown + " of " + matrix.tBodies[0].rows.length + " cases shown";
+    fitMatrix();
   }
+  // Backend headers lie flat where the matrix fits its card, and stand upright where it would not: a name never
+  // wraps ("iree-/boxed") and no column is scrolled out of view.
+  function fitMatrix() {
+    var wrap = document.getElementById("matrix-wrap");
+    matrix.classList.remove("tight");
+    if (wrap.scrollWidth > wrap.clientWidth) matrix.classList.add("tight");
+  }
+  window.addEventListener("resize", fitMatrix);
   [fBackend, fFamily, fStatus].forEach(function (el) { el.addEventListener("change", apply); });
   apply();
 
