@@ -70,6 +70,18 @@ def test_changed_since_previous_run(db: Path) -> None:
     assert history.changes(db, ids[0]).empty
 
 
+def test_changes_name_new_and_vanished_backends(db: Path) -> None:
+    """A backend this run has and the previous had not (installed since), and the reverse, each named; the
+    same backends in both runs name none."""
+    assert (history.changes(db).new_backends, history.changes(db).vanished_backends) == ([], [])
+    history.record_run(db, [res("a", "eager", "pass"), res("a", "vendor", "pass"), res("b", "vendor", "fail-peak")],
+                       label="night 4", started_at="2026-01-04T00:00:00+00:00")
+    fourth = history.changes(db)
+    assert fourth.new_backends == ["vendor"] and fourth.vanished_backends == ["ind"]
+    assert not fourth.empty
+    assert [(c.case, c.backend, c.before) for c in fourth.new_failures] == [("b", "vendor", "absent")]
+
+
 def test_recording_the_same_results_twice_is_one_run(db: Path) -> None:
     again = history.record_run(db, RUN3)
     assert again.id == history.runs(db)[-1].id

@@ -271,7 +271,7 @@ def test_history_trends_and_changes(page: Any, results_dir: Path, tmp_path: Path
         return u.data[u.series.findIndex(s => s.label === 'leaky-eager')]; }""")
     assert rates == [1.0, 0.0]
     # the leaky pair's pass -> fail-residual is a regression of the second run
-    assert page.evaluate("() => window.conformanceCharts.flips.data[2]") == [0, -1]
+    assert page.evaluate("() => window.conformanceCharts.flips.data[1]") == [0, 1]  # regressions per run
     # opened from the URL fragment; its peak trend over both runs, the regression marked
     page.locator('#detail[data-backend="leaky-eager"]').wait_for()
     peaks = page.evaluate("() => window.conformanceCharts.pairTrend.data[1]")
@@ -315,7 +315,8 @@ def test_failures_grouped_by_cause(page: Any, results_dir: Path, tmp_path: Path)
     assert known.get_attribute("data-signature") == failing[0].cause
     assert known.get_attribute("data-new-this-run") == "false"
     assert "run #1" in known.inner_text()
-    assert known.locator("td.smallest").get_attribute("data-case") == "mlp-s-infer"
+    repro = page.locator(f'#triage tr.cause-repro[data-signature="{failing[0].cause}"] td.smallest')  # its own line
+    assert repro.get_attribute("data-case") == "mlp-s-infer"
     assert page.errors == [] and all(u.startswith("file://") for u in page.requested)
 
 

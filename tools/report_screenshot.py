@@ -1,6 +1,7 @@
 """Screenshot a built report with the headless Chromium the browser tests use (how docs/report.png was made).
 
-    python tools/report_screenshot.py SITE/index.html docs/report.png --open CASE@BACKEND
+    python tools/report_screenshot.py SITE/index.html docs/report.png --open CASE@BACKEND \
+        [--width 1280] [--height 1000] [--full-page] [--click SELECTOR]
 """
 
 from __future__ import annotations
@@ -21,13 +22,22 @@ def main() -> None:
     parser.add_argument("png", type=Path)
     parser.add_argument("--open", default="", metavar="CASE@BACKEND", help="cell whose details to show")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--width", type=int, default=1500, help="viewport width in CSS pixels")
+    parser.add_argument("--height", type=int, default=1050, help="viewport height in CSS pixels")
+    parser.add_argument("--full-page", action="store_true", help="the whole page, not the first screen")
+    parser.add_argument("--click", action="append", default=[], metavar="SELECTOR",
+                        help="click this first (e.g. '#expected-causes summary' to unfold the expected causes)")
     args = parser.parse_args()
     url = args.index.resolve().as_uri() + (f"#{quote(args.open)}" if args.open else "")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=args.chromium, args=ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1050})
+        page = browser.new_page(viewport={"width": args.width, "height": args.height})
         page.goto(url)
-        page.screenshot(path=str(args.png))
+        for selector in args.click:
+            page.click(selector)
+        page.evaluate("() => scrollTo(0, 0)")  # a click scrolls: start at the top, the panel by the matrix
+        page.wait_for_timeout(300)  # the charts drawn
+        page.screenshot(path=str(args.png), full_page=args.full_page)
         browser.close()
 
 

@@ -465,6 +465,15 @@ class Cell:
         return decision(self.result)
 
     @property
+    def check_sentence(self) -> str:
+        """The deciding check's own sentence, where the panel shows it beside the record's reason: only where
+        the manifest replaced the reason (an xfail or xpass says the manifest's words).  Anywhere else the
+        record's reason is that sentence, or restates it after the manifest's verdict on it, so showing both
+        printed it twice in a row."""
+        restated = self.result.status not in (Status.XFAIL, Status.XPASS)
+        return "" if restated else self.decision.reason
+
+    @property
     def timeline(self) -> dict[str, Any] | None:
         return timeline_data(self.result.memory)
 
@@ -653,6 +662,12 @@ def torch_label(results: Sequence[Result]) -> str:
     return f"torch {', '.join(found)}" if found else ""
 
 
+def word_breaks(identifier: object) -> Markup:
+    """An identifier (a case id) escaped, with a line-break opportunity between its CamelCase words
+    (``mod-Triplet<wbr>Margin<wbr>With...``): a long one gives way there and at its hyphens, never inside a word."""
+    return Markup("<wbr>").join(re.split(r"(?<=[a-z0-9])(?=[A-Z])", str(identifier)))
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("conformance.output", "templates"),
@@ -663,6 +678,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["bytes"] = fmt_bytes
     env.filters["clip"] = clip
+    env.filters["word_breaks"] = word_breaks
     env.filters["explain"] = lambda name: explain(str(name)) if name else ""
     env.globals.update(is_failure=hist.is_failure, parity_why=parity_why, zip=zip)
     env.filters["short"] = lambda status: SHORT.get(str(status), str(status))

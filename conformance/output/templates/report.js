@@ -51,6 +51,14 @@
     return axis(label, {size: 78, incrs: BYTE_INCRS, values: function (u, s) { return s.map(fmtBytes); }});
   }
   function indices(n) { var a = []; for (var i = 0; i < n; i++) a.push(i); return a; }
+  // Whole-number steps for a count axis (never a half pair).
+  var COUNT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000];
+  // A legend over runs shows the latest run's values until the cursor picks another run, and again when it
+  // leaves the plot: never a row of empty values.
+  function legendAtLast(n) {
+    function last(u) { if (u.cursor.idx === null || u.cursor.idx === undefined) u.setLegend({idx: n - 1}); }
+    return {ready: [last], setCursor: [last]};
+  }
 
   // ---------------------------------------------------------------- memory timeline (in the panel)
   function timeline(el) {
@@ -119,7 +127,7 @@
                 value: function (u, v) { return fmtBytes(v); }}],
       scales: {x: {time: false, range: [-0.3, d.runs.length - 0.7]}, y: {range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.15 : 1]; }}},
       axes: [runAxis(d.runs, widthOf(el)), bytesAxis("bytes")],
-      hooks: {draw: [markFlips(d.flips)]},
+      hooks: Object.assign(legendAtLast(d.runs.length), {draw: [markFlips(d.flips)]}),
     };
     return new uPlot(opts, [indices(d.runs.length), d.peak, d.residual], el);
   }
@@ -141,23 +149,28 @@
       })),
       scales: {x: range, y: {range: [0, 1.05]}},
       axes: [runAxis(h.runs, widthOf(el)), axis("pass rate", {size: 60, values: function (u, s) { return s.map(function (v) { return Math.round(100 * v) + "%"; }); }})],
-      hooks: {draw: [markFlips(flipsPerRun)]},
+      hooks: Object.assign(legendAtLast(h.runs.length), {draw: [markFlips(flipsPerRun)]}),
     }, [xs].concat(backends.map(function (b) { return h.rates[b]; })), el);
     el.dataset.series = backends.length;
     window.conformanceCharts.passRate = rate;
 
     el = document.getElementById("plot-flips");
+    // Two bars per run side by side, both counted up from 0 on a whole-number axis (0, 1, 2 ...): a fix
+    // and a regression never read as the same tick.
+    var count = function (u, v) { return v === null ? "" : v + (v === 1 ? " pair" : " pairs"); };
+    var most = Math.max.apply(null, h.fixes.concat(h.regressions).concat([1]));
     var flips = new uPlot({
       width: widthOf(el), height: 200,
       series: [{label: "run", value: function (u, v) { return v === null ? "" : h.runs[v]; }},
+               {label: "regressions (as expected → unexpected)", stroke: "#c62828", fill: "rgba(198,40,40,.55)",
+                paths: uPlot.paths.bars({size: [0.3, 30], align: -1}), points: {show: false}, value: count},
                {label: "fixes (unexpected → as expected)", stroke: "#2e7d32", fill: "rgba(46,125,50,.55)",
-                paths: uPlot.paths.bars({size: [0.5, 40]}), points: {show: false}},
-               {label: "regressions (as expected → unexpected), drawn down", stroke: "#c62828", fill: "rgba(198,40,40,.55)",
-                paths: uPlot.paths.bars({size: [0.5, 40]}), points: {show: false},
-                value: function (u, v) { return v === null ? "" : -v; }}],
-      scales: {x: range, y: {range: function (u, lo, hi) { var m = Math.max(1, Math.abs(lo), Math.abs(hi)); return [-m * 1.1, m * 1.1]; }}},
-      axes: [runAxis(h.runs, widthOf(el)), axis("pairs", {size: 50, values: function (u, s) { return s.map(function (v) { return Number.isInteger(v) ? Math.abs(v) : ""; }); }})],
-    }, [xs, h.fixes, h.regressions.map(function (n) { return -n; })], el);
+                paths: uPlot.paths.bars({size: [0.3, 30], align: 1}), points: {show: false}, value: count}],
+      scales: {x: range, y: {range: [0, Math.ceil(most * 1.15) || 1]}},
+      axes: [runAxis(h.runs, widthOf(el)), axis("pairs", {size: 50, incrs: COUNT_INCRS,
+             values: function (u, s) { return s.map(function (v) { return String(v); }); }})],
+      hooks: legendAtLast(h.runs.length),
+    }, [xs, h.regressions, h.fixes], el);
     el.dataset.series = 2;
     window.conformanceCharts.flips = flips;
 
@@ -176,6 +189,7 @@
         width: widthOf(el), height: 300, series: series,
         scales: {x: range, y: {range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; }}},
         axes: [runAxis(h.runs, widthOf(el)), bytesAxis("measured bytes")],
+        hooks: legendAtLast(h.runs.length),
       }, cols, el);
       el.dataset.series = series.length - 1;
     }
@@ -228,6 +242,7 @@
     if (action === "close") close();
     if (action === "widen") {  // full-width detail view, right under the answer; the charts redrawn at its width
       document.body.classList.toggle("wide-detail");
+      fitMatrix();
       if (current) open(current);
       detail.scrollIntoView({block: "start"});
     }
@@ -274,7 +289,16 @@
       if (rowShown) shown += 1;
     });
     document.getElementById("visible-count").textContent = shown + " of " + matrix.tBodies[0].rows.length + " cases shown";
+    fitMatrix();
   }
+  // Backend headers lie flat where the matrix fits its card, and stand upright where it would not: a name never
+  // wraps ("iree-/boxed") and no column is scrolled out of view.
+  function fitMatrix() {
+    var wrap = document.getElementById("matrix-wrap");
+    matrix.classList.remove("tight");
+    if (wrap.scrollWidth > wrap.clientWidth) matrix.classList.add("tight");
+  }
+  window.addEventListener("resize", fitMatrix);
   [fBackend, fFamily, fStatus].forEach(function (el) { el.addEventListener("change", apply); });
   apply();
 
@@ -321,8 +345,13 @@
   }
   historyPlots();
 
-  if (location.hash.length > 1) {
+  // #CASE@BACKEND opens that pair: on load, and when the fragment changes on the open page (a pasted link, a
+  // link in the page, the back button).  open() rewrites the fragment with replaceState, which fires no event.
+  function openFromHash() {
+    if (location.hash.length <= 1) return;
     var hit = byKey(decodeURIComponent(location.hash.slice(1)));
-    if (hit) { open(hit); hit.scrollIntoView({block: "nearest"}); }
+    if (hit && hit !== current) { open(hit); hit.scrollIntoView({block: "nearest"}); }
   }
+  window.addEventListener("hashchange", openFromHash);
+  openFromHash();
 })();
