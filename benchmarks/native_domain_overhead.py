@@ -4,9 +4,10 @@ inside a native window.
     python benchmarks/native_domain_overhead.py [--backend NAME ...] [--case ID ...] [--repeat N]
 
 The observer is preloaded into a process at its start (``LD_PRELOAD``), so each configuration runs in a
-child interpreter of its own: one without the preload, one with it.  Prints the fastest step's CPU time (the
-process's, one torch thread: on a shared machine, wall time measures the neighbours) of each and the ratios: what every allocation of a worker pays for the interposition, and what a probed
-step pays for its window.  Backends are any registered name or ``module:Class``
+child interpreter of its own: one without the preload, one with it.  Prints the fastest step's CPU time
+(the process's, one torch thread: on a shared machine, wall time measures the neighbours) of each and
+the ratios: what every allocation of a worker pays for the interposition, and what a probed step pays
+for its window.  Backends are any registered name or ``module:Class``
 (``tests.planted_native_backends:NumpyRuntimeBackend`` allocates its results in numpy memory).
 """
 

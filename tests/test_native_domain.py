@@ -20,7 +20,6 @@ from conformance.run.engine import run_case
 from conformance.run.isolation import WorkerPool
 from tests.planted_native_backends import (
     LEAK_BYTES,
-    MallocLeakBackend,
     NumpyLeakBackend,
     NumpyRuntimeBackend,
     UnprobedDomainBackend,
