@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check
+from conformance.checks.domains import Unobserved
 from conformance.checks.judge import ProbedStep
 from conformance.checks.parity import ParityReport
 
@@ -36,6 +37,8 @@ class Judging:
     memory: Callable[[], MemoryFigures] = MemoryFigures
     #: the adapter's own contract (``CompiledStep.contract_check``; its hook runs on the first call)
     adapter_check: Callable[[], Check | tuple[str, str] | None] = lambda: None
+    #: the pair's memory no probe observed (:mod:`conformance.checks.domains`): its bytes are not judged
+    unobserved: Sequence[Unobserved] = ()
 
     @property
     def program_held(self) -> bool:

@@ -11,7 +11,7 @@ The registry imports this module by name on its first use.
 from __future__ import annotations
 
 from conformance.api.verdict import Check, CheckName, CheckSpec, register_check
-from conformance.checks import cause, loop_scaling
+from conformance.checks import cause, domains, loop_scaling
 from conformance.checks.context import Judging
 from conformance.checks.judge import adapter_check, judge_backward_inputs, judge_peak, judge_program, judge_residual
 from conformance.checks.parity import parity_check
@@ -57,8 +57,8 @@ BASELINE = CheckSpec(CheckName.BASELINE, 70, "a pair's measured peak and residua
                      "(made by --baseline and diff, not by the engine)")
 
 #: every built-in check; the registry orders them by precedence
-BUILTIN: tuple[CheckSpec, ...] = (PARITY, RESIDUAL, PROGRAM, PEAK, loop_scaling.CHECK, BACKWARD_INPUTS, POOL,
-                                  BASELINE)
+BUILTIN: tuple[CheckSpec, ...] = (PARITY, domains.CHECK, RESIDUAL, PROGRAM, PEAK, loop_scaling.CHECK,
+                                  BACKWARD_INPUTS, POOL, BASELINE)
 
 for _spec in BUILTIN:
     register_check(_spec)

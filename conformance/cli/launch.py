@@ -8,7 +8,9 @@ run, not two), and the server's imports of the compilers and the worker's warm-u
 rest of the command's start-up instead of adding up.  Only a plain isolated run does
 it: with ``-n`` the pairs run in pytest-xdist's workers (each starts its own), with
 ``--no-isolate`` in this process, and with ``--cases`` the worker must inherit the sources the
-CLI loads first.
+CLI loads first.  Such a run first executes itself again with the native heap observer preloaded
+(:func:`conformance.util.native_preload.reexec_with_preload`, before any import), so that its fork
+server and workers record the native memory domain.
 
 A Ctrl-C while all that imports (the first second or two) ends the command at once with one
 line and exit status 130: nothing is written yet, and a traceback from inside torch's imports
@@ -58,10 +60,14 @@ def named_backends(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """The command: the early worker, the CLI's imports (a Ctrl-C meanwhile ends it at once), the CLI."""
     started = time.perf_counter()
-    return interruptible(lambda: _main(sys.argv[1:] if argv is None else argv, started))
+    return interruptible(lambda: _main(sys.argv[1:] if argv is None else argv, started, argv is None))
 
 
-def _main(argv: list[str], started: float) -> int:
+def _main(argv: list[str], started: float, own_process: bool = False) -> int:
+    if own_process and prestarts(argv):  # the fork server it forks from itself records the native domain
+        from conformance.util.native_preload import reexec_with_preload
+
+        reexec_with_preload(sys.orig_argv[1:])
     with_handler = importing()
     if says_progress(argv) and os.isatty(2):  # a person watching: a first line before the imports and warm-up
         os.write(2, b"conformance run: starting (importing torch, loading the backends and cases)\n")

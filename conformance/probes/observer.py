@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from conformance.models.interpreter import NODE_RANGE_PREFIX
+from conformance.util import native_preload
 
 SOURCE = Path(__file__).resolve().with_name("native") / "alloc_observer.cpp"
 PROBE_ENV = "CONFORMANCE_PROBE"
@@ -53,8 +54,7 @@ class ObserverError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torch-conformance" / "observer"
+    return native_preload.cache_dir()
 
 
 def _compiler() -> str:

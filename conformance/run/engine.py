@@ -17,6 +17,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from conformance.api.step import (
 from conformance.api.verdict import Check, CheckName, Status, combine, registered_checks
 from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
+from conformance.checks.domains import MEMORY_CHECKS, DomainPlan, plan
 from conformance.checks.judge import ProbedStep
 from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
 from conformance.checks.parity import ParityReport
@@ -49,6 +51,7 @@ from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
 from conformance.models.transients import KernelNotModelled
+from conformance.probes import native_heap
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace, combine_traces, without_op_transients
 from conformance.probes.observer import fallback_reason
 from conformance.probes.owners import holders
@@ -168,6 +171,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
 
     last_call = 1 + options.steps
     traces: list[tuple[int, list[MemoryTrace]]] = []
+    evidence: dict[int, StepEvidence] = {}
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
@@ -203,7 +207,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 calls.see(call, workload.inputs)
                 if digest is not None:
                     digest.add(f"call {call}", workload.inputs)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer)
+                seen = StepEvidence()
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
+                                                  seen)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run; its
@@ -211,10 +217,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                     # step's included, is put back as the first run left it, outside the window)
                     calls.compiled(call, domain_traces)
                     left = after_call(workload)
-                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer)
+                    seen = StepEvidence()
+                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
+                                                   seen)
                     _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
+                evidence[call] = seen
                 states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
@@ -229,6 +238,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     result.parity = _parity_figures(parity)
 
     try:
+        with harness_stage("memory domains"):
+            domain_plan = domain_plan_of(backend, traces, evidence)
+            traces = _held_traces(domain_plan, traces, evidence, result)
         with clock.phase("model"):
             models.changing = calls.changing
             steps, source = _probed_steps(compiled, models, traces, result, calls,
@@ -238,7 +250,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"), harness_stage("judge"):
-            judged = _judge(backend, compiled, result, steps, source, traces, parity)
+            judged = _judge(backend, compiled, result, steps, source, traces, parity, domain_plan)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
@@ -394,7 +406,8 @@ def _freeze_survivors() -> None:
 
 
 def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
-           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
+           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport],
+           domains: DomainPlan | None = None) -> Result:
     result.notes.extend(boundary.notes(compiled.notes()))
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
@@ -424,9 +437,11 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
         return extras[0]
 
     judging = Judging(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source, parity,
-                      exact_domain, held_by, memory, contract)
+                      exact_domain, held_by, memory, contract, domains.unobserved if domains is not None else ())
     checks: list[Check] = []
     for spec in registered_checks():  # in precedence order: the checks that need the hooks come after peak
+        if judging.unobserved and spec.name in MEMORY_CHECKS:
+            continue  # bytes no probe observed: the measured ones alone would say nothing
         check = spec.judge(judging) if spec.judge is not None else None
         if check is not None:
             checks.append(check)
@@ -767,6 +782,7 @@ def probed_step(
     make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe,
     keep_results: bool = False,
     optimizer: Callable[[], None] | None = None,
+    seen: StepEvidence | None = None,
 ) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
     """One step inside the probes' window; outputs are dropped inside it, grads kept; then, with
     ``optimizer``, the optimizer's step and ``zero_grad(set_to_none=True)`` inside it too.
@@ -774,25 +790,94 @@ def probed_step(
     Returns the backend's main probe's trace (the torch CPU allocator unless the backend
     says otherwise), then one trace per extra domain the step declares; and, with
     ``keep_results``, copies of the step's results (gradients included) made outside torch's
-    allocators before the optimizer runs."""
+    allocators before the optimizer runs.  With ``seen``, the native domain is recorded too where this
+    process preloads its observer, and ``seen`` gets its trace and the results torch's allocator did not
+    make (the engine decides whether the pair is held on it: :mod:`conformance.checks.domains`)."""
     clear_grads(model)
     compiled.prepare_call()
     gc.collect()
     extras = compiled.extra_probes()
     files = boundary.files(compiled.program_files())
     kept: dict[str, torch.Tensor] = {}
+    native = native_heap.NativeHeapProbe() if seen is not None and native_heap.unavailable_reason() is None else None
+    known = ({t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+             if seen is not None else set())
     with make_probe() as probe, contextlib.ExitStack() as stack:
         for extra in extras:
             stack.enter_context(extra)
+        if native is not None:
+            stack.enter_context(native)
         statements = stack.enter_context(StatementTracer(files))
         out: StepOutput | None = compiled.run()
+        returned = time.time_ns()
+        if seen is not None and out is not None:
+            seen.outside = native_heap.outside_storages(out.named(), known)
         if keep_results and out is not None:
-            kept = snapshot(out)
+            with native.paused() if native is not None else contextlib.nullcontext():
+                kept = snapshot(out)
         del out
+        dropped = time.time_ns()
         if optimizer is not None:
             optimizer()
+        stepped = time.time_ns() if optimizer is not None else None  # the gradients dropped (zero_grad)
     main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
+    if seen is not None and native is not None:
+        if seen.outside:
+            seen.outside = native.pooled(seen.outside)
+            # a result in a pool occupies its bytes while the caller holds it: outputs to their drop,
+            # gradients to the optimizer's zero_grad (or past the window)
+            native.count_pooled([(s, returned, dropped if s.what.startswith("output") else stepped)
+                                 for s in seen.outside if s.pool is not None])
+        seen.native, seen.native_lost = native.trace, native.lost
     return [main, *(extra.trace for extra in extras)], kept
+
+
+@dataclass
+class StepEvidence:
+    """What a probed call showed beside its domains' traces: the native domain's trace (where this process
+    records it) and the results whose storage torch's allocator did not make."""
+
+    native: MemoryTrace | None = None
+    native_lost: int = 0  # events the native observer could not keep (its figures are then low)
+    outside: list[native_heap.OutsideStorage] = field(default_factory=list)
+
+
+def domain_plan_of(backend: Backend, traces: list[tuple[int, list[MemoryTrace]]],
+                   evidence: dict[int, StepEvidence]) -> DomainPlan:
+    """The domains the pair is held on and the memory no probe observed (:func:`conformance.checks.domains.plan`)."""
+    probed = {t.domain for _, ts in traces for t in ts}
+    return plan(backend.capabilities.memory_domains, probed, not probed <= {CpuAllocatorProbe.domain},
+                native_heap.unavailable_reason(), {c: e.outside for c, e in evidence.items()},
+                {c: e.native for c, e in evidence.items() if e.native is not None})
+
+
+def _held_traces(domains: DomainPlan, traces: list[tuple[int, list[MemoryTrace]]],
+                 evidence: dict[int, StepEvidence], result: Result) -> list[tuple[int, list[MemoryTrace]]]:
+    """Each probed call's traces, with the native domain's where the pair is held on it (and a note of its
+    bytes by library, of the call with the highest native peak)."""
+    if not domains.held_on_native:
+        return traces
+    held = []
+    for call, ts in traces:
+        native = evidence[call].native if call in evidence else None
+        held.append((call, [*ts, native] if native is not None else ts))
+    natives = [(call, e.native) for call, e in evidence.items() if e.native is not None]
+    if natives:
+        call, worst = max(natives, key=lambda ct: ct[1].peak_bytes)
+        made = ", ".join(f"{lib} {n} B" for lib, n in list(native_heap.by_library(worst).items())[:4]) or "none"
+        alive = ", ".join(f"{lib} {n} B" for lib, n in
+                          list(native_heap.by_library(worst, still_alive=True).items())[:4]) or "none"
+        result.notes.append(f"held on the native domain (results outside torch's allocator, or declared): call "
+                            f"{call} peaked at {worst.peak_bytes} B there; allocated by {made}; left alive by {alive}")
+    pooled = {(s.what, s.pool, s.pool_bytes) for e in evidence.values() for s in e.outside if s.pool is not None}
+    if pooled:
+        result.notes.append("results in native memory made before the probed call (a pool; counted while "
+                            "the caller holds them): " + "; ".join(f"{what} in {pool}'s {n} B"
+                                                    for what, pool, n in sorted(pooled)[:4]))
+    lost = sum(e.native_lost for e in evidence.values())
+    if lost:
+        result.notes.append(f"the native observer could not keep {lost} events: its figures are low")
+    return held
 
 
 def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
@@ -850,6 +935,9 @@ def _decide(result: Result, checks: list[Check]) -> Result:
     if deciding is not None:
         result.excess_bytes = deciding.excess_bytes
         return _verdict(result, deciding.status, deciding.reason)
+    unjudged = next((c for c in checks if c.status == Status.SKIP), None)
+    if unjudged is not None:  # memory not observed: never a pass (conformance.checks.domains)
+        return _verdict(result, Status.SKIP, unjudged.reason)
     return _verdict(result, Status.PASS, "")
 
 

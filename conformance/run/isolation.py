@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from conformance.api.result import Result, Status
+from conformance.probes import native_heap
 from conformance.run import reaper
 from conformance.run.options import RunOptions
 from conformance.util.paths import caches_outside_tmp
@@ -145,6 +146,7 @@ def worker_main(reply_fd: int, parent_pid: int, warm: list[str] | None = None) -
 
     die_with_parent(parent_pid)
     faulthandler.enable()  # a Python traceback of the crashing case lands in the stderr tail
+    native_heap.start_tracking()  # before any compile: a runtime's pools are then known by their pointers
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
     def send(kind: str, payload: Any, recycle: bool = False) -> None:
@@ -225,6 +227,7 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     # in every forked child; NVML answers the same question without that, for the imports only
     nvml_check = os.environ.get(NVML_CHECK_ENV)
     os.environ[NVML_CHECK_ENV] = "1"
+    native_heap.start_tracking()  # from the first import: numpy's and the runtimes' memory is known
     import torch  # noqa: F401  (the import a worker pays for)
 
     from conformance.api.adapter import discover
@@ -234,6 +237,7 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     _import_quietly(WORKER_PRELOAD)
     if preload is not None:  # the run's backends (every registered one for []) name the compilers' packages
         _preload(registry, preload)
+    native_heap.rescan()  # torch's libraries, loaded since, are excluded code
     if nvml_check is None:
         del os.environ[NVML_CHECK_ENV]
     else:
@@ -691,6 +695,7 @@ class WorkerPool:
         # The worker imports what the parent can: planted test adapters, ad hoc module:Class specs.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env = native_heap.worker_environment(env)  # the native memory domain's observer, preloaded
         server = self._fork_server(env) if subreaper else None
         before = reaper.descendants()  # the fork server among them: it outlives every worker
         rfd, wfd = os.pipe()
@@ -725,6 +730,7 @@ class WorkerPool:
             self._server = None
         if self._server is None:
             here, self.server_here = self.server_here, False  # once: this process goes on to run things
+            here = here and env.get("LD_PRELOAD") == os.environ.get("LD_PRELOAD")  # a fork keeps this one's
             try:
                 self._server = _ForkServer.start(env, self.warm, here)  # the run's backends, as its first worker warms
             except OSError:

@@ -26,6 +26,8 @@ DOMAINS: dict[str, str] = {
     "combined": "the sum of the domains a step allocates in, sample by sample (torch-cpu + iree-hal for "
                 "IREE): the verdict's figures when a backend allocates outside torch",
     "cuda-caching-allocator": "torch's CUDA caching allocator: bytes requested, private graph pools included",
+    "native": "every library's own heap (malloc, aligned allocations, operator new, anonymous mmap) outside "
+              "torch and the interpreter: numpy's arrays, a runtime's buffers; recorded in the isolation workers",
 }
 
 
