@@ -3,10 +3,11 @@
 A fault wraps a real backend's compiled step (eager, inductor, the example vendor...)
 and changes one thing about what it does: an extra input clone, a scratch buffer,
 a leak from the N-th call on, stale results, results corrupted from the second
-call on, a 1e-3 relative error in one gradient; and six that change the state a step
+call on, a 1e-3 relative error in one gradient; and seven that change the state a step
 leaves, which only the every-call state check sees: inputs overwritten after the call,
 results wrong on one middle call only, a lost buffer update, weights frozen at the first
-call, an optimizer step that skips a parameter, wrong optimizer state.  Two more change what inductor
+call, an optimizer step that skips a parameter, wrong optimizer state, a learning rate 0.1%
+off (seen by the parameters' change on the call, not their values).  Two more change what inductor
 *generates*: the pre-#163227 alias handling of multi-output fallback ops (the
 result tuple is never deleted) and a wrapper that drops its frees.  Each is a real
 adapter: ``planted(EagerBackend, "input-clone")`` is a Backend class.
