@@ -3,10 +3,11 @@
 A fault wraps a real backend's compiled step (eager, inductor, the example vendor...)
 and changes one thing about what it does: an extra input clone, a scratch buffer,
 a leak from the N-th call on, stale results, results corrupted from the second
-call on, a 1e-3 relative error in one gradient; and six that change the state a step
+call on, a 1e-3 relative error in one gradient; and seven that change the state a step
 leaves, which only the every-call state check sees: inputs overwritten after the call,
 results wrong on one middle call only, a lost buffer update, weights frozen at the first
-call, an optimizer step that skips a parameter, wrong optimizer state.  Two more change what inductor
+call, an optimizer step that skips a parameter, wrong optimizer state, a learning rate 0.1%
+off (seen by the parameters' change on the call, not their values).  Two more change what inductor
 *generates*: the pre-#163227 alias handling of multi-output fallback ops (the
 result tuple is never deleted) and a wrapper that drops its frees.  Each is a real
 adapter: ``planted(EagerBackend, "input-clone")`` is a Backend class.
@@ -310,6 +311,33 @@ class WrongOptimizerState(Fault):
             state[0].mul_(0.5)
 
 
+class LearningRateOff(Fault):
+    """The optimizer steps with a learning rate 0.1% too small (what a learning rate stored in bfloat16 looks like:
+    0.01 is 0.010009765625 there, 1e-3 is 0.00099945068359375): every parameter's update is 0.1% short, a
+    parameter error far below the parameter's own scale, which only the update's comparison sees."""
+
+    name, changes = "lr-off-by-1e-3", "values"
+
+    @classmethod
+    def applies(cls, case: Case) -> bool:
+        return FrozenWeights.applies(case)
+
+    def optimizer_step(self, step: FaultyStep, workload: Workload) -> None:
+        optimizer = workload.optimizer
+        if optimizer is None:
+            step.applied = False
+            step.inner.optimizer_step(workload)
+            return
+        rates = [group["lr"] for group in optimizer.param_groups]
+        for group, lr in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr * (1 - 1e-3)
+        try:
+            step.inner.optimizer_step(workload)
+        finally:
+            for group, lr in zip(optimizer.param_groups, rates, strict=True):
+                group["lr"] = lr
+
+
 class OptimizerHoldsGradients(Fault):
     """The optimizer step keeps references to the gradients it stepped with (until its next step), so
     ``zero_grad(set_to_none=True)`` frees nothing: the gradients outlive every step."""
@@ -408,7 +436,7 @@ class DroppedFree(InductorFault):
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     InputClone, ScratchBuffer, LeakFromCall, StaleResults, CorruptFromSecondCall, GradRelativeError,
     InputsOverwritten, CorruptMiddleCall, LostBufferUpdate, FrozenWeights, OptimizerSkipsParameter,
-    WrongOptimizerState, OptimizerHoldsGradients, OptimizerLeaksPerStep, TupleNeverFreed, DroppedFree,
+    WrongOptimizerState, LearningRateOff, OptimizerHoldsGradients, OptimizerLeaksPerStep, TupleNeverFreed, DroppedFree,
 )}
 GENERIC = [n for n, f in FAULTS.items() if not issubclass(f, InductorFault)]
 INDUCTOR_ONLY = [n for n, f in FAULTS.items() if issubclass(f, InductorFault)]

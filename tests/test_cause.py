@@ -212,11 +212,36 @@ def test_an_error_cause_is_its_normalised_exception_and_innermost_frame() -> Non
                notes=[TRACEBACK.replace("foo_12", "foo_3").replace("line 4411", "line 4500")])
     ca, cb = cause_of(a), cause_of(b)
     assert ca is not None and cb is not None and ca.signature == cb.signature
-    assert ca.signature == "fail-compile: NotImplementedError: no lowering for aten.foo_N @ lowering.py:make_fallback"
-    assert innermost_frame(FAULTHANDLER) == "ctypes_dl.py:_compile"
+    assert ca.signature == "fail-compile: NotImplementedError: no lowering for aten.foo_N @ make_fallback"
+    assert innermost_frame(FAULTHANDLER) == "_compile"
     crash = cause_of(Result("c", "iree", Status.CRASH, "worker killed by signal SIGSEGV (11)", notes=[FAULTHANDLER]))
     assert crash is not None
-    assert crash.signature == "crash: worker killed by signal SIGSEGV (N) in ctypes_dl.py:_compile"
+    assert crash.signature == "crash: worker killed by signal SIGSEGV (N) in _compile"
+
+
+#: a failure inside a module inductor generated: its file is named by a hash of the program's code
+GENERATED = """Traceback (most recent call last):
+  File "/work/x/conformance/run/engine.py", line 133, in run_case
+    out = compiled.run()
+  File "/tmp/torchinductor_root/{d}/{h}.py", line 88, in call
+    buf3 = reinterpret_tensor(buf1, (4, 8), (8, 1), 0)
+RuntimeError: setStorage: sizes [4, 8] out of bounds for storage of size 16 in {h}.py (kernel {k})
+"""
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (("q3", "cq3xk7vbnzqmgpwzl2d4k5l7mrg3zqv6wbuvxbz3sdkwqf4pyvlmz", "3fa9c2d1e0"),
+     ("ab", "cab2zp4gkx7wvnmx3qlq5mj6c7o4bcdx3yfsg2n7cbvz6hh2ohkwl", "77b0e1aa42")),
+])
+def test_no_cause_carries_a_file_name_or_a_hash(first: tuple[str, str, str], second: tuple[str, str, str]) -> None:
+    """The same bug in two generated programs: their modules' hashes and names differ, their cause does not."""
+    causes = [cause_of(Result(f"c{i}", "inductor", Status.FAIL_RUN, "setStorage",
+                              notes=[GENERATED.format(d=d, h=h, k=k)])) for i, (d, h, k) in enumerate((first, second))]
+    assert causes[0] is not None and causes[1] is not None
+    assert causes[0].signature == causes[1].signature
+    for _d, h, k in (first, second):
+        assert h not in causes[0].signature and k not in causes[0].signature
+    assert ".py" not in causes[0].signature and "@ call" in causes[0].signature
 
 
 def test_a_peak_cause_names_no_kernel_or_op() -> None:

@@ -358,3 +358,48 @@ def test_values_a_step_computes_in_a_coarser_dtype_move_by_that_dtypes_ulp() -> 
     assert torch.allclose(moved.double(), plain.double(), rtol=2 * torch.finfo(torch.bfloat16).eps)
     assert not torch.equal(moved_whole, whole * 2)
     assert torch.equal(moved_mask, mask)
+
+
+class _Sums(torch.nn.Module):
+    """A sum of 600 terms, and one that is 0 in exact arithmetic: the mean's rounding, 600 times over."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sum(), (x - x.mean()).sum()
+
+
+def _sequential_float32(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a backend that sums in order in float32 returns (numpy's accumulate: one rounding per partial sum)."""
+    import numpy as np
+
+    terms = x.numpy()
+    total = np.add.accumulate(terms, dtype=np.float32)[-1]
+    mean = np.float32(total / np.float32(terms.size))
+    cancelled = np.add.accumulate((terms - mean).astype(np.float32), dtype=np.float32)[-1]
+    return {"output[0]": torch.tensor(total), "output[1]": torch.tensor(cancelled), "input[0]": x}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("shift", [0.0, 3.0])
+def test_a_float32_sum_in_order_is_within_the_floor_of_its_terms_and_a_fault_is_not(seed: int, shift: float) -> None:
+    """A float32 sum of 600 terms, in order: each partial sum rounds at its own magnitude, so the error grows as a
+    random walk of those roundings (2.5e-7 against a floor of 1.2e-7 from one-ulp moves of the terms before); and a
+    sum that cancels to 0 exactly. Both within the floor the terms' walk makes; a fault of twice ``rtol`` of the
+    terms' total magnitude, on either, fails."""
+
+    def build(s: int) -> Workload:
+        torch.manual_seed(seed)
+        return Workload(_Sums(), (torch.rand(600) + shift,))
+
+    case = _case(build)
+    x = case.build().inputs[0]
+    sequential = _sequential_float32(x)
+    report = _judged(case, sequential)
+    assert report.ok, [t.describe() for t in report.tensors if not t.ok]
+    cancelled = next(t for t in report.tensors if t.name == "output[1]")
+    assert cancelled.scale < 1e-9 < cancelled.max_abs_err  # zero in exact arithmetic, not in float32
+    assert not compare(sequential, _reference_in(case, torch.float64), {}, TOL).ok  # no floor: a failure
+    wrong = {**sequential, "output[0]": sequential["output[0]"] * (1 + 2 * TOL.rtol)}
+    assert [t.name for t in _judged(case, wrong).tensors if not t.ok] == ["output[0]"]
+    off = {**sequential, "output[1]": sequential["output[1]"] + 2 * TOL.rtol * float(x.abs().sum())}
+    (bad,) = [t for t in _judged(case, off).tensors if not t.ok]
+    assert bad.name == "output[1]"

@@ -216,3 +216,20 @@ def test_the_float64_reference_makes_the_programs_own_tensors_in_float64() -> No
     r = run_case(case, EagerBackend())
     assert r.status == Status.PASS, r.reason
     assert torch.get_default_dtype() == torch.float32
+
+
+@pytest.mark.parametrize("case_id", ["mlp-s-train", "adam-mlp-s-train", "bn-mlp-s-train"])
+def test_a_learning_rate_off_by_a_thousandth_fails_on_the_first_call_by_the_update(case_id: str) -> None:
+    """SGD-momentum and Adam stepping with ``lr * (1 - 1e-3)`` (a learning rate stored in bfloat16): the weights'
+    values are within their allowance (rtol at the weights' own scale), their updates are not (a parameter that
+    starts at 0, batch norm's bias, is its first update and fails by its value too)."""
+    result = run_case(_case(case_id), planted(EAGER, "lr-off-by-1e-3")(), RunOptions(steps=1))
+    assert result.status == Status.FAIL_PARITY, f"{case_id}: {result.status} {result.reason}"
+    assert result.reason.startswith("call 0: param[") and "update on this call" in result.reason, result.reason
+    first = result.parity["calls"]["0"]
+    failing = first["failures"]
+    updates = {f["name"] for f in failing if f.get("update")}
+    values = {f["name"] for f in failing if not f.get("update")}
+    assert "param[fc1.weight]" in updates and "param[fc1.weight]" not in values, failing  # its value alone passes
+    assert all(f["miss"] == "wrong value" for f in failing), failing
+    assert set(first["updates"]) >= {n for n in first["compared"] if n.startswith("param[")}

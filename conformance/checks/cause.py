@@ -93,6 +93,11 @@ class Cause:
 _DTYPES = re.compile(r"\b(?:b?float\d+|u?int\d+|complex\d+|float8\w*|bool)\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.~+-]*/)+[\w.+-]+")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+#: a file named without its directory (a generated module's ``c2bqx....py``, a kernel's ``.so``)
+_FILE = re.compile(r"\b[\w.+-]+\.(?:py|pyc|cpp|cc|c|h|hpp|cu|so|o|mlir|vmfb|json|txt|log|pt)\b")
+#: a digest: hexadecimal of 8 or more characters with a digit and a letter, or any run of 20 or more lower-case
+#: letters and digits (inductor names its generated modules by a base-32 hash of their code)
+_HASH = re.compile(r"\b(?:(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}|[a-z0-9]{20,})\b")
 _GENERATED = re.compile(r"\b(buf|arg|tmp|primals_|tangents_|getitem_|while_loop_(?:body|cond)_graph_)\d+(?:_\d+)*")
 _NUMBER = re.compile(r"(?<![A-Za-z])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _NUMBERS = re.compile(r"N(?:\s*[,x]\s*N)+")
@@ -100,8 +105,8 @@ _QUOTED_NAME = re.compile(r"'<[^'>]*>'")
 
 
 def normalise(text: str, limit: int = 200) -> str:
-    """``text`` without what changes between instances of one cause: paths, addresses, sizes,
-    generated names and numbers (dtype names such as ``float32`` are kept), whitespace collapsed."""
+    """``text`` without what changes between instances of one cause: paths, file names, addresses, digests,
+    sizes, generated names and numbers (dtype names such as ``float32`` are kept), whitespace collapsed."""
     kept: list[str] = []
 
     def keep(match: re.Match[str]) -> str:
@@ -110,7 +115,9 @@ def normalise(text: str, limit: int = 200) -> str:
 
     text = _DTYPES.sub(keep, text)
     text = _PATH.sub("<path>", text)
+    text = _FILE.sub("<file>", text)
     text = _HEX.sub("0x?", text)
+    text = _HASH.sub("<hash>", text)
     text = _GENERATED.sub(lambda m: f"{m.group(1)}N", text)
     text = _NUMBER.sub("N", text)
     text = _NUMBERS.sub("N,...", text)
@@ -256,12 +263,19 @@ def _parity_parts(check: Check, result: Result) -> list[str]:
         data = figures[call]
         if not isinstance(data, dict):
             continue
-        for failure in data.get("failures") or []:
+        for failure in sorted(data.get("failures") or [], key=_severity):
             name = str(failure.get("name", "?"))
             kind = op_kind(str(failure.get("op") or "")) if failure.get("op") else _output_kind(name)
-            note = normalise(str(failure.get("note") or "outside tolerance"), 80)
-            return [f"first bad {kind}: {note}"]
+            miss = failure.get("miss")  # the typed kind of miss (parity.Miss); a record from before: its note
+            what = str(miss) if isinstance(miss, str) and miss else \
+                normalise(str(failure.get("note") or "outside tolerance"), 80)
+            return [f"first bad {kind}: {what}"]
     return [f"outputs differ: {normalise(check.reason, 120)}"]
+
+
+def _severity(failure: dict[str, Any]) -> int:
+    """A near miss of the noise floor after every other kind: a pair with a wrong value anywhere is a wrong value."""
+    return 1 if failure.get("miss") == "near the noise floor" else 0
 
 
 def _output_kind(name: str) -> str:
@@ -333,8 +347,9 @@ _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
 
 def innermost_frame(detail: str) -> str:
-    """``file.py:function`` of the innermost frame of a Python traceback, or of a faulthandler dump
-    (which lists the most recent call first); ``""`` when there is none."""
+    """The function of the innermost frame of a Python traceback, or of a faulthandler dump (which lists the
+    most recent call first); ``""`` when there is none.  Never its file: a generated module's name is a hash
+    of its code (inductor's ``c2bqx....py``), so one bug on two programs would be two causes."""
     lines = detail.splitlines()
     recent_first = any("most recent call first" in line for line in lines)
     frames = [m for m in (_FRAME.search(line) for line in lines) if m]
@@ -346,8 +361,7 @@ def innermost_frame(detail: str) -> str:
         frames = frames[-1:]
     if not frames:
         return ""
-    path, func = frames[0].group(1), frames[0].group(2)
-    return f"{path.rsplit('/', 1)[-1]}:{func}"
+    return normalise(frames[0].group(2), 80)
 
 
 _EXCEPTION = re.compile(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
@@ -44,6 +45,39 @@ class Noise:
     eps: float = 0.0
     spread: dict[str, float] = field(default_factory=dict)
     random: frozenset[str] | set[str] = frozenset()
+    #: how far each carried state tensor's change on the call moved in the perturbed runs, beyond the one-ulp move
+    #: of the value written (its storage rounding, which :func:`update_parity` allows per element)
+    update_spread: dict[str, float] = field(default_factory=dict)
+
+
+class Miss(str, Enum):
+    """What kind of miss a failing tensor is: the parity finding's typed evidence, which causes and triage group
+    by (a near miss of the noise floor is never one group with a wrong value)."""
+
+    MISSING = "missing"
+    SHAPE = "wrong shape"
+    DTYPE = "wrong dtype"
+    NON_FINITE = "non-finite values differ"
+    INTEGERS = "integer values differ"
+    #: the allowance was the noise floor (the reference is below its own rounding noise: zero, or a sum that
+    #: cancels, in exact arithmetic) and the error is near it (:func:`miss_of`)
+    NEAR_NOISE_FLOOR = "near the noise floor"
+    WRONG_VALUE = "wrong value"
+
+
+#: an error beyond the floor within this many floors is near it (a decade: the floor is a sampled estimate)
+NEAR_FLOOR = 10.0
+
+
+def miss_of(max_abs_err: float, noise_floor: float, allowed: float, rtol: float, eps: float) -> Miss:
+    """A finite error outside ``allowed``: near the noise floor where the floor was the allowance and the error is
+    within :data:`NEAR_FLOOR` floors of it, or within ``rtol`` of the magnitude the floor's roundings happen at
+    (``noise_floor / eps``); a wrong value otherwise (outside ``rtol`` of a reference above its noise, or far
+    beyond the noise of one that is not)."""
+    if noise_floor <= 0 or noise_floor < allowed:
+        return Miss.WRONG_VALUE
+    near = noise_floor * max(NEAR_FLOOR, rtol / eps if eps > 0 else 0.0)
+    return Miss.NEAR_NOISE_FLOOR if max_abs_err <= near else Miss.WRONG_VALUE
 
 
 @dataclass
@@ -60,6 +94,15 @@ class TensorParity:
     noise_floor: float = 0.0  # rounding noise allowed: one ulp of its dtype at ``scale`` + the perturbed spread
     allowed: float = 0.0  # the larger of rtol * scale (atol for an all-zero reference) and ``noise_floor``
     random: bool = False  # computed from random values: shape and finiteness checked only
+    miss: Miss | None = None  # what kind of miss a failing tensor is (None: it passed)
+    update: bool = False  # the tensor's change on the call (state it carries), not its value
+
+    @property
+    def over_floor(self) -> float:
+        """How many noise floors the error is (``inf`` with no floor and an error)."""
+        if self.noise_floor > 0:
+            return self.max_abs_err / self.noise_floor
+        return 0.0 if self.max_abs_err == 0 else math.inf
 
     @property
     def margin(self) -> float:
@@ -72,14 +115,20 @@ class TensorParity:
         why = self.note or ("outside tolerance" if not self.ok else "ok")
         if self.random:
             return f"{self.name}: computed from random values, shape and finiteness checked ({why})"
-        return (f"{self.name}: relative error {self.rel_err:.3g} (max abs {self.max_abs_err:.3g}, allowed "
+        what = f"{self.name}: update on this call, relative error" if self.update else f"{self.name}: relative error"
+        return (f"{what} {self.rel_err:.3g} (max abs {self.max_abs_err:.3g}, allowed "
                 f"{self.allowed:.3g}, noise floor {self.noise_floor:.3g}), rmse {self.rmse:.3g} vs eager-fp32 rmse "
                 f"{self.eager_rmse:.3g} ({why})")
 
     def figures(self) -> dict[str, Any]:
-        return {"name": self.name, "max_abs_err": self.max_abs_err, "rel_err": self.rel_err, "rmse": self.rmse,
-                "eager_rmse": self.eager_rmse, "scale": self.scale, "noise_floor": self.noise_floor,
-                "allowed": self.allowed, "note": self.note}
+        figures = {"name": self.name, "max_abs_err": self.max_abs_err, "rel_err": self.rel_err, "rmse": self.rmse,
+                   "eager_rmse": self.eager_rmse, "scale": self.scale, "noise_floor": self.noise_floor,
+                   "allowed": self.allowed, "note": self.note}
+        if self.miss is not None:
+            figures.update(miss=self.miss.value, over_floor=self.over_floor)
+        if self.update:
+            figures["update"] = True
+        return figures
 
 
 @dataclass
@@ -110,7 +159,8 @@ class ParityReport:
             "max_abs_err": max((t.max_abs_err for t in self.tensors), default=0.0),
             "max_rel_err": max((t.rel_err for t in self.tensors), default=0.0),
             "rmse_ratio": max(ratio, default=0.0),
-            "compared": [t.name for t in self.tensors],
+            "compared": [t.name for t in self.tensors if not t.update],
+            "updates": [t.name for t in self.tensors if t.update],
             "worst": worst.name if worst else None,
             "failures": [t.figures() for t in self.tensors if not t.ok],
             "closest": {**closest.figures(), "margin": closest.margin} if closest else None,
@@ -127,12 +177,12 @@ def _random_parity(name: str, got: torch.Tensor, ref: torch.Tensor) -> TensorPar
     """A tensor computed from random values: its shape, and finite values where the reference's are."""
     if tuple(got.shape) != tuple(ref.shape):
         return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
-                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}", random=True)
+                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}", random=True, miss=Miss.SHAPE)
     if got.is_floating_point() and ref.is_floating_point():
         finite = torch.isfinite(ref.detach().cpu())
         if not bool(torch.isfinite(got.detach().cpu())[finite].all()):
             return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
-                                "not finite where the reference is", random=True)
+                                "not finite where the reference is", random=True, miss=Miss.NON_FINITE)
     return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True, "computed from random values", random=True)
 
 
@@ -192,12 +242,12 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     (:class:`Noise`); ``random``: computed from random values; ``eps``: the resolution of the dtype the case
     computes in (default: ``got``'s dtype's)."""
     if (kind := dtype_problem(got, ref)) is not None:
-        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, kind)
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, kind, miss=Miss.DTYPE)
     if random:
         return _random_parity(name, got, ref)
     if tuple(got.shape) != tuple(ref.shape):
         return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False,
-                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
+                            f"shape {tuple(got.shape)} != {tuple(ref.shape)}", miss=Miss.SHAPE)
     if eps is None:
         eps = torch.finfo(got.dtype).eps if got.is_floating_point() else 0.0
     got64 = got.detach().to("cpu", torch.float64)
@@ -205,12 +255,12 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     if not ref.is_floating_point() and not got.is_floating_point():
         equal = bool(torch.equal(got64, ref))
         return TensorParity(name, 0.0 if equal else math.inf, 0.0 if equal else math.inf, 0.0, 0.0, equal, equal,
-                            "" if equal else "integer results differ")
+                            "" if equal else "integer results differ", miss=None if equal else Miss.INTEGERS)
     if not ref.numel():
         return TensorParity(name, 0.0, 0.0, 0.0, 0.0, True, True)
     problem = nonfinite_problem(got, ref)
     if problem is not None:
-        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, problem)
+        return TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, problem, miss=Miss.NON_FINITE)
     eager64 = eager.detach().to("cpu", torch.float64) if eager is not None else None
     finite = torch.isfinite(got64)  # where the reference is finite in ``got``'s dtype, as nonfinite_problem holds
     if not bool(finite.all()):  # compare the finite elements only (masking copies: only when there is one)
@@ -233,8 +283,64 @@ def tensor_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.
     note = ""
     if within and floor > tol.rtol * scale and max_abs > tol.rtol * scale:
         note = f"within the noise floor {floor:.3g} (relative error {rel:.3g} is rounding noise at this scale)"
-    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, within or by_rmse, note,
-                        scale=scale, noise_floor=floor, allowed=allowed)
+    ok = within or by_rmse
+    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, ok, note, scale=scale, noise_floor=floor,
+                        allowed=allowed, miss=None if ok else miss_of(max_abs, floor, allowed, tol.rtol, eps))
+
+
+@dataclass(frozen=True)
+class Before:
+    """The state a call started from (the carried state only: parameters, buffers, optimizer state), as the
+    backend, the float64 reference and eager had it: what each one's change on the call is measured from."""
+
+    got: dict[str, torch.Tensor]
+    ref: dict[str, torch.Tensor]
+    eager: dict[str, torch.Tensor]
+
+
+def update_parity(name: str, got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor | None, before: Before,
+                  tol: Tolerance, spread: float, eps: float) -> TensorParity | None:
+    """A carried state tensor's change on the call against the reference's change, at the change's own scale
+    (``None`` where there is no change to compare: not floating, another shape, non-finite values).
+
+    ``d = (got - got_before) - (ref - ref_before)``; element ``i`` passes when
+    ``|d_i| <= max(rtol * max|dref|, floor) + eps * |ref_i|``: the update's noise floor
+    (``floor = eps * max|dref| + 2 * spread``, the perturbed runs' updates) and the rounding of storing the new
+    value (one ulp of the element itself: what the backend's own store of ``got_i`` rounds away).  So a
+    learning rate 0.1% off fails where a parameter's value, held at its own far larger scale, cannot show it.
+    The figures (``max_abs_err``, ``allowed``) are the element's nearest its allowance."""
+    got_before, ref_before = before.got.get(name), before.ref.get(name)
+    if got_before is None or ref_before is None or not (got.is_floating_point() and ref.is_floating_point()):
+        return None
+    tensors = [got, ref, got_before, ref_before]
+    if len({tuple(t.shape) for t in tensors}) != 1 or not ref.numel():
+        return None
+    got64, ref64, gotb, refb = (t.detach().to("cpu", torch.float64) for t in tensors)
+    d_got, d_ref = got64 - gotb, ref64 - refb
+    if not bool(torch.isfinite(d_got).all() and torch.isfinite(d_ref).all()):
+        return None  # the value's own check judges non-finite elements
+    diff = (d_got - d_ref).abs()
+    scale = d_ref.abs().max().item()
+    floor = noise_floor(eps, scale, spread)
+    allowed = max(tol.rtol * scale if scale > 0 else tol.atol, floor) + eps * ref64.abs()
+    ratio = diff / allowed.clamp_min(torch.finfo(torch.float64).tiny)
+    worst = int(ratio.argmax())  # the element nearest its allowance: the figures are its own
+    max_abs = diff.reshape(-1)[worst].item()
+    within = bool((diff <= allowed).all())
+    rmse = math.sqrt(torch.mean(diff * diff).item())
+    eager_before = before.eager.get(name)
+    eager_rmse = 0.0
+    if eager is not None and eager_before is not None and eager.shape == ref.shape == eager_before.shape:
+        d_eager = eager.detach().to("cpu", torch.float64) - eager_before.detach().to("cpu", torch.float64)
+        eager_rmse = _rmse(d_eager, d_ref) if bool(torch.isfinite(d_eager).all()) else 0.0
+    by_rmse = 0 < eager_rmse < math.inf and rmse <= tol.rmse_multiple * eager_rmse
+    ok = within or by_rmse
+    at_worst = allowed.reshape(-1)[worst].item()
+    rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    return TensorParity(name, max_abs, rel, rmse, eager_rmse, within, ok, scale=scale, noise_floor=floor,
+                        allowed=at_worst, update=True,
+                        miss=None if ok else miss_of(max_abs, floor + eps * abs(ref64.reshape(-1)[worst].item()),
+                                                     at_worst, tol.rtol, eps))
 
 
 def compare(
@@ -243,18 +349,27 @@ def compare(
     eager: dict[str, torch.Tensor],
     tol: Tolerance,
     noise: Noise | None = None,
+    before: Before | None = None,
 ) -> ParityReport:
     """Compare every reference tensor with the backend's; a missing one fails.  ``noise``: the perturbed
-    references' figures (:class:`Noise`; without them a tensor's floor is its own resolution only)."""
+    references' figures (:class:`Noise`; without them a tensor's floor is its own resolution only); ``before``:
+    the state the call started from, whose change on the call is compared too (:func:`update_parity`)."""
     noise = noise or Noise()
     report = ParityReport(eps=noise.eps)
     for name, ref in reference.items():
         got = actual.get(name)
         if got is None:
-            report.tensors.append(TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "missing"))
+            report.tensors.append(TensorParity(name, math.inf, math.inf, math.inf, 0.0, False, False, "missing",
+                                               miss=Miss.MISSING))
             continue
         report.tensors.append(tensor_parity(name, got, ref, eager.get(name), tol, noise.spread.get(name, 0.0),
                                             name in noise.random, noise.eps or None))
+        if before is not None and name not in noise.random:
+            eps = noise.eps or (torch.finfo(got.dtype).eps if got.is_floating_point() else 0.0)
+            update = update_parity(name, got, ref, eager.get(name), before, tol, noise.update_spread.get(name, 0.0),
+                                   eps)
+            if update is not None:
+                report.tensors.append(update)
     return report
 
 

@@ -27,7 +27,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from conformance.api.case import Case
 from conformance.checks.parity import Noise
 
 #: bumped when what a stored reference holds changes shape
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class CallReference:
     ref64: dict[str, torch.Tensor]
     eager32: dict[str, torch.Tensor]
     noise: Noise
+    #: the carried state (parameters, buffers, optimizer state) before the case's first call, in float64 and in
+    #: eager's dtype: what the first call's changes are measured from (empty on every other call's reference:
+    #: a call's changes are measured from the previous compared call's state)
+    initial64: dict[str, torch.Tensor] = field(default_factory=dict)
+    initial32: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class InputDigest:
@@ -97,14 +102,17 @@ def reference_key(case: Case, calls: Sequence[int], inputs: str) -> str:
 def _to_file(refs: Mapping[int, CallReference]) -> dict[str, Any]:
     return {"format": FORMAT, "calls": {
         str(call): {"ref64": r.ref64, "eager32": r.eager32, "eps": r.noise.eps, "spread": dict(r.noise.spread),
-                    "random": sorted(r.noise.random)}
+                    "random": sorted(r.noise.random), "update_spread": dict(r.noise.update_spread),
+                    "initial64": r.initial64, "initial32": r.initial32}
         for call, r in refs.items()}}
 
 
 def _from_file(data: dict[str, Any]) -> dict[int, CallReference]:
     if data.get("format") != FORMAT:
         raise ValueError(f"stored reference format {data.get('format')!r}, not {FORMAT}")
-    return {int(call): CallReference(r["ref64"], r["eager32"], Noise(r["eps"], r["spread"], frozenset(r["random"])))
+    return {int(call): CallReference(r["ref64"], r["eager32"],
+                                     Noise(r["eps"], r["spread"], frozenset(r["random"]), r["update_spread"]),
+                                     r["initial64"], r["initial32"])
             for call, r in data["calls"].items()}
 
 

@@ -35,7 +35,7 @@ from conformance.api.step import (
     to_dtype,
 )
 from conformance.checks.noise import RandomValues, RoundingNoise
-from conformance.checks.parity import Noise, ParityReport, compare
+from conformance.checks.parity import Before, Noise, ParityReport, compare
 from conformance.checks.references import CallReference, SharedReferences, reference_key
 
 #: how many perturbed float64 runs measure a step's rounding noise (:class:`conformance.checks.noise.RoundingNoise`)
@@ -86,6 +86,9 @@ class ReferenceRun:
         self.workload.optimizer = case.make_optimizer(self.workload.model)
         self.next_call = 0
         self.random_names: set[str] = set()
+        #: the carried state after the last call run (before the first: as built), and before that call
+        self.after = carried(state_of(self.workload))
+        self.before = self.after
 
     def call(self, call: int) -> dict[str, torch.Tensor]:
         """Run calls up to ``call`` and return that call's results and the state it left (copies)."""
@@ -93,7 +96,9 @@ class ReferenceRun:
             raise ValueError(f"reference at call {self.next_call} cannot run call {call} again")
         named: dict[str, torch.Tensor] = {}
         while self.next_call <= call:
+            self.before = self.after
             named = self._step(self.next_call)
+            self.after = carried(named)
             self.next_call += 1
         return named
 
@@ -136,6 +141,40 @@ class ReferenceRun:
         return named
 
 
+#: the pieces of state a step carries from one call to the next (inputs are drawn afresh for every call)
+CARRIED = ("param[", "buffer[", "optim[")
+
+
+def carried(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of the carried state among ``named``: parameters, buffers, optimizer state."""
+    return {n: t.detach().clone() for n, t in named.items() if n.startswith(CARRIED)}
+
+
+Named = dict[str, torch.Tensor]
+
+
+def update_spreads(reference: Named, before: Named, samples: list[tuple[Named, Named]], eps: float) -> dict[str, float]:
+    """How far each carried floating tensor's change on the call moved in the perturbed runs (each run's state after
+    the call and before it), beyond the one-ulp move of the value written (``eps * |value|``: the storage rounding
+    the update check allows per element; a second write in one step, as AdamW's decay, stays in the spread)."""
+    spread: dict[str, float] = {}
+    for name, ref_before in before.items():
+        ref = reference.get(name)
+        if ref is None or not ref.is_floating_point() or ref.shape != ref_before.shape or not ref.numel():
+            continue
+        change = ref.double() - ref_before.double()
+        moved = 0.0
+        for after, prior in samples:
+            got, got_before = after.get(name), prior.get(name)
+            if got is None or got_before is None or got.shape != ref.shape or got_before.shape != ref.shape:
+                moved = math.inf
+                continue
+            beyond = (got.double() - got_before.double() - change).abs() - eps * got.double().abs()
+            moved = max(moved, beyond.clamp_min(0).nan_to_num(nan=0.0, posinf=math.inf).max().item())
+        spread[name] = moved
+    return spread
+
+
 def spreads(reference: dict[str, torch.Tensor], samples: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     """How far each floating tensor moved from the reference in the perturbed runs (largest over elements and runs)."""
     spread: dict[str, float] = {}
@@ -172,26 +211,55 @@ class StateReferences:
             eps = torch.finfo(self.ref64.native).eps
             self.noisy = [ReferenceRun(self.case, torch.float64, RoundingNoise(eps, seed)) for seed in
                           range(NOISE_SAMPLES)]
+        first = self.ref64.next_call == 0
+        initial64, initial32 = (self.ref64.before, self.eager32.before) if first else ({}, {})
         ref64, eager32 = self.ref64.call(call), self.eager32.call(call)  # on the backend's threads: eager's noise
-        samples = []
+        before64 = self.ref64.before
+        samples: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+        eps = torch.finfo(self.ref64.native).eps
         with one_thread():  # many small ops; their noise is the modes', whatever the threads
             for run in list(self.noisy):
                 try:
-                    samples.append(run.call(call))
+                    samples.append((run.call(call), run.before))
                 except Exception:  # a program rounding breaks (a discrete value moved): no floor from it
                     self.noisy.remove(run)
-            noise = Noise(torch.finfo(self.ref64.native).eps, spreads(ref64, samples), self.ref64.random_names)
-        return CallReference(ref64, eager32, noise)
+            noise = Noise(eps, spreads(ref64, [after for after, _ in samples]), self.ref64.random_names,
+                          update_spreads(ref64, before64, samples, eps))
+        return CallReference(ref64, eager32, noise, initial64, initial32)
 
     def compare(self, call: int, actual: dict[str, torch.Tensor]) -> ParityReport:
-        """``actual`` (a call's results and the state it left) against the references' same call."""
+        """``actual`` (a call's results and the state it left) against the references' same call (its values only:
+        the state it started from is the caller's; :func:`judge_calls` compares the changes too)."""
         return judge_call(self.reference(call), actual, self.case)
 
 
-def judge_call(reference: CallReference, actual: dict[str, torch.Tensor], case: Case) -> ParityReport:
-    """``actual`` (a call's results and the state it left) against that call's references."""
+def judge_call(reference: CallReference, actual: dict[str, torch.Tensor], case: Case,
+               before: Before | None = None) -> ParityReport:
+    """``actual`` (a call's results and the state it left) against that call's references; ``before``: the state
+    the call started from, whose change on the call is compared too (:func:`parity.update_parity`)."""
     with one_thread():
-        return compare(actual, reference.ref64, reference.eager32, case.tolerance, reference.noise)
+        return compare(actual, reference.ref64, reference.eager32, case.tolerance, reference.noise, before)
+
+
+def judge_calls(references: dict[int, CallReference], states: dict[int, dict[str, torch.Tensor]],
+                case: Case) -> dict[int, ParityReport]:
+    """Every recorded call (in call order) against its references, the carried state's change on each call too:
+    measured from the previous compared call's state (the backend's own, the references' own), and the first
+    call's from the state the case was built with (the backend was given the same values)."""
+    reports: dict[int, ParityReport] = {}
+    previous: int | None = None
+    for call in sorted(states):
+        reference = references[call]
+        if previous is not None:
+            prior = references[previous]
+            before = Before(carried(states[previous]), carried(prior.ref64), carried(prior.eager32))
+        elif reference.initial64:
+            before = Before(reference.initial64, reference.initial64, reference.initial32)
+        else:
+            before = None
+        reports[call] = judge_call(reference, states[call], case, before)
+        previous = call
+    return reports
 
 
 @contextlib.contextmanager
@@ -215,7 +283,7 @@ def compare_calls(case: Case, calls: dict[int, dict[str, torch.Tensor]], shared:
     are loaded from there when a pair given the same ``inputs`` (:class:`InputDigest`) made them, else made
     here and stored for its other pairs."""
     references = shared_references(case, sorted(calls), shared, inputs)
-    return {call: judge_call(references[call], calls[call], case) for call in sorted(calls)}
+    return judge_calls(references, calls, case)
 
 
 def shared_references(case: Case, calls: list[int], shared: SharedReferences | None = None,

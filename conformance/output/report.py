@@ -365,6 +365,8 @@ def parity_why(parity: dict[str, Any]) -> str:
         floor = float(closest.get("noise_floor") or 0.0)
     except (KeyError, TypeError, ValueError):
         return head
+    if closest.get("update") is True:  # a carried state tensor's change on the call (parity.update_parity)
+        name = f"the change of {name} on its call"
     share = f"{100 * err / allowed:.3g}%" if allowed > 0 else "n/a"
     return (f"{head} The tensor nearest its allowance, {name}, has max abs error {err:.3g}: {share} of the "
             f"{allowed:.3g} allowed (noise floor {floor:.3g}).")

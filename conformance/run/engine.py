@@ -46,7 +46,7 @@ from conformance.checks.judge import ProbedStep
 from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
-from conformance.checks.state import CallReference, after_call, judge_call, make_references, state_of
+from conformance.checks.state import CallReference, after_call, judge_calls, make_references, state_of
 from conformance.models.interpreter import GraphExecutor
 from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
@@ -318,7 +318,7 @@ def _judge_again(case: Case, backend: Backend, context: contextlib.AbstractConte
         except Exception as exc:
             outcome: dict[str, Any] = {"outcome": "error", "error": _one_line(exc)}
         else:
-            reports = {call: judge_call(references[call], states[call], case) for call in states}
+            reports = judge_calls(references, states, case)
             off = [call for call, report in reports.items() if not report.ok]
             outcome = {"outcome": "fail", "call": off[0]} if off else {"outcome": "pass"}
         finally:
@@ -347,7 +347,7 @@ def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: Run
             if shared is not None:
                 shared.store(key, references)
     with clock.phase("parity"), harness_stage("parity"):
-        return {call: judge_call(references[call], states[call], case) for call in calls}, references
+        return judge_calls(references, {call: states[call] for call in calls}, case), references
 
 
 def _end_call(compiled: CompiledStep, workload: Workload, results: dict[str, torch.Tensor],
