@@ -322,3 +322,21 @@ def test_list_cases_names_the_op_sweep_without_building_it(tmp_path: Path) -> No
     families = next(line for line in proc.stdout.splitlines() if line.startswith("families: "))
     assert "ops (registered when a --case names it: --case 'op-*' or --case ops)" in families
     assert not any(line.split()[0].startswith("op-") for line in proc.stdout.splitlines()[2:] if line.strip())
+
+
+def test_update_manifest_keeps_the_lines_of_the_entries_it_keeps(tmp_path: Path) -> None:
+    """``--update-manifest``'s rewrite: an entry it keeps keeps its comments and its lines as written; only what
+    changed is written anew (it used to rewrite every entry, dropping every comment but the header)."""
+    from conformance.checks.manifest import write_updated
+
+    path = tmp_path / "m.toml"
+    kept = ('# a note on the loop entry, by hand\n[[expect]]\ncase = "loop-rnn-t3"  # observed on the nightly\n'
+            'status = "fail-peak"\nreason = "keeps the carry"\nexcess = 1\n')
+    path.write_text('# header\n\n' + kept + '\n[[expect]]\ncase = "mlp-s-train"\nstatus = "fail-residual"\n'
+                    'reason = "leaks its grads"\nexcess = 8\n')
+    m = load_manifest("b", path)
+    write_updated(m, [Result("loop-rnn-t3", "b", Status.XFAIL, raw_status=Status.FAIL_PEAK, excess_bytes=1),
+                      Result("mlp-s-train", "b", Status.XPASS, raw_status=Status.PASS)])
+    text = path.read_text()
+    assert text.startswith("# header\n") and kept in text and "mlp-s-train" not in text
+    assert [e.case for e in load_manifest("b", path).entries] == ["loop-rnn-t3"]

@@ -580,14 +580,57 @@ def header_of(path: Path | None) -> str:
     return "\n".join(head)
 
 
+def entry_blocks(text: str, entries: int) -> tuple[str, list[str]] | None:
+    """A manifest's text cut at its ``[[expect]]`` lines: the part before the first, and each entry's lines as
+    written (the comment lines right above it and inside it included); ``None`` where the cut does not
+    give ``entries`` blocks (an inline ``expect = [...]``, a ``[[expect]]`` inside a string)."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.strip() == "[[expect]]"]
+    if len(starts) != entries:
+        return None
+    for n, i in enumerate(starts[1:], 1):  # the comment lines right above an entry are its own (a TODO, a note);
+        while i > starts[n - 1] + 1 and lines[i - 1].lstrip().startswith("#"):  # above the first: the header's
+            i -= 1
+        starts[n] = i
+    head = "".join(lines[: starts[0]]) if starts else text
+    blocks = ["".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)])]
+    return head, blocks
+
+
+def updated_text(manifest: Manifest, new: Manifest, header: str) -> str:
+    """The updated manifest's text: an entry the update kept as it was keeps its lines as written (comments,
+    keys in their order, what this release does not use), the others are written by :func:`dump`."""
+    text = _read_text(manifest.path) if manifest.path is not None and manifest.path.exists() else ""
+    cut = entry_blocks(text, len(manifest.entries)) if text else None
+    if cut is None:
+        return dump(new, header)
+    head, blocks = cut
+    as_written = {id(e): block for e, block in zip(manifest.entries, blocks)}
+    out = head if head.strip() else header.rstrip("\n") + "\n\n"
+    for n, e in enumerate(new.entries):
+        block = as_written.get(id(e))
+        if not (n == 0 and head.strip()) and not out.endswith("\n\n"):
+            out += "\n"  # a blank line between entries (the first one follows its header as written)
+        out += block.rstrip("\n") + "\n" if block is not None else dump(Manifest(new.backend, None, [e]))
+    return out.lstrip("\n")
+
+
 def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
+    """Rewrite the manifest as the run says it should be: entries it kept keep their text (comments too), the
+    file is written whole (beside it, then renamed) and read back before it replaces the old one."""
     target = path or manifest.path or manifest_location(manifest.backend)
     new, notes = update(manifest, results)
     if not new.entries and not target.exists():
         return target, ["nothing expected to fail: no manifest written"]
     target.parent.mkdir(parents=True, exist_ok=True)
     header = header_of(manifest.path) or f"# Expected non-pass verdicts for `{printable(manifest.backend)}`."
-    text = dump(new, header)
-    write_whole(target, lambda staged: staged.write_text(text, encoding="utf-8"))  # never a torn manifest
+    text = updated_text(manifest, new, header)
+
+    def write(staged: Path) -> None:
+        staged.write_text(text, encoding="utf-8")
+        if load_manifest(manifest.backend, staged, manifest.versions).entries != new.entries:
+            staged.write_text(dump(new, header), encoding="utf-8")  # as written did not read back as the update
+
+    write_whole(target, write)  # never a torn manifest
     load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
     return target, notes
