@@ -14,6 +14,7 @@ import contextlib
 import fnmatch
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -394,12 +395,13 @@ def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> N
     try:
         index = build_report([out], site, hist, note=note,
                              warn=lambda line: print(f"conformance: warning: {printable(line)}", file=sys.stderr))
-    except OSError as exc:
-        if not no_room(exc):
-            raise
-        raise UsageFailure(f"no room to write the report: {exc.filename}: {exc.strerror}; the verdicts are in "
-                           f"{out / 'results.jsonl'}") from None
-    except Exception as exc:  # a report problem must not hide the verdicts
+    except Exception as exc:  # a report problem must not hide the verdicts; a full disk is the run's error
+        if no_room(exc):
+            raise UsageFailure(f"no room to write the report: {exc.filename}: {exc.strerror}; "  # type: ignore[attr-defined]
+                               f"the verdicts are in {out / 'results.jsonl'}") from None
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise UsageFailure(f"no room to record the run in its history {hist}: the disk is full; the verdicts "
+                               f"are in {out / 'results.jsonl'}") from None
         print(printable(f"conformance: warning: report not built: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return
     print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
