@@ -70,13 +70,17 @@ from conformance.api.case import (
     unavailable,
 )
 from conformance.api.step import to_dtype
+from conformance.util.environment import DEFAULT_OP_SAMPLES, EnvironmentProblem, op_samples
 from conformance.util.paths import cache_home
 
 FAMILY = "ops"
 PREFIX = "op-"
 #: samples per op (its first ones): 2, or ``CONFORMANCE_OP_SAMPLES`` (a wider sweep: later samples keep their
 #: ids, ``op-<key>-<k>-...`` with ``k`` their place among the op's samples)
-MAX_SAMPLES = max(1, int(os.environ.get("CONFORMANCE_OP_SAMPLES", "2") or 2))
+try:
+    MAX_SAMPLES = op_samples()
+except EnvironmentProblem:  # refused in one line by every entry point (conformance.util.environment): not here
+    MAX_SAMPLES = DEFAULT_OP_SAMPLES
 #: how many of an op's samples are looked at to find MAX_SAMPLES whose tensors are not empty
 SCAN = 200
 SAMPLE_SEED = 0
@@ -648,6 +652,16 @@ def _make_case(key: str, k: int, trains: bool, description: str, dtype: str = FL
 
 
 @functools.cache
+def unplaced(key: str, dtype: str = FLOAT32) -> str | None:
+    """Why an op case of another release or backend cannot be placed in this torch release's sweep (its op or
+    its dtype is none the sweep has here), or ``None``: it can."""
+    if dtype not in (FLOAT32, *OTHER_DTYPES):
+        return f"dtype {dtype!r} is none the op sweep runs here ({', '.join((FLOAT32, *OTHER_DTYPES))})"
+    if key not in _by_key():
+        return f"no op {key!r} in this torch's op database (torch {torch.__version__}; a record of another release?)"
+    return None
+
+
 def _screened(key: str, dtype: str = FLOAT32) -> Screened:
     return screen(_by_key()[key], dtype)
 

@@ -191,3 +191,12 @@ class InterruptingBackend(EagerBackend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         raise KeyboardInterrupt("vendor runtime aborted the compile")
+
+
+class HangAlwaysBackend(EagerBackend):
+    """Eager, except that every step never returns: a run can be interrupted before its first verdict."""
+
+    name = "hostile-hang-always"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _HangingStep(case, workload, None)

@@ -471,8 +471,11 @@ def test_merge_names_bad_lines_and_keeps_good_ones(
     _, err = capsys.readouterr()
     assert code == 0, err
     assert_one_line(err, "warning: s3bad/results.jsonl:2: not a results record")
+    assert f"(line kept as it is in {tmp_path / 'm' / 'results.jsonl'})" in err
     merged = read_records(tmp_path / "m" / "results.jsonl")
-    assert sorted(r.case for r in merged.results) == ["mlp-l-infer", "mlp-s-infer"] and not merged.problems
+    assert sorted(r.case for r in merged.results) == ["mlp-l-infer", "mlp-s-infer"]
+    # the line it cannot read is kept as it was, never deleted (issue 58), and set apart when read again
+    assert [f.raw for f in merged.foreign] == [(workspace / "s3bad" / "results.jsonl").read_bytes().splitlines()[1]]
     assert snapshot(workspace) == before
 
 

@@ -480,18 +480,27 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     cases = all_cases()
     if not patterns:
         return [c for c in cases if c.in_default]
-    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
+    lazy = [f"{prefix}*" for prefix, (family, _) in LAZY.items() if family in unmatched]
+    if lazy:  # a lazy family named by its name (``ops``): registered as its prefix's glob would
+        load_lazy(lazy)
+        cases = all_cases()
+    # a family's name (the names an unknown case's error lists) selects the family, as its glob would
+    named = {p for p in unmatched if any(c.family == p for c in cases)}
+    chosen = [c for c in cases if c.family in named or any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    unmatched = [p for p in unmatched if p not in named]
     resolved = [c for p in unmatched if (c := resolve(p)) is not None]
     chosen += resolved
     unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
     if unmatched:
         pattern = unmatched[0]
-        known = ", ".join(f"{family} ({n})" for family, n in families(cases).items())
+        counted = families(cases)
+        known = ", ".join([*(f"{family} ({n})" for family, n in counted.items()),
+                           *(f"{family} ({prefix}*)" for prefix, (family, _) in LAZY.items() if family not in counted)])
         missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items()
                           if _could_name(pattern, family))
         missing += "".join(f"; {label} left out: {why}" for label, why in list(LEFT_OUT.items())
                            if fnmatch.fnmatchcase(label, pattern) or fnmatch.fnmatchcase(f"{label}-x", pattern))[:600]
         raise CaseError(f"unknown case {pattern!r}{did_you_mean(pattern, (c.id for c in cases))} "
-                        f"(families: {known}; see 'conformance list cases'){missing}")
+                        f"(families: {known}; a family's name selects it; see 'conformance list cases'){missing}")
     return chosen

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conformance.api.verdict import FAILURES, STATUSES, Check, Contract, Status
+from conformance.util.writes import append_line
 
 if TYPE_CHECKING:
     from conformance.models.donation import BackwardInputs
@@ -181,10 +182,9 @@ class Result:
 
 
 def append_result(path: Path, result: Result) -> None:
-    """Append one line and flush it, so an interrupted run keeps what it finished."""
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(result.to_json(), default=_json_default) + "\n")
-        fh.flush()
+    """Append one line whole (one ``write``: an interrupted run keeps what it finished), or nothing: a line a
+    full disk cuts short is cut off again (:func:`conformance.util.writes.append_line`, ``DiskFull``)."""
+    append_line(path, (json.dumps(result.to_json(), default=_json_default) + "\n").encode("utf-8"))
 
 
 def _json_default(obj: Any) -> Any:

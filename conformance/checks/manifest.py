@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import tomllib
 from packaging.requirements import InvalidRequirement, Requirement
@@ -56,6 +57,7 @@ from conformance.checks.mechanism import NAMES as MECHANISMS
 from conformance.checks.mechanism import SELF_BOUNDED, mechanism_of
 from conformance.util.paths import inside, safe_name
 from conformance.util.text import printable
+from conformance.util.writes import write_whole
 
 
 class ManifestError(ValueError):
@@ -237,67 +239,116 @@ def load_manifest(backend: str, path: str | Path | None = None,
         where = f"{path}: entry {i}"
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: must be a table")
-        extra = set(item) - {"case", "status", "reason", "issue", "excess", "max_excess", "when", "cause",
-                             "max_excess_pct", "mechanism", "strict"}
-        if extra:
-            raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
-        cause = item.get("cause", "")
-        if not isinstance(cause, str) or ("cause" in item and not cause.strip()):
-            raise ManifestError(f"{where}: 'cause' must be a cause part (a string from results.jsonl's cause_parts)")
-        mechanism = item.get("mechanism", "")
-        if "mechanism" in item and mechanism not in MECHANISMS:
-            raise ManifestError(f"{where}: 'mechanism' {mechanism!r} is not a known mechanism "
-                                f"({', '.join(sorted(MECHANISMS))})")
-        if cause and mechanism:
-            raise ManifestError(f"{where}: give 'cause' or 'mechanism', not both")
-        named = cause or mechanism
-        case, status, reason = item.get("case", "*" if named else None), item.get("status"), item.get("reason")
-        if not isinstance(case, str) or not case:
-            raise ManifestError(f"{where}: 'case' (an id or glob) or 'cause' is required")
-        entry_at = f"{where} ({printable(case)})"  # the case as text: a manifest's string may hold anything
-        if status not in FAILURES:
-            raise ManifestError(f"{entry_at}: status {status!r} is not one of {', '.join(FAILURES)}")
-        if not isinstance(reason, str) or not reason.strip():
-            raise ManifestError(f"{entry_at}: a 'reason' is required")
-        issue = item.get("issue", "")
-        if not isinstance(issue, str):
-            raise ManifestError(f"{entry_at}: 'issue' must be a string")
-        excess, max_excess = item.get("excess"), item.get("max_excess")
-        for key, value in (("excess", excess), ("max_excess", max_excess)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ManifestError(f"{entry_at}: {key!r} must be a whole number of bytes, got {value!r}")
-        if excess is not None and max_excess is not None:
-            raise ManifestError(f"{entry_at}: give 'excess' or 'max_excess', not both")
-        pct = _parse_pct(item, named, excess, f"{where} ({named or case})")
-        self_bounded = mechanism in SELF_BOUNDED
-        if named and Status(status).is_memory and max_excess is None and pct is None and not self_bounded:
-            raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
-                                "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
-        when = _parse_when(item["when"], f"{entry_at}") if "when" in item else ()
-        strict = item.get("strict", True)
-        if not isinstance(strict, bool):
-            raise ManifestError(f"{entry_at}: 'strict' must be true or false, got {strict!r}")
-        if not strict and (named or status != Status.FAIL_PARITY):
-            raise ManifestError(f"{entry_at}: 'strict = false' is for a case entry expecting fail-parity (a wrong "
-                                "value only some drawn values show)")
-        entries.append(Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct,
-                                   mechanism, strict))
+        entries.append(_entry(item, where))
     return Manifest(backend, path, entries, versions)
 
 
+@dataclass(frozen=True)
+class _Field:
+    """One key of an ``[[expect]]`` entry: what its value must be, checked the same way for every entry."""
+
+    kind: type | tuple[type, ...]
+    says: str  # what the value must be, as the one-line error says it
+    low: float | None = None  # a number's range: low <= value < high
+    high: float | None = None
+
+    def check(self, value: object) -> bool:
+        if isinstance(value, bool) and bool not in (self.kind if isinstance(self.kind, tuple) else (self.kind,)):
+            return False  # TOML's true is no number
+        if not isinstance(value, self.kind):
+            return False
+        if isinstance(value, float) and value != value:
+            return False
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (self.low is None or value >= self.low) and (self.high is None or value < self.high)
+        return True
+
+
+_BYTES = _Field(int, "a whole number of bytes >= 0", 0, 2**63)
+#: every key an entry may have, and the rule its value is held to (the one place values are checked)
+FIELDS: dict[str, _Field] = {
+    "case": _Field(str, "an id or glob (a string)"),
+    "status": _Field(str, "a failing status (a string)"),
+    "reason": _Field(str, "a string"),
+    "issue": _Field(str, "a string"),
+    "cause": _Field(str, "a cause part (a string from results.jsonl's cause_parts)"),
+    "mechanism": _Field(str, "a mechanism's name (a string)"),
+    "excess": _BYTES,
+    "max_excess": _BYTES,
+    "max_excess_pct": _Field((int, float), "a percentage (a number >= 0 and < 1000000)", 0, 1e6),
+    "when": _Field((str, list), 'a condition like "torch<2.9" or a list of them'),
+    "strict": _Field(bool, "true or false"),
+}
+
+
+def _checked_values(item: Mapping[str, object], where: str) -> None:
+    """Every key known and every value of its type and in its range, or one :class:`ManifestError` naming
+    the file, the entry (and its case where it has a readable one) and the key."""
+    extra = set(item) - set(FIELDS)
+    if extra:
+        raise ManifestError(f"{where}: unknown key {sorted(extra)[0]!r}")
+    case = item.get("case")
+    named = f"{where} ({printable(case)})" if isinstance(case, str) and case else where
+    for key, rule in FIELDS.items():
+        if key in item and not rule.check(item[key]):
+            raise ManifestError(f"{named}: {key!r} must be {rule.says}, got {_shown(item[key])}")
+
+
+def _shown(value: object) -> str:
+    text = printable(repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _entry(item: Mapping[str, Any], where: str) -> Expectation:
+    """One ``[[expect]]`` table, checked: types and ranges first (:data:`FIELDS`), then how the keys combine."""
+    _checked_values(item, where)
+    cause = item.get("cause", "")
+    if "cause" in item and not cause.strip():
+        raise ManifestError(f"{where}: 'cause' must be a cause part (a string from results.jsonl's cause_parts)")
+    mechanism = item.get("mechanism", "")
+    if "mechanism" in item and mechanism not in MECHANISMS:
+        raise ManifestError(f"{where}: 'mechanism' {mechanism!r} is not a known mechanism "
+                            f"({', '.join(sorted(MECHANISMS))})")
+    if cause and mechanism:
+        raise ManifestError(f"{where}: give 'cause' or 'mechanism', not both")
+    named = cause or mechanism
+    case, status, reason = item.get("case", "*" if named else None), item.get("status"), item.get("reason")
+    if not isinstance(case, str) or not case:
+        raise ManifestError(f"{where}: 'case' (an id or glob) or 'cause' is required")
+    entry_at = f"{where} ({printable(case)})"  # the case as text: a manifest's string may hold anything
+    if status not in FAILURES:
+        raise ManifestError(f"{entry_at}: status {status!r} is not one of {', '.join(FAILURES)}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ManifestError(f"{entry_at}: a 'reason' is required")
+    issue = item.get("issue", "")
+    excess, max_excess = item.get("excess"), item.get("max_excess")
+    if excess is not None and max_excess is not None:
+        raise ManifestError(f"{entry_at}: give 'excess' or 'max_excess', not both")
+    pct = _parse_pct(item, named, excess, f"{where} ({named or case})")
+    self_bounded = mechanism in SELF_BOUNDED
+    if named and Status(status).is_memory and max_excess is None and pct is None and not self_bounded:
+        raise ManifestError(f"{where} ({named!r}): a memory cause needs its bound per instance, "
+                            "'max_excess' (bytes) or 'max_excess_pct' (percent of the model peak)")
+    when = _parse_when(item["when"], f"{entry_at}") if "when" in item else ()
+    strict = item.get("strict", True)
+    if not strict and (named or status != Status.FAIL_PARITY):
+        raise ManifestError(f"{entry_at}: 'strict = false' is for a case entry expecting fail-parity (a wrong "
+                            "value only some drawn values show)")
+    return Expectation(case, status, reason.strip(), issue, excess, max_excess, when, cause.strip(), pct,
+                       mechanism, strict)
+
+
 def _parse_pct(item: Mapping[str, object], cause: str, excess: object, where: str) -> float | None:
-    """A cause or mechanism entry's ``max_excess_pct`` (checked); a cause has no exact ``excess`` across cases."""
+    """A cause or mechanism entry's ``max_excess_pct`` (its value checked by :data:`FIELDS`); a cause has no
+    exact ``excess`` across cases."""
     if cause and excess is not None:
         raise ManifestError(f"{where}: a cause entry bounds each instance ('max_excess' or 'max_excess_pct'), "
                             "it has no exact 'excess'")
     if "max_excess_pct" not in item:
         return None
-    pct = item["max_excess_pct"]
     if not cause:
         raise ManifestError(f"{where}: 'max_excess_pct' is for cause entries; a case entry gives bytes")
-    if not isinstance(pct, (int, float)) or isinstance(pct, bool) or not 0 <= pct < 1e6 or pct != pct:
-        raise ManifestError(f"{where}: 'max_excess_pct' must be a percentage (a number >= 0), got {pct!r}")
-    return float(pct)
+    return float(item["max_excess_pct"])  # type: ignore[arg-type]
 
 
 def _read_text(path: Path) -> str:
@@ -529,13 +580,57 @@ def header_of(path: Path | None) -> str:
     return "\n".join(head)
 
 
+def entry_blocks(text: str, entries: int) -> tuple[str, list[str]] | None:
+    """A manifest's text cut at its ``[[expect]]`` lines: the part before the first, and each entry's lines as
+    written (the comment lines right above it and inside it included); ``None`` where the cut does not
+    give ``entries`` blocks (an inline ``expect = [...]``, a ``[[expect]]`` inside a string)."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.strip() == "[[expect]]"]
+    if len(starts) != entries:
+        return None
+    for n, i in enumerate(starts[1:], 1):  # the comment lines right above an entry are its own (a TODO, a note);
+        while i > starts[n - 1] + 1 and lines[i - 1].lstrip().startswith("#"):  # above the first: the header's
+            i -= 1
+        starts[n] = i
+    head = "".join(lines[: starts[0]]) if starts else text
+    blocks = ["".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)])]
+    return head, blocks
+
+
+def updated_text(manifest: Manifest, new: Manifest, header: str) -> str:
+    """The updated manifest's text: an entry the update kept as it was keeps its lines as written (comments,
+    keys in their order, what this release does not use), the others are written by :func:`dump`."""
+    text = _read_text(manifest.path) if manifest.path is not None and manifest.path.exists() else ""
+    cut = entry_blocks(text, len(manifest.entries)) if text else None
+    if cut is None:
+        return dump(new, header)
+    head, blocks = cut
+    as_written = {id(e): block for e, block in zip(manifest.entries, blocks)}
+    out = head if head.strip() else header.rstrip("\n") + "\n\n"
+    for n, e in enumerate(new.entries):
+        block = as_written.get(id(e))
+        if not (n == 0 and head.strip()) and not out.endswith("\n\n"):
+            out += "\n"  # a blank line between entries (the first one follows its header as written)
+        out += block.rstrip("\n") + "\n" if block is not None else dump(Manifest(new.backend, None, [e]))
+    return out.lstrip("\n")
+
+
 def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
+    """Rewrite the manifest as the run says it should be: entries it kept keep their text (comments too), the
+    file is written whole (beside it, then renamed) and read back before it replaces the old one."""
     target = path or manifest.path or manifest_location(manifest.backend)
     new, notes = update(manifest, results)
     if not new.entries and not target.exists():
         return target, ["nothing expected to fail: no manifest written"]
     target.parent.mkdir(parents=True, exist_ok=True)
     header = header_of(manifest.path) or f"# Expected non-pass verdicts for `{printable(manifest.backend)}`."
-    target.write_text(dump(new, header), encoding="utf-8")
+    text = updated_text(manifest, new, header)
+
+    def write(staged: Path) -> None:
+        staged.write_text(text, encoding="utf-8")
+        if load_manifest(manifest.backend, staged, manifest.versions).entries != new.entries:
+            staged.write_text(dump(new, header), encoding="utf-8")  # as written did not read back as the update
+
+    write_whole(target, write)  # never a torn manifest
     load_manifest(manifest.backend, target, manifest.versions)  # what we wrote must read back
     return target, notes

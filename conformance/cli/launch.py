@@ -97,7 +97,10 @@ def _exit_at_once(signum: int, frame: FrameType | None) -> None:
 
 def importing() -> object:
     """From now until :func:`imported`: a Ctrl-C ends the command at once (one line, exit 130).  Returns the
-    handler to put back.  A background job, which ignores SIGINT, keeps ignoring it."""
+    handler to put back.  A background job, which ignores SIGINT, keeps ignoring it.  A file-size limit
+    (``ulimit -f``) makes a write fail (``EFBIG``, said in one line) rather than kill the command with a core."""
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _exit_at_once)
@@ -109,10 +112,16 @@ def imported(previous: object) -> None:
     signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
 
 
+#: the exit statuses of a command a signal ended (SIGINT, SIGTERM: 128 + the signal)
+SIGNAL_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM})
+
+
 def interruptible(command: Callable[[], int]) -> int:
-    """``command()``, but a ``KeyboardInterrupt`` it lets out is one line and exit status 130."""
+    """``command()``, but a ``KeyboardInterrupt`` it lets out is one line and exit status 130.  A command a
+    signal ended has cleaned up (verdicts published, lock released, line said): it exits at once, without
+    the interpreter's teardown of torch and the compilers (seconds on a loaded machine)."""
     try:
-        return command()
+        code = command()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not trace back out of the exit
         isolation = sys.modules.get("conformance.run.isolation")
@@ -122,4 +131,9 @@ def interruptible(command: Callable[[], int]) -> int:
             except Exception:
                 pass
         print("conformance: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        code = 128 + signal.SIGINT
+    if code in SIGNAL_EXITS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the early worker and the fork server die with this process (die_with_parent)
+    return code

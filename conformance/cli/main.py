@@ -14,7 +14,9 @@ import contextlib
 import fnmatch
 import os
 import signal
+import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +42,8 @@ from conformance.run.options import (
 from conformance.run.stats import RunStats
 from conformance.util import phases
 from conformance.util.paths import caches_outside_tmp
-from conformance.util.text import did_you_mean, printable
+from conformance.util.text import did_you_mean, plural, printable
+from conformance.util.writes import no_room
 
 if TYPE_CHECKING:  # torch comes with these: only the commands that select cases import them
     from conformance.api.case import Case
@@ -128,6 +131,16 @@ def _add_cases_argument(parser: argparse.ArgumentParser) -> None:
     BY_NAME["cases"].add_to_argparse(parser)
 
 
+def _check_environment() -> None:
+    """The settings read from the environment (``CONFORMANCE_OP_SAMPLES``), before anything imports them."""
+    from conformance.util.environment import EnvironmentProblem, check_environment
+
+    try:
+        check_environment()
+    except EnvironmentProblem as exc:
+        raise UsageFailure(str(exc)) from None
+
+
 def _load_case_sources(sources: list[str]) -> None:
     """``--cases`` sources, loaded before anything selects cases (workers inherit them)."""
     if not sources:
@@ -194,20 +207,23 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         check_target(out)  # said in a second: torch and the cases load next, and take seconds
     except OutDirError as exc:
         raise UsageFailure(str(exc)) from None
-    _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
-              shard=args.shard, shard_durations=args.shard_durations)
-    run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
-    timing: dict[str, float] = {}
-    finished = _RunFinished()
-    try:
-        with _signals_interrupt() as caught:
+    with _signals_interrupt() as caught:  # from here on a Ctrl-C (or SIGTERM) ends the run cleanly, a second at once
+        _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
+                  shard=args.shard, shard_durations=args.shard_durations)
+        run_dir = _claim(out, "overwrite" if args.overwrite else "resume" if args.resume else "refuse")
+        caught.run_dir = run_dir
+        timing: dict[str, float] = {}
+        finished = _RunFinished()
+        try:
             timing["before pytest"] = time.perf_counter() - started
-            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=[_OneLineUsageErrors(), finished]))
+            plugins = [_OneLineUsageErrors(), finished]
+            code = int(pytest.main([*_pytest_args(args, run_dir), *extra], plugins=plugins))
             return _finish(args, run_dir, code, caught.signum, finished.stats, timing)
-    finally:
-        run_dir.release()
-        if finished.stats is not None and finished.stats.finished:
-            _say_wall_time(time.perf_counter() - started, timing)
+        finally:
+            caught.run_dir = None
+            run_dir.release()
+            if finished.stats is not None and finished.stats.finished and not finished.stats.no_room:
+                _say_wall_time(time.perf_counter() - started, timing)
 
 
 def _say_wall_time(wall: float, timing: dict[str, float]) -> None:
@@ -270,30 +286,69 @@ def _pytest_args(args: argparse.Namespace, run_dir: RunDir) -> list[str]:
 @dataclass
 class _Caught:
     signum: int | None = None
+    run_dir: RunDir | None = None  # the directory the run holds, once claimed
+    watchdog: threading.Timer | None = None  # ends a cleanup that takes too long
 
 
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[_Caught]:
-    """SIGINT and SIGTERM raise :class:`Interrupted` once; later ones are noted, not raised, so cleanup finishes."""
+    """SIGINT and SIGTERM raise :class:`Interrupted` once, and the run cleans up (its worker ended, its verdicts
+    published, the lock released); a second one, or a cleanup that takes longer than :data:`CLEANUP_S`, ends
+    the command at once (:func:`_end_now`)."""
     caught = _Caught()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if caught.signum is None:
             caught.signum = signum
+            caught.watchdog = threading.Timer(CLEANUP_S, _end_now, (caught, signum, "its cleanup took too long"))
+            caught.watchdog.daemon = True
+            caught.watchdog.start()
             raise Interrupted(signum)
+        _end_now(caught, signum, f"{signal.Signals(signum).name} again")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield caught
     finally:
+        if caught.watchdog is not None:
+            caught.watchdog.cancel()  # cleaned up in time
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+#: seconds an interrupted run may spend on its cleanup before it ends without finishing it
+CLEANUP_S = 10.0
+
+
+def _end_now(caught: _Caught, signum: int, why: str) -> None:
+    """End the command now: the run's processes killed, its finished verdicts moved into place (a rename),
+    its lock released, one line; no junit, report or history.  Called from a signal handler or the
+    cleanup's watchdog thread: only system calls, nothing that waits."""
+    isolation = sys.modules.get("conformance.run.isolation")
+    if isolation is not None:
+        with contextlib.suppress(Exception):
+            isolation.kill_now()
+    run_dir = caught.run_dir
+    where = ""
+    if run_dir is not None:
+        run_dir.end_now()
+        where = f"; finished verdicts kept in {run_dir.results}" if run_dir.published else \
+            f"; {run_dir.path} left as it was"
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os.write(2, printable(f"conformance: interrupted ({why}): ended at once{where}\n").encode(errors="replace"))
+    os._exit(128 + signum)
 
 
 def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | None,
             stats: RunStats | None, timing: dict[str, float]) -> int:
     """Report what ran, and turn pytest's exit code into the CLI's."""
     interrupted = signum is not None or code == PYTEST_INTERRUPTED
+    if stats is not None and stats.no_room:  # a full disk: no report written into it either
+        kept = f"{plural(stats.finished, 'verdict')} before it kept in {run_dir.results}" if stats.published \
+            else f"{run_dir.path} left as it was"
+        raise UsageFailure(f"no room to write: {stats.no_room}; {kept}")
     if stats is not None and stats.published and not args.no_report:
         t0 = time.perf_counter()
         _build_run_report(args, run_dir.path, stats)
@@ -311,7 +366,9 @@ def _finish(args: argparse.Namespace, run_dir: RunDir, code: int, signum: int | 
 def _say_interrupted(stats: RunStats | None, run_dir: RunDir, signum: int | None) -> None:
     name = signal.Signals(signum).name if signum else "KeyboardInterrupt"
     if stats is None or not stats.published:
-        print(f"conformance: interrupted ({name}) before any verdict; {run_dir.path} left as it was", file=sys.stderr)
+        during = f" (during {', '.join(stats.running)})" if stats is not None and stats.running else ""
+        print(printable(f"conformance: interrupted ({name}) before any verdict{during}; {run_dir.path} left as it was"),
+              file=sys.stderr)
         return
     print(f"conformance: {stats.cut_short} ({name}); finished verdicts kept in {run_dir.results}",
           file=sys.stderr)
@@ -338,7 +395,13 @@ def _build_run_report(args: argparse.Namespace, out: Path, stats: RunStats) -> N
     try:
         index = build_report([out], site, hist, note=note,
                              warn=lambda line: print(f"conformance: warning: {printable(line)}", file=sys.stderr))
-    except Exception as exc:  # a report problem must not hide the verdicts
+    except Exception as exc:  # a report problem must not hide the verdicts; a full disk is the run's error
+        if no_room(exc):
+            raise UsageFailure(f"no room to write the report: {exc.filename}: {exc.strerror}; "  # type: ignore[attr-defined]
+                               f"the verdicts are in {out / 'results.jsonl'}") from None
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise UsageFailure(f"no room to record the run in its history {hist}: the disk is full; the verdicts "
+                               f"are in {out / 'results.jsonl'}") from None
         print(printable(f"conformance: warning: report not built: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return
     print(f"report: {index.resolve().as_uri()}", file=sys.stderr)
@@ -356,7 +419,13 @@ class _RunFinished:
 
 
 class _OneLineUsageErrors:
-    """pytest plugin: a usage error from pytest (an unknown option...) becomes the CLI's one-line error."""
+    """pytest plugin: a usage error from pytest (an unknown option...) becomes the CLI's one-line error; an
+    interrupt's traceback is cut to its last frame before pytest renders it (the run names what it
+    interrupted itself, and rendering the whole stack reads every module's source: seconds under load)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        excinfo.traceback = excinfo.traceback[-1:]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_cmdline_parse(self, pluginmanager: Any, args: list[str]) -> Any:
@@ -504,21 +573,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         by_family: dict[str, list[str]] = {}
         for c in cases:
             by_family.setdefault(c.family, []).append("*" if c.in_default else "")
-        _say("families: " + ", ".join(f"{family} ({len(marks)}, {marks.count('*')} by default)"
-                                      for family, marks in by_family.items()))
+        from conformance.api.case import LAZY
+
+        lazy = [f"{family} (registered when a --case names it: --case '{prefix}*' or --case {family})"
+                for prefix, (family, _) in LAZY.items() if family not in by_family]  # named, not built: cheap
+        _say("families: " + ", ".join([*(f"{family} ({len(marks)}, {marks.count('*')} by default)"
+                                         for family, marks in by_family.items()), *lazy]))
         for c in cases:
             req = f"  requires: {', '.join(sorted(c.requires))}" if c.requires else ""
             mark = "*" if c.in_default else " "
             _say(f"{mark} {c.id:32s} {c.kind:11s} {c.family:16s} seed={c.seed}{req}  {c.description}")
-        from conformance.api.case import BROKEN_PLUGINS, LAZY, LEFT_OUT, UNAVAILABLE
+        from conformance.api.case import BROKEN_PLUGINS, LEFT_OUT, UNAVAILABLE
 
         patterns = args.case or ["*"]
         for label, reason in LEFT_OUT.items():
             if any(fnmatch.fnmatchcase(label, p) or fnmatch.fnmatchcase(f"{label}-x", p) for p in patterns):
                 _say(f"  left out: {label}: {reason}")
-        for prefix, (family, _) in LAZY.items():
-            if not any(c.family == family for c in cases):
-                _say(f"family {family}: registered when a --case pattern names it (--case '{prefix}*')")
         for family, reason in UNAVAILABLE.items():
             _say(f"family {family}: not registered here: {reason}")
         for name, problem in BROKEN_PLUGINS.items():
@@ -549,11 +619,15 @@ def main(argv: list[str] | None = None) -> int:
     caches_outside_tmp()
     if hasattr(signal, "SIGPIPE"):  # `conformance list cases | head` should not trace back
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f): the write fails (EFBIG) and is said, no core dump
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if args.command != "run" and extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if args.command in ("run", "list", "repro"):
+            _check_environment()
         _load_case_sources(getattr(args, "cases", []))
         if args.command == "run":
             return cmd_run(args, extra)

@@ -98,6 +98,9 @@ class OpCoverage:
     backends: list[str]
     rows: list[OpRow]
     left_out: list[tuple[str, str]] = field(default_factory=list)
+    #: ``(what, why)`` of the op records this torch release cannot place (another release's op, an unknown
+    #: dtype, an id that is no op case's): listed, not screened
+    unplaced: list[tuple[str, str]] = field(default_factory=list)
 
     def counts(self, backend: str) -> dict[str, int]:
         """Pairs by verdict on ``backend``."""
@@ -121,8 +124,11 @@ def op_coverage(results: Iterable[Result], left_out: Iterable[tuple[str, str]] =
     """The op sweep's results as a table (pure); ``None`` when no op case was run."""
     rows: dict[str, OpRow] = {}
     backends: list[str] = []
+    unplaced: list[tuple[str, str]] = []
     for r in sorted(results, key=lambda r: r.case):
         m = _OP_CASE.match(r.case)
+        if r.family == OP_FAMILY and m is None:
+            unplaced.append((f"{r.case}@{r.backend}", "its id is not op-<op>-<k>[-<dtype>]-<step>"))
         if r.family != OP_FAMILY or m is None:
             continue
         name = f"{m['op']} [{m['dtype']}]" if m["dtype"] else m["op"]
@@ -130,9 +136,9 @@ def op_coverage(results: Iterable[Result], left_out: Iterable[tuple[str, str]] =
         row.cells.setdefault(r.backend, {}).setdefault(m["step"], []).append(r)
         if r.backend not in backends:
             backends.append(r.backend)
-    if not rows:
+    if not rows and not unplaced:
         return None
-    return OpCoverage(backends, [rows[k] for k in sorted(rows, key=str.lower)], list(left_out))
+    return OpCoverage(backends, [rows[k] for k in sorted(rows, key=str.lower)], list(left_out), unplaced)
 
 
 def short_reason(result: Result) -> str:
@@ -174,6 +180,10 @@ def op_markdown(table: OpCoverage) -> str:
     for backend in table.backends:
         counts = ", ".join(f"{n} {status}" for status, n in table.counts(backend).items())
         lines.append(f"{_md(backend)}: {counts} (pairs)")
+    if table.unplaced:
+        lines += ["", f"Not placed ({len(table.unplaced)}): records this torch release's op sweep cannot place", "",
+                  "| op | why |", "| --- | --- |"]
+        lines += [f"| `{_md(what)}` | {_md(why)} |" for what, why in table.unplaced]
     if table.left_out:
         lines += ["", f"Left out ({len(table.left_out)}), by reason:", ""]
         lines += [f"- {n}: {_md(reason)}" for reason, n in table.left_out_by_reason()]
@@ -184,14 +194,31 @@ def op_markdown(table: OpCoverage) -> str:
 
 def sweep_left_out(table: OpCoverage, every: bool = False) -> list[tuple[str, str]]:
     """What this torch release's sweep leaves out of the table's ops (of every op with ``every``), as
-    ``(label, reason)``: from the screening a run here cached, else screened now (minutes for the whole sweep)."""
+    ``(label, reason)``: from the screening a run here cached, else screened now (minutes for the whole sweep).
+    A row this release cannot place (:func:`place_rows`) is listed in ``table.unplaced`` instead."""
     from conformance.cases import ops as op_sweep
 
+    placed = place_rows(table)
     found: list[tuple[str, str]] = []
-    for dtype in dict.fromkeys([*(["float32"] if every else []), *(row.dtype for row in table.rows)]):
-        run = {row.key for row in table.rows if row.dtype == dtype}
+    for dtype in dict.fromkeys([*(["float32"] if every else []), *(row.dtype for row in placed)]):
+        run = {row.key for row in placed if row.dtype == dtype}
         # float32's screening as before; another dtype's, the run's ops only unless a run here cached it whole
         whole = dtype == "float32" or every or op_sweep.cache_path(dtype).is_file()
         screened = op_sweep.whole_sweep(dtype) if whole else op_sweep.sweep(sorted(run), dtype)
         found += [(lo.label, lo.reason) for s in screened for lo in s.left_out if every or s.key in run]
     return found
+
+
+def place_rows(table: OpCoverage) -> list[OpRow]:
+    """The table's rows this torch release's sweep has (op and dtype); the others go to ``table.unplaced``,
+    with why (a record of another release, or another backend's dtype)."""
+    from conformance.cases import ops as op_sweep
+
+    placed = []
+    for row in table.rows:
+        why = op_sweep.unplaced(row.key, row.dtype)
+        if why is None:
+            placed.append(row)
+        elif (row.op, why) not in table.unplaced:
+            table.unplaced.append((row.op, why))
+    return placed

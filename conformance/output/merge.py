@@ -28,12 +28,13 @@ def merge(inputs: Sequence[Path], out: Path, overwrite: bool = False,
           warn: Callable[[str], None] | None = None) -> list[Result]:
     """Merge ``inputs`` into ``out``; bad record lines go to ``warn`` and are left out."""
     _check_output(inputs, out, overwrite)
-    merged = _merged_results(inputs, warn or (lambda line: None))
+    foreign: list[bytes] = []
+    merged = _merged_results(inputs, warn or (lambda line: None), foreign, out / RESULTS)
     suites = _junit_suites([d / JUNIT for d in inputs])
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, "-o"):  # a run writing there (or another merge) refuses this one
         _check_output(inputs, out, overwrite)  # again, now that no one else can write there
-        _write_results(out / RESULTS, merged)
+        _write_results(out / RESULTS, merged, foreign)
         _write_atomically(out / JUNIT, lambda staged: _write_junit(suites, staged))
         _write_atomically(out / MERGED_FROM, lambda staged: _write_sources(inputs, staged))
     return merged
@@ -47,7 +48,10 @@ def _check_output(inputs: Sequence[Path], out: Path, overwrite: bool) -> None:
         raise MergeError(f"-o {out} already holds results; pass --overwrite to replace them")
 
 
-def _merged_results(inputs: Sequence[Path], warn: Callable[[str], None]) -> list[Result]:
+def _merged_results(inputs: Sequence[Path], warn: Callable[[str], None], foreign: list[bytes],
+                    target: Path) -> list[Result]:
+    """Every input's records (a pair in two inputs is refused); the lines no record this release reads go to
+    ``foreign``, to be kept as they are in ``target``."""
     seen: dict[tuple[str, str], Path] = {}
     merged: list[Result] = []
     for directory in inputs:
@@ -57,8 +61,9 @@ def _merged_results(inputs: Sequence[Path], warn: Callable[[str], None]) -> list
             loaded = read_usable(directory / RESULTS)
         except RecordsError as exc:
             raise MergeError(str(exc)) from None
-        for line in loaded.warnings():
+        for line in loaded.warnings(kept_in=target):
             warn(line)
+        foreign.extend(f.raw for f in loaded.foreign)
         for r in loaded.results:
             key = (r.case, r.backend)
             if key in seen:
@@ -86,11 +91,13 @@ def _junit_suites(paths: Sequence[Path]) -> list[ET.Element]:
     return suites
 
 
-def _write_results(target: Path, results: Sequence[Result]) -> None:
+def _write_results(target: Path, results: Sequence[Result], foreign: Sequence[bytes] = ()) -> None:
     def write(staged: Path) -> None:
         staged.write_text("", encoding="utf-8")
         for r in results:
             append_result(staged, r)
+        with staged.open("ab") as fh:  # lines no record this release reads: kept as they are, after the records
+            fh.write(b"".join(line + b"\n" for line in foreign))
 
     _write_atomically(target, write)
 

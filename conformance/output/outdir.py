@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.api.result import Result
+from conformance.api.result import Result, append_result
 from conformance.output.records import RecordsError, read_records
 from conformance.util.paths import EXISTING_MODES, symlink_loop
+from conformance.util.writes import DiskFull, write_bytes_whole, write_whole
 
 RESULTS = "results.jsonl"
 JUNIT = "junit.xml"
@@ -54,6 +55,9 @@ class RunDir:
     warnings: list[str] = field(default_factory=list)
     staging: bool = False  # this run has started its own staged files (a killed run's are not ours)
     published: bool = False
+    appended: int = 0  # verdicts this run appended to its staged results
+    #: lines of the files read on resume that are no record this release reads: kept, byte for byte
+    foreign_raw: set[bytes] = field(default_factory=set)
 
     @property
     def results(self) -> Path:
@@ -75,19 +79,46 @@ class RunDir:
         """``case@backend`` of every verdict kept from before (resume)."""
         return {f"{r.case}@{r.backend}" for r in self.kept}
 
+    def append(self, result: Result) -> None:
+        """One verdict onto the staged results, whole or not at all (``DiskFull``: the file as it was)."""
+        append_result(self.staged_results, result)
+        self.appended += 1
+
     def publish(self, new_verdicts: int) -> bool:
-        """Move the staged files into place when they hold anything new; otherwise drop them."""
+        """Move the staged files into place when they hold anything new; otherwise drop them.  A junit file
+        that cannot be completed (a full disk) is left out rather than published torn: :class:`DiskFull`."""
         if new_verdicts == 0 and not self.kept_from_partial:
             self._discard_staged()
             return False
+        full: DiskFull | None = None
         if self.staged_junit.exists():
-            name_junit_classes(self.staged_junit, self.staged_results)
-            if self.mode == "resume" and self.junit.is_file():
-                _combine_junit([self.junit, self.staged_junit], self.staged_junit)
-            os.replace(self.staged_junit, self.junit)
+            try:
+                name_junit_classes(self.staged_junit, self.staged_results)
+                if self.mode == "resume" and self.junit.is_file():
+                    write_whole(self.staged_junit,
+                                lambda staged: _combine_junit([self.junit, self.staged_junit], staged))
+                os.replace(self.staged_junit, self.junit)
+            except DiskFull as exc:
+                self.staged_junit.unlink(missing_ok=True)
+                full = exc
         os.replace(self.staged_results, self.results)
         self.published = True
+        if full is not None:
+            raise full
         return True
+
+    def end_now(self) -> None:
+        """A second Ctrl-C: what :meth:`publish` and :meth:`release` do, in a few system calls and without
+        rewriting junit (the staged junit, maybe half-written, is dropped)."""
+        with contextlib.suppress(OSError):
+            if not self.published and self.staging and (self.appended or self.kept_from_partial):
+                os.replace(self.staged_results, self.results)
+                self.published = True
+        with contextlib.suppress(OSError):
+            if self.staging:
+                self.staged_junit.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.release()
 
     def release(self) -> None:
         """Drop the lock (idempotent); staged files not published by now are removed."""
@@ -155,7 +186,14 @@ def claim(path: Path, mode: str = "refuse") -> RunDir:
     except OSError as exc:
         raise OutDirError(f"--out {path}: cannot create: {exc.strerror}") from None
     stale = _stale_holder(path / LOCK)
-    run_dir = RunDir(path, mode, _lock(path), created=created)
+    try:
+        lock_fd = _lock(path)
+    except OutDirError:
+        if created:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+    run_dir = RunDir(path, mode, lock_fd, created=created)
     said = f"removed a stale {LOCK} left in {path} by pid {stale} (a run killed outright)"
     if stale is not None:  # said, not fatal: the kernel dropped its lock when that run died
         run_dir.warnings.append(said)
@@ -255,8 +293,13 @@ def _lock(path: Path, what: str = "--out") -> int:
             raise OutDirError(f"{what} {path}: {who} (pid {holder}) is writing there; "
                               f"wait for it or choose another directory") from None
         if _same_file(fd, lock):  # not unlinked by a finishing holder between our open and flock
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+            except OSError as exc:  # a full disk: no lock file left behind either
+                lock.unlink(missing_ok=True)
+                os.close(fd)
+                raise OutDirError(f"{what} {path}: cannot write a lock file: {exc.strerror}") from None
             return fd
         os.close(fd)
 
@@ -277,9 +320,9 @@ def _prepare(run_dir: RunDir) -> None:
     if contents and run_dir.mode == "refuse":
         raise OutDirError(_refusal(run_dir, contents))
     kept_lines = _resume(run_dir) if run_dir.mode == "resume" else []
-    try:
+    try:  # beside it first: a killed run's .partial, read above, stays whole until this one is
+        write_bytes_whole(run_dir.staged_results, b"".join(line + b"\n" for line in kept_lines))
         run_dir.staging = True
-        run_dir.staged_results.write_bytes(b"".join(line + b"\n" for line in kept_lines))
     except OSError as exc:
         raise OutDirError(f"--out {run_dir.path}: cannot write {run_dir.staged_results.name}: {exc.strerror}") from None
 
@@ -305,7 +348,9 @@ def _sibling(path: Path) -> str:
 def _resume(run_dir: RunDir) -> list[bytes]:
     """Keep the verdicts in ``results.jsonl`` and a killed run's leftover ``.partial`` (first seen wins).
 
-    Their lines are kept byte for byte; unreadable lines are dropped with a warning naming them.
+    Their lines are kept byte for byte, in their order; so is every whole line that is no record this
+    release reads (a newer ``schema_version``, another tool's): set apart, never deleted, and named in a
+    warning that says where it is kept.  Only a truncated last line (a killed writer's) is left out.
     """
     seen: set[tuple[str, str]] = set()
     lines: list[bytes] = []
@@ -316,8 +361,18 @@ def _resume(run_dir: RunDir) -> list[bytes]:
             loaded = read_records(source)
         except RecordsError as exc:
             raise OutDirError(f"--resume: {exc}") from None
-        run_dir.warnings.extend(loaded.warnings())
-        for result, line in zip(loaded.results, loaded.lines):
+        run_dir.warnings.extend(loaded.warnings(kept_in=run_dir.results))
+        earlier = set(run_dir.foreign_raw)  # a killed resume's .partial repeats results.jsonl's foreign lines
+        ordered: list[tuple[int, bytes, Result | None]] = [
+            *zip(loaded.line_numbers, loaded.lines, loaded.results),
+            *((f.line, f.raw, None) for f in loaded.foreign)]
+        for _, line, result in sorted(ordered, key=lambda entry: entry[0]):
+            if result is None:
+                if line not in earlier:
+                    run_dir.foreign_raw.add(line)
+                    lines.append(line)
+                    run_dir.kept_from_partial |= source == run_dir.staged_results
+                continue
             if (result.case, result.backend) in seen:
                 continue
             seen.add((result.case, result.backend))
@@ -374,4 +429,4 @@ def name_junit_classes(junit: Path, results: Path) -> None:
             testcase.set("classname", classname)
             changed = True
     if changed:
-        tree.write(junit, encoding="utf-8", xml_declaration=True)
+        write_whole(junit, lambda staged: tree.write(staged, encoding="utf-8", xml_declaration=True))

@@ -42,20 +42,34 @@ class LineProblem:
         return f"{path}:{self.line}: {self.message}"
 
 
+@dataclass(frozen=True)
+class ForeignLine:
+    """A whole line that is no record this release reads (a newer ``schema_version``, another tool's line):
+    set apart from the records, and kept byte for byte by whatever rewrites the file."""
+
+    line: int
+    raw: bytes
+
+
 @dataclass
 class RecordFile:
-    """The good records of one file and what was wrong with the rest."""
+    """The good records of one file, the lines set apart, and what was wrong with them."""
 
     path: Path
     results: list[Result] = field(default_factory=list)
     lines: list[bytes] = field(default_factory=list)  # each result's line as written (kept verbatim on resume)
+    line_numbers: list[int] = field(default_factory=list)  # each result's line number (1-based)
     problems: list[LineProblem] = field(default_factory=list)
+    foreign: list[ForeignLine] = field(default_factory=list)  # every problem but a truncated last line
 
-    def warnings(self, limit: int = 10) -> list[str]:
-        """One line per problem (at most ``limit``, then a count), each naming file and line."""
-        lines = [p.describe(self.path) + ("" if p.truncated else " (line skipped)") for p in self.problems[:limit]]
+    def warnings(self, limit: int = 10, kept_in: Path | None = None) -> list[str]:
+        """One line per problem (at most ``limit``, then a count), each naming file and line.  ``kept_in``: the
+        file a rewrite keeps the lines it cannot read in (otherwise the file is only read, and left as it is)."""
+        keep = f"line kept as it is in {kept_in}" if kept_in is not None else "line not read; left as it is"
+        lines = [p.describe(self.path) + ("" if p.truncated else f" ({keep})") for p in self.problems[:limit]]
         if len(self.problems) > limit:
-            lines.append(f"{self.path}: {len(self.problems) - limit} more bad lines skipped")
+            more = f"kept as they are in {kept_in}" if kept_in is not None else "not read"
+            lines.append(f"{self.path}: {len(self.problems) - limit} more lines that are no results record ({more})")
         return lines
 
 
@@ -196,9 +210,12 @@ def read_records(path: Path) -> RecordFile:
             cut = index == unterminated and str(problem).startswith("not JSON")
             message = "truncated last line (the run writing it was killed?); ignored" if cut else str(problem)
             loaded.problems.append(LineProblem(index + 1, message, truncated=cut))
+            if not cut:  # a whole line this release does not read: set apart, never dropped by a rewrite
+                loaded.foreign.append(ForeignLine(index + 1, raw.rstrip(b"\r")))
             continue
         loaded.results.append(Result.from_json(record))
         loaded.lines.append(raw.strip())
+        loaded.line_numbers.append(index + 1)
     return loaded
 
 

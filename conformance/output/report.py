@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import os
 import re
 import sqlite3
 import sys
@@ -33,7 +32,16 @@ from markupsafe import Markup
 from conformance.api.result import STATUSES, MemoryFigures, Result
 from conformance.api.verdict import Rates, Status, combine, rates
 from conformance.output import history as hist
-from conformance.output.coverage import STEPS, Coverage, OpCoverage, coverage, op_cell, op_coverage, sweep_left_out
+from conformance.output.coverage import (
+    STEPS,
+    Coverage,
+    OpCoverage,
+    coverage,
+    op_cell,
+    op_coverage,
+    place_rows,
+    sweep_left_out,
+)
 from conformance.output.outdir import OutDirError, check_target, locked
 from conformance.output.records import RecordFile, RecordsError, read_usable
 from conformance.output.triage import Triage, triage
@@ -41,6 +49,7 @@ from conformance.output.version_matrix import VersionMatrix, version_matrix
 from conformance.util.glossary import explain
 from conformance.util.paths import path_arg
 from conformance.util.text import clip, printable
+from conformance.util.writes import write_whole
 
 #: Short cell labels; the full status is in the cell's data-status and tooltip.
 SHORT: dict[str, str] = {
@@ -554,11 +563,9 @@ def op_left_out(table: OpCoverage) -> str:
     if op_sweep.cache_path().is_file():
         table.left_out = sweep_left_out(table)
     elif len(table.rows) <= SCREEN_AT_MOST:
-        try:
-            table.left_out = [lo for dtype in dict.fromkeys(row.dtype for row in table.rows) for lo in
-                              op_sweep.left_out([row.key for row in table.rows if row.dtype == dtype], dtype)]
-        except KeyError as exc:
-            return f"op {exc} is not in this torch release's op_db"
+        placed = place_rows(table)  # another release's op, an unknown dtype: listed as not placed
+        table.left_out = [lo for dtype in dict.fromkeys(row.dtype for row in placed) for lo in
+                          op_sweep.left_out([row.key for row in placed if row.dtype == dtype], dtype)]
     else:
         return (f"screening {len(table.rows)} ops takes minutes and no run here cached it "
                 "(`conformance coverage DIR` screens them)")
@@ -705,7 +712,8 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     With ``history`` the results are recorded there as a run (once: the same results
     are recognised by their fingerprint) and the page shows trends and what changed
     since the previous run.  ``note`` is shown under the title (an interrupted run).
-    The page is written to a fresh file and moved into place: a failure leaves the old one.
+    The page is written to a fresh file and moved into place: a failure (a full disk) leaves the old one,
+    and no partial page beside it.
     """
     check_target(out_dir, "-o")
     files = read_results_dirs(results_dirs, warn)  # each record is read and checked against the schema once
@@ -713,14 +721,13 @@ def build_report(results_dirs: list[Path], out_dir: Path, history: Path | None =
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "index.html"
-    staged = out_dir / "index.html.partial"
     try:
         with locked(out_dir, "-o"):  # a run or another report writing there refuses this one
             page = build_page(results, [str(d) for d in results_dirs], history,
                               run_time=results_time(results_dirs), note=note)
             page.by_version = version_matrix([r for loaded in files for r in loaded.results])
-            staged.write_text(render(page), encoding="utf-8")
-            os.replace(staged, index)
+            text = render(page)
+            write_whole(index, lambda staged: staged.write_text(text, encoding="utf-8"))
     except BaseException:  # nothing built: no empty site directory left behind either
         if created:
             with contextlib.suppress(OSError):

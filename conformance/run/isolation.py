@@ -212,6 +212,7 @@ def _name_process(name: str) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 ADOPTION_WAIT_S = 10.0  # the forked worker waits this long at most for this process to adopt it
 FORK_ANSWER_TIMEOUT_S = 300.0  # a fork server's imports and fork, at most (a worker's start-up allowance)
+CLOSING_ANSWER_S = 2.0  # the same, from a server the pool has killed: its socket closes as it dies
 
 
 def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None = None) -> None:
@@ -502,6 +503,7 @@ class _ForkServer:
     cwd: str
     log: IO[bytes]
     pending: int = 0  # requests sent whose answer has not been read
+    closing: bool = False  # killed while an answer was pending: it is read without waiting long
 
     @classmethod
     def start(cls, env: dict[str, str], preload: list[str] | None, here: bool = False) -> _ForkServer:
@@ -545,7 +547,7 @@ class _ForkServer:
     def answer(self) -> int:
         """The pid of the worker last asked for (-1 when the server died first, or did not answer within
         :data:`FORK_ANSWER_TIMEOUT_S`: a preload that hangs; the server is ended then)."""
-        self.control.settimeout(FORK_ANSWER_TIMEOUT_S)
+        self.control.settimeout(CLOSING_ANSWER_S if self.closing else FORK_ANSWER_TIMEOUT_S)
         try:
             data = self.control.recv(1 << 16)
         except TimeoutError:
@@ -813,6 +815,11 @@ class WorkerPool:
     def close(self, kill: bool = False) -> None:
         """Let the worker finish its loop (a few seconds at most), or with ``kill`` end it at once."""
         worker = self._worker
+        if kill and self._server is not None and self._server.pending:
+            # a worker asked for whose pid was never read (an interrupt came first): end the server, so the
+            # answer the discard below reads is its end of the socket closing, not up to FORK_ANSWER_TIMEOUT_S
+            _kill_group(self._server.process)
+            self._server.closing = True
         if not kill and worker is not None and worker.alive() and worker.process.stdin is not None:
             try:
                 worker.process.stdin.close()  # EOF: the worker loop ends
@@ -967,6 +974,16 @@ def run_case_isolated(case: Case, backend_name_or_spec: str, timeout_s: float,
     result = _DEFAULT_POOL.run(case.id, backend_name_or_spec, timeout_s, options, program)
     result.kind, result.family, result.seed = case.kind, case.family, case.seed  # also for crash and timeout
     return result
+
+
+def kill_now() -> None:
+    """SIGKILL every process below this one (the shared worker, the fork server, what a backend started):
+    a second Ctrl-C.  Nothing is waited for: they are this process's children, and it is about to exit."""
+    for pid in reaper.descendants():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def shutdown(kill: bool = False) -> None:

@@ -53,9 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _activate(config: pytest.Config) -> None:
     """Check the options (one line naming the flag for a bad one), then turn the run on."""
+    from conformance.util.environment import EnvironmentProblem, check_environment
+
     try:
         values = options.validate(options.Values.of_config(config))
-    except options.OptionError as exc:
+        check_environment()
+    except (options.OptionError, EnvironmentProblem) as exc:
         raise pytest.UsageError(str(exc)) from None
     from conformance.run import runner
 

@@ -54,6 +54,7 @@ from conformance.run.engine import run_case
 from conformance.run.options import DEFAULT_TIMEOUT_S
 from conformance.util.paths import inside, pair_file_name
 from conformance.util.text import plural, printable
+from conformance.util.writes import write_whole
 
 DEFAULT_DB = Path("results") / ".hypothesis"
 #: Engine runs a shrink may spend (each is a full ``run_case``).
@@ -428,7 +429,8 @@ def write_repro(case: Case, backend_name: str | Backend, result: Result, path: P
         spec = backend_name
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(repro_source(case, backend, result, spec, original_id, timeout_s), encoding="utf-8")
+    source = repro_source(case, backend, result, spec, original_id, timeout_s)
+    write_whole(path, lambda staged: staged.write_text(source, encoding="utf-8"))  # never a torn script
     return path
 
 

@@ -48,7 +48,7 @@ from conformance.api.case import (
     load_source,
     select_cases,
 )
-from conformance.api.result import Result, append_result
+from conformance.api.result import Result
 from conformance.api.verdict import Status
 from conformance.checks.baseline import Baseline
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
@@ -59,6 +59,7 @@ from conformance.run.options import RunOptions
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
 from conformance.util.text import clip, plural, printable
+from conformance.util.writes import DiskFull, no_room
 
 if TYPE_CHECKING:
     from conformance.run.sharding import Shard
@@ -384,6 +385,8 @@ class ResultWriter:
         self.results: list[Result] = []
         self.recorded: set[str] = set()  # node ids that have their verdict
         self.failures: dict[str, str] = {}  # node id -> why pytest failed it (for pairs without a verdict)
+        self.running: dict[str, str] = {}  # node id -> case@backend of each pair under way (named if interrupted)
+        self.no_room = ""  # a verdict that found no room on the disk: the session stops there
         self.started = time.perf_counter()
         self.first_pair_s: float | None = None  # when the first pair started, from self.started
         self.progress = bool(state.values["progress"])
@@ -425,6 +428,9 @@ class ResultWriter:
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        pair_id = _pair_id_of(nodeid)
+        if pair_id is not None:
+            self.running[nodeid] = pair_id
         if self.first_pair_s is None:
             self.first_pair_s = time.perf_counter() - self.started
         if self.bar is None and self.progress and sys.stderr.isatty() and self.total:
@@ -453,6 +459,7 @@ class ResultWriter:
     @pytest.hookimpl
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         """A pair pytest finished without a verdict (an error in setup, a plugin) still gets a line."""
+        self.running.pop(nodeid, None)
         pair_id = _pair_id_of(nodeid)
         if pair_id is None or nodeid in self.recorded:
             return
@@ -462,10 +469,39 @@ class ResultWriter:
         self._record(Result(case, backend, Status.FAIL_RUN, f"no verdict: {why}"))
 
     def _record(self, result: Result) -> None:
+        if self.no_room:
+            return
+        try:
+            self.run_dir.append(result)
+        except DiskFull as exc:  # the line is not there (cut off again): stop, keep what is whole
+            self.no_room = _no_room_line(exc)
+            self._stop_session()
+            return
         self.results.append(result)
-        append_result(self.run_dir.staged_results, result)
         if self.progress:
             self._show(result)
+
+    def _stop_session(self) -> None:
+        """No pair after this one: pytest ends the session after the current item, as ``-x`` does."""
+        session = getattr(self.config, "_conformance_session", None)
+        if session is not None:
+            session.shouldfail = self.no_room
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.config._conformance_session = session  # type: ignore[attr-defined]
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_sessionfinish")
+    def _junit_with_room(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        """junit is written here (pytest's own plugin): one that finds no room is dropped, not left torn."""
+        try:
+            return (yield)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            self.run_dir.staged_junit.unlink(missing_ok=True)
+            self.no_room = self.no_room or _no_room_line(exc)
+            return None
 
     def _show(self, result: Result) -> None:
         t = pair_wall_s(result.timing)
@@ -488,7 +524,7 @@ class ResultWriter:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         selection = self.state.selection
-        if self.state.interrupted or not self.state.values["update_manifest"] or selection is None:
+        if self.state.interrupted or self.no_room or not self.state.values["update_manifest"] or selection is None:
             return  # a manifest is rewritten from complete runs only
         from conformance.checks.manifest import write_updated
 
@@ -501,7 +537,7 @@ class ResultWriter:
 
     def stats(self) -> RunStats:
         return RunStats(self.total, len(self.results), len(self.run_dir.kept), self.state.interrupted,
-                        self.run_dir.published)
+                        self.run_dir.published, tuple(self.running.values()), self.no_room)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -536,10 +572,18 @@ class ResultWriter:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """After every sessionfinish (junit is written by then): move the staged files into place."""
         shutil.rmtree(self.run_dir.path / REFERENCES_DIR, ignore_errors=True)  # the shared references
-        self.run_dir.publish(len(self.results))
+        try:
+            self.run_dir.publish(len(self.results))
+        except DiskFull as exc:  # the verdicts are in place; the junit that did not fit is not
+            self.no_room = self.no_room or _no_room_line(exc)
         config.hook.pytest_conformance_finished(stats=self.stats())
         if self.owns_dir:
             self.run_dir.release()
+
+
+def _no_room_line(exc: OSError) -> str:
+    """The file a write found no room in, and why, for the run's one error line."""
+    return f"{exc.filename}: {exc.strerror}"
 
 
 def pytest_spelling(message: str) -> str:

@@ -8,6 +8,7 @@ given, otherwise from each backend's declared ``cost_weight`` and the case kind.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class Shard:
         m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         if not m:
             raise ValueError(f"{flag} must look like I/N (e.g. 2/3), got {text!r}")
+        if max(len(m.group(1)), len(m.group(2))) > 18:  # counted, not converted: a range check costs nothing
+            raise ValueError(f"{flag} {text.strip()[:60]}: I and N must be below 10**18")
         index, count = int(m.group(1)), int(m.group(2))
         if count < 1 or not 1 <= index <= count:
             raise ValueError(f"{flag} {text}: need 1 <= I <= N")
@@ -50,17 +53,25 @@ def estimate(case_kind: str, trains: bool, backend_weight: float, measured_s: fl
 
 def assign(costs: Sequence[PairCost], count: int) -> list[list[str]]:
     """Longest-processing-time-first onto the least-loaded shard; ties broken by id and index."""
-    shards: list[list[str]] = [[] for _ in range(count)]
-    loads = [0.0] * count
+    placed = _placed(costs, count)
+    return [placed.get(i, []) for i in range(count)]
+
+
+def _placed(costs: Sequence[PairCost], count: int) -> dict[int, list[str]]:
+    """Shard index (0-based) -> its pairs, for the shards that get any.  The least-loaded shard comes from a
+    heap of the first ``len(costs)`` shards only: the k-th pair placed can reach no shard beyond index k (an
+    untouched shard's key is ``(0, index)``), so a count of 10**12 costs what a count of ``len(costs)`` does."""
+    heap = [(0.0, i) for i in range(min(count, len(costs)))]  # (load, index): already a heap
+    placed: dict[int, list[str]] = {}
     for pc in sorted(costs, key=lambda p: (-p.cost, p.pair_id)):
-        target = min(range(count), key=lambda i: (loads[i], i))
-        shards[target].append(pc.pair_id)
-        loads[target] += pc.cost
-    return shards
+        load, target = heapq.heappop(heap)
+        placed.setdefault(target, []).append(pc.pair_id)
+        heapq.heappush(heap, (load + pc.cost, target))
+    return placed
 
 
 def select_shard(costs: Sequence[PairCost], shard: Shard) -> set[str]:
-    return set(assign(costs, shard.count)[shard.index - 1])
+    return set(_placed(costs, shard.count).get(shard.index - 1, []))
 
 
 def measured_durations(results_dir: Path | None) -> Mapping[str, float]:

@@ -20,12 +20,17 @@ class RunStats:
     kept: int  # verdicts kept from before (--resume)
     interrupted: bool
     published: bool  # results.jsonl (and junit.xml) moved into place
+    running: tuple[str, ...] = ()  # ``case@backend`` of the pairs under way when the session ended
+    #: a write that found no room (the file and why, one line): the session stopped there
+    no_room: str = ""
 
     @property
     def cut_short(self) -> str:
-        """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``."""
+        """``interrupted after N of M pairs`` (or ``stopped ...`` for -x / --maxfail), else ``""``; the
+        pairs that were under way named."""
         if self.interrupted:
-            return f"interrupted after {self.finished} of {plural(self.total, 'pair')}"
+            during = f" (during {', '.join(self.running)})" if self.running else ""
+            return f"interrupted after {self.finished} of {plural(self.total, 'pair')}{during}"
         if self.finished < self.total:
             return f"stopped after {self.finished} of {plural(self.total, 'pair')}"
         return ""
