@@ -818,7 +818,7 @@ def ci_patterns(n: int = 10) -> list[str]:
 
 if available():
     lazy_family(PREFIX, FAMILY, _load)
-    add_resolver(case_from_id)
+    add_resolver(case_from_id, ids=_ID.pattern)
 else:
     unavailable("op (expecttest)", "expecttest, which torch's op_db imports, is not installed: "
                 "pip install 'torch-conformance[ops]'")

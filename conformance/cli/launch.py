@@ -63,6 +63,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str], started: float) -> int:
     with_handler = importing()
+    try:  # bad input is refused before torch loads and the worker starts (in a second, not a minute)
+        from conformance.cli.early import refusal
+
+        said = refusal(argv)
+    finally:
+        imported(with_handler)
+    if said is not None:
+        print(said, file=sys.stderr)
+        return 2
+    with_handler = importing()
     if says_progress(argv) and os.isatty(2):  # a person watching: a first line before the imports and warm-up
         os.write(2, b"conformance run: starting (importing torch, loading the backends and cases)\n")
     try:

@@ -42,10 +42,15 @@ from conformance.api.adapter import Backend, BackendError, BackendRegistry, disc
 from conformance.api.case import (
     BROKEN_PLUGINS,
     LAZY,
+    LEFT_OUT,
+    SOURCES_ENV,
+    UNAVAILABLE,
     Case,
     CaseError,
     all_cases,
+    families,
     load_source,
+    resolver_ids,
     select_cases,
 )
 from conformance.api.result import Result, append_result
@@ -96,15 +101,19 @@ class Selection:
                 for b in self.backends for c in self.cases]
 
 
-def select(backend_names: list[str], case_globs: list[str], generated: int = 0, hypothesis_seed: int = 0) -> Selection:
+def select(backend_names: list[str], case_globs: list[str], generated: int = 0, hypothesis_seed: int = 0,
+           remember: bool = False) -> Selection:
     """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError.
 
-    ``generated`` widens the default generated set by that many cases drawn from ``hypothesis_seed``."""
+    ``generated`` widens the default generated set by that many cases drawn from ``hypothesis_seed``.
+    ``remember``: record the names for the next command's early refusals (:func:`record_catalog`) first."""
+    registry = discover()
+    if remember:
+        record_catalog(registry)
     if generated:
         from conformance.cases.generated import register_generated
 
         register_generated(generated, hypothesis_seed)
-    registry = discover()
     specs: dict[str, str] = {}
     if backend_names:
         backends = []
@@ -133,6 +142,20 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
                     continue  # a lazy family's case (the op sweep): not registered in a run that names none
                 warnings.append(f"manifest {m.path}: entry {e.case!r} ({e.status}) matches no case: stale")
     return Selection(backends, cases, manifests, registry, warnings, specs)
+
+
+def record_catalog(registry: BackendRegistry) -> None:
+    """The backend names and case ids loaded here, recorded so that a later command can refuse a name outside
+    them before it imports torch (:mod:`conformance.util.catalog`); a lazy family's ids are left to loading."""
+    from conformance.util import catalog
+
+    lazy_families = {family for family, _ in LAZY.values()}
+    cases = [c for c in all_cases() if c.family not in lazy_families]
+    sources = [s for s in os.environ.get(SOURCES_ENV, "").split(os.pathsep) if s]
+    catalog.record(catalog.Catalog(
+        backends=sorted(registry.backends), broken=sorted(registry.broken), ids=[c.id for c in cases],
+        resolvers=resolver_ids(), lazy=list(LAZY), families=families(cases), unavailable=dict(UNAVAILABLE),
+        left_out=dict(LEFT_OUT)), sources)
 
 
 @dataclass
