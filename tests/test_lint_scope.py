@@ -1,7 +1,7 @@
 """`ruff check .` (and so `tox -e lint`) lints the project's own files, never what a user adds beside them.
 
-A clone a user has worked in holds README's "Add your model" file (`my_cases.py`, at the root) and the
-results folders runs wrote there (`conformance-results/`, `my-results/`), repro scripts included: those are
+A clone a user has worked in holds the "Add your model" file (`my_cases.py`, at the root; docs/usage.md)
+and the results folders runs wrote there (`conformance-results/`, `my-results/`), repro scripts included: those are
 the user's and the harness's output, and lint must pass with them present, while a fault in the project's
 own folders still fails it.  Runs the real ruff on a copy of the project's ruff configuration.
 """
@@ -29,9 +29,9 @@ def _ruff() -> str:
 
 
 def _readme_cases_file() -> str:
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Add your model", 1)[1].split("\n## ", 1)[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code, "README's 'Add your model' section lost its example"
+    section = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split("## Add your model", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    assert code, "docs/usage.md's 'Add your model' section lost its example"
     return code.group(1)
 
 

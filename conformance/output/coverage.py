@@ -5,7 +5,7 @@ The module sweep (``mod-<Name>-infer``, ``mod-<Name>-train``: :mod:`conformance.
 asks one question per module: is the harness exact on it alone?  Read as the matrix, its
 ~270 pairs bury the answer; read as this table, each module is one line.  The report shows
 it when a run holds sweep results, and ``conformance coverage DIR`` prints it as Markdown
-(README's table is that output).  The op table is printed the same way, and the report shows it with a filter
+(docs/module-coverage.md's table is that output).  The op table is printed the same way, and the report shows it with a filter
 (:func:`conformance.output.report.op_lines` builds its lines from :func:`op_cell`).
 """
 

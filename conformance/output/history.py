@@ -98,10 +98,14 @@ class Changes:
     new_failures: list[Change] = field(default_factory=list)
     fixes: list[Change] = field(default_factory=list)
     memory_regressions: list[Change] = field(default_factory=list)
+    #: backends this run has and the previous one had not (a plugin installed since), and the reverse
+    new_backends: list[str] = field(default_factory=list)
+    gone_backends: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.new_failures or self.fixes or self.memory_regressions)
+        return not (self.new_failures or self.fixes or self.memory_regressions or self.new_backends
+                    or self.gone_backends)
 
 
 def is_failure(status: str) -> bool:
@@ -335,6 +339,9 @@ def changes(path: Path, run_id: int | None = None, threshold: float = PEAK_REGRE
     with closing(connect(path)) as db:
         before = _statuses(db, previous.id)
         after = _statuses(db, run.id)
+    backends_before, backends_after = {b for _, b in before}, {b for _, b in after}
+    out.new_backends = sorted(backends_after - backends_before)
+    out.gone_backends = sorted(backends_before - backends_after)
     for key, (status, peak) in sorted(after.items()):
         if key not in before:
             if is_failure(status):

@@ -158,6 +158,13 @@ def record_catalog(registry: BackendRegistry) -> None:
         left_out=dict(LEFT_OUT)), sources)
 
 
+def new_backends(selected: Sequence[str], kept: Sequence[Result]) -> list[str]:
+    """The selected backends that no verdict kept from earlier runs has (a plugin installed since): none when
+    nothing is kept, as in a fresh folder every backend is new."""
+    before = {r.backend for r in kept}
+    return [name for name in selected if before and name not in before]
+
+
 @dataclass
 class RunState:
     """One session's run: checked options, what it covers, how pairs run; in ``config.stash[RUN_KEY]``."""
@@ -422,6 +429,12 @@ class ResultWriter:
         names = ", ".join(b.name for b in sel.backends)
         kept = f", {len(self.run_dir.kept)} kept from before" if self.run_dir.mode == "resume" else ""
         _echo(f"conformance: {plural(total, 'pair')} ({names}{kept}) -> {self.path}")
+        new = new_backends([b.name for b in sel.backends], self.run_dir.kept)
+        if new:
+            before = ", ".join(sorted({r.backend for r in self.run_dir.kept}))
+            _echo(f"conformance: {'backends' if len(new) > 1 else 'backend'} {', '.join(new)} not in the earlier "
+                  f"runs kept in {self.run_dir.path} ({before}): {plural(len(new) * len(sel.cases), 'pair')} "
+                  f"of {'them' if len(new) > 1 else 'it'} run now (--backend NAME chooses the backends)")
         for w in [*self.run_dir.warnings, *sel.warnings]:
             _echo(f"warning: {w}")
         where = "in a worker process that imports torch and warms up the backends first" \

@@ -158,7 +158,8 @@ def record(catalog: Catalog, sources: Iterable[str]) -> None:
     files = {f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str)
              and os.path.isabs(f)}
     catalog.stamps = {f: s for f in sorted(files) if (s := _stamp(f)) is not None}
-    catalog.dirs = _dir_times(p for p in sys.path if p and os.path.isdir(p))
+    here = os.getcwd()  # where `python -m` runs from: a run writing there is no install
+    catalog.dirs = _dir_times(p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != here)
     catalog.entry_points = _entry_points()
     target = _location(sources)
     try:
