@@ -359,7 +359,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from conformance.output.coverage import coverage, markdown, op_coverage, op_markdown, sweep_left_out
+    from conformance.output.coverage import (
+        coverage,
+        markdown,
+        op_coverage,
+        op_markdown,
+        sweep_cases,
+        sweep_left_out,
+    )
     from conformance.output.records import RecordsError, read_usable
 
     path = Path(args.dir) / "results.jsonl" if Path(args.dir).is_dir() else Path(args.dir)
@@ -372,10 +379,13 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     table, ops = coverage(loaded.results), op_coverage(loaded.results)
     if table is None and ops is None:
         raise UsageFailure(f"{args.dir}: no module or op sweep results (run with --case 'mod-*' or --case 'op-*')")
-    if table is not None:
-        print(markdown(table))  # (names escaped cell by cell)
+    if table is not None:  # a step without a verdict: not in this run (a shard's), or no such case in the sweep
+        from conformance.api.case import select_cases
+
+        print(markdown(table, {c.id for c in select_cases(["mod-*"])}))  # (names escaped cell by cell)
     if ops is not None:
         ops.left_out = sweep_left_out(ops, every=args.all_left_out)  # what this torch release's sweep leaves out
+        sweep_cases(ops)
         print(("\n" if table is not None else "") + op_markdown(ops))
     return 0
 
