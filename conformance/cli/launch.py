@@ -10,6 +10,9 @@ it: with ``-n`` the pairs run in pytest-xdist's workers (each starts its own), w
 ``--no-isolate`` in this process, and with ``--cases`` the worker must inherit the sources the
 CLI loads first.
 
+Bad input is refused before any of that (:mod:`conformance.cli.early`): a mistyped option, backend or case
+and a used ``--out`` are known without torch, and said in a second instead of after the worker's start.
+
 A Ctrl-C while all that imports (the first second or two) ends the command at once with one
 line and exit status 130: nothing is written yet, and a traceback from inside torch's imports
 (or a library that swallows the interrupt in its own) helps nobody.  So this module imports
