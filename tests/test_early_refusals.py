@@ -123,6 +123,7 @@ def test_a_catalog_its_cases_file_changed_since_is_not_trusted(workspace: tuple[
     ("mlpx*", ["mlp-s-infer"], " (did you mean 'mlp-*'?)"),
     ("nosuch-*", ["mlp-s-infer"], ""),
     ("eagr", ["eager", "inductor"], " (did you mean 'eager'?)"),
+    ("mlp-s-infr", ["mlp-s-infer", "mlp-m-infer"], " (did you mean 'mlp-s-infer'?)"),  # the closest only
 ])
 def test_a_suggestion_is_never_the_input_and_a_glob_gets_a_glob_that_matches(
         word: str, choices: list[str], expected: str) -> None:

@@ -118,7 +118,9 @@ def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
     if _WILDCARD.search(word):
         shown = _close_patterns(word, choices, limit)
     else:
-        shown = [c for c in difflib.get_close_matches(word, choices, n=limit + 1, cutoff=0.75) if c != word][:limit]
+        close = [c for c in difflib.get_close_matches(word, choices, n=limit + 1, cutoff=0.75) if c != word]
+        best = max((difflib.SequenceMatcher(None, word, c).ratio() for c in close), default=0.0)
+        shown = [c for c in close if difflib.SequenceMatcher(None, word, c).ratio() >= best - 0.05][:limit]
     if not shown:
         return ""
     return " (did you mean " + " or ".join(repr(s) for s in shown) + "?)"
