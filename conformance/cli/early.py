@@ -84,7 +84,10 @@ def _check(words: list[str]) -> None:
         check_target(out)
     except OutDirError as exc:
         raise _error(exc) from None
-    _check_names(args)
+    try:
+        _check_names(args)
+    except (OSError, RuntimeError, ValueError):  # a path the full check names better (a loop, a NUL byte)
+        pass
     mode = "overwrite" if args.overwrite else "resume" if args.resume else "refuse"
     try:
         check_unused(out, mode)
