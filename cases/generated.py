@@ -755,5 +755,5 @@ def register_generated(count: int = DEFAULT_COUNT, hypothesis_seed: int = DEFAUL
     return cases
 
 
-add_resolver(case_from_id)
+add_resolver(case_from_id, ids=ID_RE.pattern)
 register_generated(DEFAULT_COUNT, DEFAULT_SEED)

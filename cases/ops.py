@@ -47,6 +47,7 @@ import json
 import os
 import random
 import re
+import sys
 import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -666,10 +667,30 @@ def _screened(key: str, dtype: str = FLOAT32) -> Screened:
     return screen(_by_key()[key], dtype)
 
 
+#: screening more ops than this says so on stderr, and how far it got every :data:`_SAID_EVERY` ops: the whole
+#: sweep takes minutes, and a run that names ``op-*`` shows nothing else until it is done
+_SAY_FROM, _SAID_EVERY = 50, 100
+
+
 def sweep(keys: Sequence[str] | None = None, dtype: str = FLOAT32) -> list[Screened]:
     """Every op's screening in ``dtype`` (or the ops named by ``keys``), in ``op_db``'s order, screened here."""
     names = list(_by_key()) if keys is None else list(keys)
-    return [_screened(key, dtype) for key in names]
+    fresh = sum(1 for key in names if (key, dtype) not in _SCREENED_HERE)
+    out = []
+    for i, key in enumerate(names, 1):
+        out.append(_screened(key, dtype))
+        _SCREENED_HERE.add((key, dtype))
+        if fresh >= _SAY_FROM and (i == 1 or i % _SAID_EVERY == 0 or i == len(names)):
+            _say(f"screening torch's op database for the op sweep ({dtype}; once per torch release, then "
+                 f"cached under {cache_path(dtype).parent}): {i} of {len(names)} ops")
+    return out
+
+
+_SCREENED_HERE: set[tuple[str, str]] = set()
+
+
+def _say(line: str) -> None:
+    print(f"conformance: {line}", file=sys.stderr, flush=True)
 
 
 def cache_path(dtype: str = FLOAT32) -> Path:
@@ -832,7 +853,7 @@ def ci_patterns(n: int = 10) -> list[str]:
 
 if available():
     lazy_family(PREFIX, FAMILY, _load)
-    add_resolver(case_from_id)
+    add_resolver(case_from_id, ids=_ID.pattern)
 else:
     unavailable("op (expecttest)", "expecttest, which torch's op_db imports, is not installed: "
                 "pip install 'torch-conformance[ops]'")

@@ -22,11 +22,15 @@ CONFORMANCE = str(Path(sys.executable).parent / "conformance")
 
 
 def _readme_example() -> tuple[str, list[str]]:
-    """The "Add your model" section's Python file and its command, as README.md gives them."""
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Add your model", 1)[1].split("\n## ", 1)[0]
+    """The "Add your model" section's Python file and its command, as docs/usage.md gives them (README links
+    to it), the command as README's next steps give it too."""
+    section = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split("## Add your model", 1)[1]
+    section = section.split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     command = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert code and command, "README's 'Add your model' section lost its example"
+    assert code and command, "docs/usage.md's 'Add your model' section lost its example"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{command.group(1).strip()}`" in readme, "README's next steps lost the command that runs your model"
     return code.group(1), shlex.split(command.group(1).strip())
 
 

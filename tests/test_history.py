@@ -82,6 +82,23 @@ def test_changes_name_new_and_vanished_backends(db: Path) -> None:
     assert [(c.case, c.backend, c.before) for c in fourth.new_failures] == [("b", "vendor", "absent")]
 
 
+def test_changes_name_a_new_backend_and_a_vanished_one(tmp_path: Path) -> None:
+    """A plugin installed between runs adds a backend (``vendor``), an uninstalled one drops another (``ind``):
+    the comparison names both, and is not empty for it though no pair both runs had changed."""
+    path = tmp_path / "h.sqlite"
+    history.record_run(path, [res("a", "eager", "pass"), res("a", "ind", "pass")],
+                       started_at="2026-01-01T00:00:00+00:00")
+    history.record_run(path, [res("a", "eager", "pass"), res("a", "vendor", "pass")],
+                       started_at="2026-01-02T00:00:00+00:00")
+    changed = history.changes(path)
+    assert (changed.new_backends, changed.vanished_backends) == (["vendor"], ["ind"])
+    assert not changed.new_failures and not changed.fixes and not changed.empty
+    same = tmp_path / "same.sqlite"
+    for day in (1, 2):
+        history.record_run(same, [res("a", "eager", "pass")], started_at=f"2026-01-0{day}T00:00:00+00:00")
+    assert history.changes(same).new_backends == history.changes(same).vanished_backends == []
+
+
 def test_recording_the_same_results_twice_is_one_run(db: Path) -> None:
     again = history.record_run(db, RUN3)
     assert again.id == history.runs(db)[-1].id

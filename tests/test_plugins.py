@@ -16,7 +16,7 @@ from conformance.api.adapter import discover
 def test_builtin_and_example_vendor_backends_are_discovered() -> None:
     registry = discover()
     assert {"eager", "inductor"} <= set(registry.backends)
-    # installed from examples/vendor-backend by the README's install command
+    # installed from examples/vendor-backend by the README's test command
     assert "example-vendor" in registry.backends, registry.broken
     assert type(registry.backends["example-vendor"]).__module__ == "example_vendor"
 

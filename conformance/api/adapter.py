@@ -25,7 +25,7 @@ from conformance.api.verdict import Check
 from conformance.models.lifetime import LifetimeModel, Observation
 from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import CpuAllocatorProbe, MemoryProbe, MemoryTrace
-from conformance.util.text import did_you_mean
+from conformance.util.catalog import unknown_backend
 
 ENTRY_POINT_GROUP = "conformance.backends"
 CAPABILITY_NAMES = ("training", "while_loop", "custom_ops", "cuda_graphs", "dynamic_shapes")
@@ -249,10 +249,7 @@ class BackendRegistry:
             if taken is not None:
                 raise BackendError(f"--backend {name}: backend name {backend.name!r} is taken: {taken}")
             return self.add(backend, f"--backend {name}")
-        raise BackendError(
-            f"unknown backend {name!r}{did_you_mean(name, self.backends)} (known: "
-            f"{', '.join(sorted(self.backends)) or 'none'}; see 'conformance list backends')"
-        )
+        raise BackendError(unknown_backend(name, self.backends))
 
     def add(self, backend: Backend, source: str) -> Backend:
         """``backend`` under its name; the same adapter class again is the one already there.

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-from conformance.util.text import did_you_mean
+from conformance.util.catalog import could_name_lazy, unknown_case
 
 CaseKind = Literal["inference", "train_step", "loop"]
 
@@ -217,12 +217,21 @@ _RESOLVERS: list[Callable[[str], Case | None]] = []
 _LOADING: list[str] = []
 _SOURCE_OF: dict[str, str] = {}
 _RESOLVER_SOURCE: dict[int, str] = {}
+_RESOLVER_IDS: dict[int, str | None] = {}
 
 
-def add_resolver(resolver: Callable[[str], Case | None]) -> None:
-    """Let ids outside the registry resolve (a generated case's id carries its seed)."""
+def resolver_ids() -> list[str | None]:
+    """Each resolver's regular expression of the ids it takes (``None``: it declared none)."""
+    return [_RESOLVER_IDS.get(id(r)) for r in _RESOLVERS]
+
+
+def add_resolver(resolver: Callable[[str], Case | None], ids: str | None = None) -> None:
+    """Let ids outside the registry resolve (a generated case's id carries its seed).  ``ids``, a regular
+    expression of the ids it takes, lets a command refuse any other id before it loads torch
+    (:mod:`conformance.util.catalog`); without it, any plain id is left to the resolver."""
     if resolver not in _RESOLVERS:
         _RESOLVERS.append(resolver)
+        _RESOLVER_IDS[id(resolver)] = ids
         if _LOADING:
             _RESOLVER_SOURCE[id(resolver)] = _LOADING[-1]
 
@@ -348,8 +357,7 @@ def load_lazy(patterns: Iterable[str]) -> None:
     """Load the lazy families ``patterns`` could name (a pattern's literal start is a prefix's, or within it)."""
     patterns = list(patterns)
     for prefix, (family, loader) in list(LAZY.items()):
-        named = [p for p in patterns if (lit := re.split(r"[*?\[]", p, maxsplit=1)[0])
-                 and (lit.startswith(prefix) or prefix.startswith(lit))]
+        named = [p for p in patterns if could_name_lazy(p, [prefix])]
         if not named:
             continue
         try:
@@ -464,14 +472,6 @@ def families(cases: Iterable[Case]) -> dict[str, int]:
     return counts
 
 
-def _could_name(pattern: str, family: str) -> bool:
-    """Whether ``pattern`` could name a case of ``family`` (its ids start with the family's first
-    word: ``zoo-*`` for ``zoo (torchvision)``), so the family's install hint applies to it."""
-    word = re.split(r"[^A-Za-z0-9]", family, maxsplit=1)[0]
-    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-    return bool(word) and (literal.startswith(word) or word.startswith(literal))
-
-
 def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     """Cases whose id matches any glob in ``patterns`` (the default set when empty), in registry order."""
     patterns = list(patterns)
@@ -493,14 +493,6 @@ def select_cases(patterns: Iterable[str] = ()) -> list[Case]:
     chosen += resolved
     unmatched = [p for p in unmatched if p not in {c.id for c in resolved}]
     if unmatched:
-        pattern = unmatched[0]
-        counted = families(cases)
-        known = ", ".join([*(f"{family} ({n})" for family, n in counted.items()),
-                           *(f"{family} ({prefix}*)" for prefix, (family, _) in LAZY.items() if family not in counted)])
-        missing = "".join(f"; {family} not registered: {why}" for family, why in UNAVAILABLE.items()
-                          if _could_name(pattern, family))
-        missing += "".join(f"; {label} left out: {why}" for label, why in list(LEFT_OUT.items())
-                           if fnmatch.fnmatchcase(label, pattern) or fnmatch.fnmatchcase(f"{label}-x", pattern))[:600]
-        raise CaseError(f"unknown case {pattern!r}{did_you_mean(pattern, (c.id for c in cases))} "
-                        f"(families: {known}; a family's name selects it; see 'conformance list cases'){missing}")
+        raise CaseError(unknown_case(unmatched[0], [c.id for c in cases], families(cases), UNAVAILABLE, LEFT_OUT,
+                                     {family: f"{prefix}*" for prefix, (family, _) in LAZY.items()}))
     return chosen

@@ -12,6 +12,9 @@ CLI loads first.  Such a run first executes itself again with the native heap ob
 (:func:`conformance.util.native_preload.reexec_with_preload`, before any import), so that its fork
 server and workers record the native memory domain.
 
+Bad input is refused before any of that (:mod:`conformance.cli.early`): a mistyped option, backend or case
+and a used ``--out`` are known without torch, and said in a second instead of after the worker's start.
+
 A Ctrl-C while all that imports (the first second or two) ends the command at once with one
 line and exit status 130: nothing is written yet, and a traceback from inside torch's imports
 (or a library that swallows the interrupt in its own) helps nobody.  So this module imports
@@ -68,6 +71,16 @@ def _main(argv: list[str], started: float, own_process: bool = False) -> int:
         from conformance.util.native_preload import reexec_with_preload
 
         reexec_with_preload(sys.orig_argv[1:])
+    with_handler = importing()
+    try:  # bad input is refused before torch loads and the worker starts (in a second, not a minute)
+        from conformance.cli.early import refusal
+
+        said = refusal(argv)
+    finally:
+        imported(with_handler)
+    if said is not None:
+        print(said, file=sys.stderr)
+        return 2
     with_handler = importing()
     if says_progress(argv) and os.isatty(2):  # a person watching: a first line before the imports and warm-up
         os.write(2, b"conformance run: starting (importing torch, loading the backends and cases)\n")

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from conformance.checks.manifest import ManifestError
+from conformance.cli import early
+from conformance.cli.early import usage_line
 from conformance.output.outdir import OutDirError, RunDir, check_target, claim
 from conformance.run.options import (
     BY_NAME,
@@ -37,12 +39,11 @@ from conformance.run.options import (
     forward,
     path_arg,
     pytest_flag,
-    validate,
 )
 from conformance.run.stats import RunStats
 from conformance.util import phases
 from conformance.util.paths import caches_outside_tmp
-from conformance.util.text import did_you_mean, plural, printable
+from conformance.util.text import plural, printable
 from conformance.util.writes import no_room
 
 if TYPE_CHECKING:  # torch comes with these: only the commands that select cases import them
@@ -180,7 +181,7 @@ def _select(backends: list[str], cases: list[str], generated: int = 0, seed: int
     from conformance.run.runner import select
 
     try:
-        return select(backends, cases, generated, seed)
+        return select(backends, cases, generated, seed, remember=True)
     except (BackendError, CaseError, ManifestError) as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -200,13 +201,7 @@ def _shard_cases(selection: Selection, shard: str | None, durations: str | None)
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     started = phases.STARTED if phases.STARTED is not None else time.perf_counter()
-    out = Path(args.out)
-    _check_run_options(args)
-    _check_pytest_options(extra)  # a typo in an option is the first thing to hear of, not the folder
-    try:
-        check_target(out)  # said in a second: torch and the cases load next, and take seconds
-    except OutDirError as exc:
-        raise UsageFailure(str(exc)) from None
+    out = Path(args.out)  # the options, the folder and the names are checked already (early.refusal)
     with _signals_interrupt() as caught:  # from here on a Ctrl-C (or SIGTERM) ends the run cleanly, a second at once
         _validate(args.backend, args.case, build=True, generated=args.generated, seed=args.hypothesis_seed,
                   shard=args.shard, shard_durations=args.shard_durations)
@@ -237,30 +232,6 @@ def _claim(out: Path, mode: str) -> RunDir:
     try:
         return claim(out, mode)
     except OutDirError as exc:
-        raise UsageFailure(str(exc)) from None
-
-
-def _check_pytest_options(extra: list[str]) -> None:
-    """The options ``conformance run`` passes on to pytest, parsed as pytest would (without running it): one
-    neither knows is a usage error naming it, with the closest ``conformance run`` option."""
-    if not any(word.startswith("-") for word in extra):
-        return
-    from _pytest.config import _prepareconfig
-
-    try:
-        config = _prepareconfig([*extra, "-p", "no:cacheprovider"])
-    except pytest.UsageError as exc:
-        raise UsageFailure(_usage_line(exc)) from None
-    except Exception:  # anything else is pytest's to say when the run starts
-        return
-    config._ensure_unconfigure()
-
-
-def _check_run_options(args: argparse.Namespace) -> None:
-    """Every option a run could stumble on later, checked (by the option table) before anything is written or run."""
-    try:
-        validate(Values.of_namespace(args))
-    except OptionError as exc:
         raise UsageFailure(str(exc)) from None
 
 
@@ -432,35 +403,14 @@ class _OneLineUsageErrors:
         try:
             return (yield)
         except pytest.UsageError as exc:
-            raise UsageFailure(_usage_line(exc)) from None
+            raise UsageFailure(usage_line(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> Any:
         try:
             return (yield)
         except pytest.UsageError as exc:
-            raise UsageFailure(_usage_line(exc)) from None
-
-
-def _usage_line(exc: pytest.UsageError) -> str:
-    """The line of pytest's usage text that says what is wrong; an option neither ``conformance run``
-    nor pytest knows is named as a ``conformance run`` option, with the closest ones it has."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    said = next((ln.split("error: ", 1)[1] for ln in lines if "error: " in ln), lines[0] if lines else "usage error")
-    if said.startswith("unrecognized arguments:"):
-        words = said.split(":", 1)[1].split()
-        unknown = [w for w in words if w.startswith("-")] or words
-        named = "; ".join(f"{w}{did_you_mean(w.split('=')[0], _run_flags())}" for w in unknown)
-        return (f"unknown option{'s' if len(unknown) > 1 else ''} for 'conformance run': {named} (see "
-                "'conformance run --help'; options it does not know go to pytest, which does not know "
-                f"{'these' if len(unknown) > 1 else 'this one'} either)")
-    return f"pytest: {said}" if said.startswith("argument") else said
-
-
-def _run_flags() -> list[str]:
-    """Every flag ``conformance run`` takes, as its own parser spells them."""
-    run = _parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr,index]
-    return [flag for action in run._actions for flag in action.option_strings if flag.startswith("--")]
+            raise UsageFailure(usage_line(exc)) from None
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -478,7 +428,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from conformance.output.coverage import coverage, markdown, op_coverage, op_markdown, sweep_left_out
+    from conformance.output.coverage import (
+        coverage,
+        markdown,
+        op_coverage,
+        op_markdown,
+        sweep_cases,
+        sweep_left_out,
+    )
     from conformance.output.records import RecordsError, read_usable
 
     path = Path(args.dir) / "results.jsonl" if Path(args.dir).is_dir() else Path(args.dir)
@@ -491,10 +448,13 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     table, ops = coverage(loaded.results), op_coverage(loaded.results)
     if table is None and ops is None:
         raise UsageFailure(f"{args.dir}: no module or op sweep results (run with --case 'mod-*' or --case 'op-*')")
-    if table is not None:
-        print(markdown(table))  # (names escaped cell by cell)
+    if table is not None:  # a step without a verdict: not in this run (a shard's), or no such case in the sweep
+        from conformance.api.case import select_cases
+
+        print(markdown(table, {c.id for c in select_cases(["mod-*"])}))  # (names escaped cell by cell)
     if ops is not None:
         ops.left_out = sweep_left_out(ops, every=args.all_left_out)  # what this torch release's sweep leaves out
+        sweep_cases(ops)
         print(("\n" if table is not None else "") + op_markdown(ops))
     return 0
 
@@ -621,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f): the write fails (EFBIG) and is said, no core dump
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    argv = sys.argv[1:] if argv is None else argv
+    if not early.checked(argv):  # `python -m conformance.cli`, or a caller in process: the launcher's checks
+        said = early.refusal(argv)
+        if said is not None:
+            print(said, file=sys.stderr)
+            return EXIT_USAGE
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if args.command != "run" and extra:

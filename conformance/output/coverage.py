@@ -5,12 +5,13 @@ The module sweep (``mod-<Name>-infer``, ``mod-<Name>-train``: :mod:`conformance.
 asks one question per module: is the harness exact on it alone?  Read as the matrix, its
 ~270 pairs bury the answer; read as this table, each module is one line.  The report shows
 it when a run holds sweep results, and ``conformance coverage DIR`` prints it as Markdown
-(README's table is that output).  The op table is printed the same way, and the report shows it with a filter
-(:func:`conformance.output.report.op_lines` builds its lines from :func:`op_cell`).
+(docs/module-coverage.md's table is that output).  The op table is printed the same way, and the report
+shows it with a filter (:func:`conformance.output.report.op_lines` builds its lines from :func:`op_cell`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -58,19 +59,38 @@ def coverage(results: Iterable[Result]) -> Coverage | None:
     return Coverage(backends, [rows[k] for k in sorted(rows, key=str.lower)])
 
 
-def markdown(table: Coverage) -> str:
-    """The table as Markdown: a cell is ``infer / train`` verdicts (``-`` where a step is not run)."""
+#: a cell's mark for a case this run did not run, told apart from one the sweep does not have
+NOT_RUN = "not run"
+NO_SUCH = "-"
+LEGEND = (f"`{NOT_RUN}`: the sweep has this case, this run did not run it (another shard's, or not selected); "
+          f"`{NO_SUCH}`: the sweep has no such case (no training step: the op or module has no autograd, or no "
+          "such sample)")
+
+
+def _absent(case_id: str, swept: set[str] | None) -> str:
+    """The mark of a step without a result: not run here, or no such case (``-`` where the sweep is unknown)."""
+    return NOT_RUN if swept is not None and case_id in swept else NO_SUCH
+
+
+def markdown(table: Coverage, swept: set[str] | None = None) -> str:
+    """The table as Markdown: a cell is ``infer / train`` verdicts; where a step has none, ``not run`` when
+    ``swept`` (every id of the module sweep) has it, ``-`` when not; then how many modules ran of the sweep's."""
     lines = ["| module | " + " | ".join(printable(b) for b in table.backends) + " |",
              "| --- |" + " --- |" * len(table.backends)]
     for row in table.rows:
         cells = []
         for backend in table.backends:
             steps = row.cells.get(backend, {})
-            cells.append(" / ".join(str(steps[s].status) if s in steps else "-" for s in STEPS))
+            cells.append(" / ".join(str(steps[s].status) if s in steps else _absent(f"mod-{row.module}-{s}", swept)
+                                    for s in STEPS))
         lines.append(f"| `{printable(row.module)}` | " + " | ".join(cells) + " |")
     totals = ", ".join(f"{printable(b)}: {ok} of {n} modules as expected"
                        for b in table.backends for ok, n in [table.summary(b)])
-    return "\n".join([*lines, "", totals])
+    if swept is None:
+        return "\n".join([*lines, "", totals])
+    modules = {m["module"] for i in swept if (m := _CASE.match(i)) is not None}
+    return "\n".join([*lines, "", LEGEND, "", f"{len(table.rows)} of the sweep's {len(modules)} modules run.",
+                      totals])
 
 
 # --- the op sweep (op-<key>-<k>[-<dtype>]-{infer,train}: conformance.cases.ops) ---
@@ -101,6 +121,10 @@ class OpCoverage:
     #: ``(what, why)`` of the op records this torch release cannot place (another release's op, an unknown
     #: dtype, an id that is no op case's): listed, not screened
     unplaced: list[tuple[str, str]] = field(default_factory=list)
+    #: every case id of the sweep in the table's dtypes (:func:`sweep_cases`; ``None``: not known), and the
+    #: number of ops the whole sweep has per dtype (where it is known)
+    swept: frozenset[str] | None = None
+    sweep_ops: dict[str, int] = field(default_factory=dict)
 
     def counts(self, backend: str) -> dict[str, int]:
         """Pairs by verdict on ``backend``."""
@@ -174,9 +198,9 @@ def op_markdown(table: OpCoverage) -> str:
             steps = row.cells.get(backend)
             if steps is None:
                 continue
-            cells = [_md(_cell(steps[s])) if s in steps else "-" for s in STEPS]
+            cells = [_md(_cell(steps[s])) if s in steps else _op_absent(table, row, s) for s in STEPS]
             lines.append(f"| `{_md(row.op)}` | {_md(backend)} | " + " | ".join(cells) + " |")
-    lines += ["", f"{len(table.rows)} ops run."]
+    lines += ["", *([LEGEND, ""] if table.swept is not None else []), _ops_run(table)]
     for backend in table.backends:
         counts = ", ".join(f"{n} {status}" for status, n in table.counts(backend).items())
         lines.append(f"{_md(backend)}: {counts} (pairs)")
@@ -190,6 +214,46 @@ def op_markdown(table: OpCoverage) -> str:
         lines += ["", "| left out | reason |", "| --- | --- |"]
         lines += [f"| `{_md(label)}` | {_md(reason)} |" for label, reason in table.left_out]
     return "\n".join(lines)
+
+
+def _op_absent(table: OpCoverage, row: OpRow, step: str) -> str:
+    """A step without results: ``not run`` where the sweep has a case of it, ``-`` where it has none."""
+    if table.swept is None:
+        return NO_SUCH
+    return NOT_RUN if (row.key, row.dtype, step) in _op_steps(table.swept) else NO_SUCH
+
+
+@functools.cache
+def _op_steps(swept: frozenset[str]) -> set[tuple[str, str, str]]:
+    """(op key, dtype, step) of every op case id in ``swept``."""
+    return {(m["op"], m["dtype"] or "float32", m["step"]) for i in swept if (m := _OP_CASE.match(i)) is not None}
+
+
+def _ops_run(table: OpCoverage) -> str:
+    """How many ops the run covered, of the whole sweep's where it is known (a shard's share of it)."""
+    parts = []
+    for dtype in dict.fromkeys(row.dtype for row in table.rows):
+        ran = len({row.key for row in table.rows if row.dtype == dtype})
+        whole = table.sweep_ops.get(dtype)
+        named = "" if dtype == "float32" else f" {dtype}"
+        parts.append(f"{ran} of the {whole} ops of the {dtype} sweep" if whole is not None else f"{ran}{named} ops")
+    return f"{'; '.join(parts)} run."
+
+
+def sweep_cases(table: OpCoverage) -> None:
+    """Fill ``table.swept`` and ``table.sweep_ops`` from this torch release's screening (cached where a run here
+    made it; a dtype whose whole sweep no run here screened is counted over the run's ops only)."""
+    from conformance.cases import ops as op_sweep
+
+    swept: set[str] = set()
+    for dtype in dict.fromkeys(row.dtype for row in table.rows):
+        run = sorted({row.key for row in table.rows if row.dtype == dtype})
+        whole = dtype == "float32" or op_sweep.cache_path(dtype).is_file()
+        screened = op_sweep.whole_sweep(dtype) if whole else op_sweep.sweep(run, dtype)
+        swept |= {case.id for s in screened for case in s.cases}
+        if whole:
+            table.sweep_ops[dtype] = sum(1 for s in screened if s.cases)
+    table.swept = frozenset(swept)
 
 
 def sweep_left_out(table: OpCoverage, every: bool = False) -> list[tuple[str, str]]:

@@ -25,11 +25,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from conformance.api.result import Result, append_result
-from conformance.output.records import RecordsError, read_records
 from conformance.util.paths import EXISTING_MODES, symlink_loop
 from conformance.util.writes import DiskFull, write_bytes_whole, write_whole
+
+if TYPE_CHECKING:  # the results schema (jsonschema) loads only where results are read: refusals answer at once
+    from conformance.api.result import Result
 
 RESULTS = "results.jsonl"
 JUNIT = "junit.xml"
@@ -81,6 +83,8 @@ class RunDir:
 
     def append(self, result: Result) -> None:
         """One verdict onto the staged results, whole or not at all (``DiskFull``: the file as it was)."""
+        from conformance.api.result import append_result
+
         append_result(self.staged_results, result)
         self.appended += 1
 
@@ -311,14 +315,21 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
+def check_unused(path: Path, mode: str) -> None:
+    """Fail with one line if a run in ``mode`` may not use ``path`` as it stands (a folder that holds an
+    earlier run's files, unless told what to do with them): the refusal :func:`claim` makes, said without
+    claiming, so a command can say it before it loads anything."""
+    for name in (RESULTS, JUNIT, RESULTS + PARTIAL, JUNIT + PARTIAL):
+        if (path / name).is_dir():
+            raise OutDirError(f"--out {path}: {path / name} is a directory; remove it or choose another --out")
+    contents = sorted(p.name for p in path.iterdir() if p.name != LOCK) if path.is_dir() else []
+    if contents and mode == "refuse":
+        raise OutDirError(_refusal(path, contents))
+
+
 def _prepare(run_dir: RunDir) -> None:
     """Apply the mode to what the directory holds, then start a fresh staged results file."""
-    for target in (run_dir.results, run_dir.junit, run_dir.staged_results, run_dir.staged_junit):
-        if target.is_dir():
-            raise OutDirError(f"--out {run_dir.path}: {target} is a directory; remove it or choose another --out")
-    contents = sorted(p.name for p in run_dir.path.iterdir() if p.name != LOCK)
-    if contents and run_dir.mode == "refuse":
-        raise OutDirError(_refusal(run_dir, contents))
+    check_unused(run_dir.path, run_dir.mode)
     kept_lines = _resume(run_dir) if run_dir.mode == "resume" else []
     try:  # beside it first: a killed run's .partial, read above, stays whole until this one is
         write_bytes_whole(run_dir.staged_results, b"".join(line + b"\n" for line in kept_lines))
@@ -327,13 +338,13 @@ def _prepare(run_dir: RunDir) -> None:
         raise OutDirError(f"--out {run_dir.path}: cannot write {run_dir.staged_results.name}: {exc.strerror}") from None
 
 
-def _refusal(run_dir: RunDir, contents: list[str]) -> str:
+def _refusal(path: Path, contents: list[str]) -> str:
     if RESULTS in contents or RESULTS + PARTIAL in contents:
-        return (f"--out {run_dir.path} already holds results; to keep them, give this run its own "
-                f"directory (--out {_sibling(run_dir.path)}); --overwrite replaces them, --resume runs only "
+        return (f"--out {path} already holds results; to keep them, give this run its own "
+                f"directory (--out {_sibling(path)}); --overwrite replaces them, --resume runs only "
                 f"the pairs they lack")
     shown = ", ".join(contents[:3]) + (", ..." if len(contents) > 3 else "")
-    return f"--out {run_dir.path} is not empty ({shown}); choose a new directory or pass --overwrite"
+    return f"--out {path} is not empty ({shown}); choose a new directory or pass --overwrite"
 
 
 def _sibling(path: Path) -> str:
@@ -352,6 +363,8 @@ def _resume(run_dir: RunDir) -> list[bytes]:
     release reads (a newer ``schema_version``, another tool's): set apart, never deleted, and named in a
     warning that says where it is kept.  Only a truncated last line (a killed writer's) is left out.
     """
+    from conformance.output.records import RecordsError, read_records
+
     seen: set[tuple[str, str]] = set()
     lines: list[bytes] = []
     for source in (run_dir.results, run_dir.staged_results):
@@ -416,6 +429,8 @@ def name_junit_classes(junit: Path, results: Path) -> None:
         tree = ET.parse(junit)
     except (ET.ParseError, OSError):
         return
+    from conformance.output.records import RecordsError, read_records
+
     families: dict[tuple[str, str], str] = {}
     with contextlib.suppress(RecordsError, OSError):
         families = {(r.case, r.backend): r.family for r in read_records(results).results}

@@ -42,10 +42,15 @@ from conformance.api.adapter import Backend, BackendError, BackendRegistry, disc
 from conformance.api.case import (
     BROKEN_PLUGINS,
     LAZY,
+    LEFT_OUT,
+    SOURCES_ENV,
+    UNAVAILABLE,
     Case,
     CaseError,
     all_cases,
+    families,
     load_source,
+    resolver_ids,
     select_cases,
 )
 from conformance.api.result import Result
@@ -97,15 +102,19 @@ class Selection:
                 for b in self.backends for c in self.cases]
 
 
-def select(backend_names: list[str], case_globs: list[str], generated: int = 0, hypothesis_seed: int = 0) -> Selection:
+def select(backend_names: list[str], case_globs: list[str], generated: int = 0, hypothesis_seed: int = 0,
+           remember: bool = False) -> Selection:
     """Resolve backends, cases and manifests; raises BackendError, CaseError or ManifestError.
 
-    ``generated`` widens the default generated set by that many cases drawn from ``hypothesis_seed``."""
+    ``generated`` widens the default generated set by that many cases drawn from ``hypothesis_seed``.
+    ``remember``: record the names for the next command's early refusals (:func:`record_catalog`) first."""
+    registry = discover()
+    if remember:
+        record_catalog(registry)
     if generated:
         from conformance.cases.generated import register_generated
 
         register_generated(generated, hypothesis_seed)
-    registry = discover()
     specs: dict[str, str] = {}
     if backend_names:
         backends = []
@@ -134,6 +143,28 @@ def select(backend_names: list[str], case_globs: list[str], generated: int = 0, 
                     continue  # a lazy family's case (the op sweep): not registered in a run that names none
                 warnings.append(f"manifest {m.path}: entry {e.case!r} ({e.status}) matches no case: stale")
     return Selection(backends, cases, manifests, registry, warnings, specs)
+
+
+def record_catalog(registry: BackendRegistry) -> None:
+    """The backend names and case ids loaded here, recorded so that a later command can refuse a name outside
+    them before it imports torch (:mod:`conformance.util.catalog`); a lazy family's ids are left to loading."""
+    from conformance.util import catalog
+
+    lazy_families = {family for family, _ in LAZY.values()}
+    cases = [c for c in all_cases() if c.family not in lazy_families]
+    sources = [s for s in os.environ.get(SOURCES_ENV, "").split(os.pathsep) if s]
+    catalog.record(catalog.Catalog(
+        backends=sorted(registry.backends), broken=sorted(registry.broken), ids=[c.id for c in cases],
+        resolvers=resolver_ids(), lazy=list(LAZY), families=families(cases), unavailable=dict(UNAVAILABLE),
+        left_out=dict(LEFT_OUT), lazy_families={family: f"{prefix}*" for prefix, (family, _) in LAZY.items()}),
+        sources)
+
+
+def new_backends(selected: Sequence[str], kept: Sequence[Result]) -> list[str]:
+    """The selected backends that no verdict kept from earlier runs has (a plugin installed since): none when
+    nothing is kept, as in a fresh folder every backend is new."""
+    before = {r.backend for r in kept}
+    return [name for name in selected if before and name not in before]
 
 
 @dataclass
@@ -402,6 +433,12 @@ class ResultWriter:
         names = ", ".join(b.name for b in sel.backends)
         kept = f", {len(self.run_dir.kept)} kept from before" if self.run_dir.mode == "resume" else ""
         _echo(f"conformance: {plural(total, 'pair')} ({names}{kept}) -> {self.path}")
+        new = new_backends([b.name for b in sel.backends], self.run_dir.kept)
+        if new:
+            before = ", ".join(sorted({r.backend for r in self.run_dir.kept}))
+            _echo(f"conformance: {'backends' if len(new) > 1 else 'backend'} {', '.join(new)} not in the earlier "
+                  f"runs kept in {self.run_dir.path} ({before}): {plural(len(new) * len(sel.cases), 'pair')} "
+                  f"of {'them' if len(new) > 1 else 'it'} run now (--backend NAME chooses the backends)")
         for w in [*self.run_dir.warnings, *sel.warnings]:
             _echo(f"warning: {w}")
         where = "in a worker process that imports torch and warms up the backends first" \

@@ -1,5 +1,5 @@
 """One line for each name a verdict quotes: the models a step is held to and the memory domains it
-is measured in.  README, the report (a hover and a legend) and ``results-schema.md`` say the same
+is measured in.  docs/usage.md, the report (a hover and a legend) and ``results-schema.md`` say the same
 words, so ``user-kernels`` or ``combined`` is explained wherever a reader meets it."""
 
 from __future__ import annotations

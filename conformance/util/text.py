@@ -108,20 +108,68 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
-    """``" (did you mean 'x'?)"`` for the choices closest to a mistyped ``word``, or ``""``.
+    """``" (did you mean 'x'?)"`` for the choices closest to a mistyped ``word``, or ``""``; never ``word`` itself.
 
-    A glob is compared by its literal part (``mlp-x-*`` as ``mlp-x-``) against the choices' prefixes
-    of the same length, so a typo in a case family still finds the family."""
+    A glob (``mlp-*-infr``) gets globs back: the same pattern, its wildcards kept and its literal words
+    corrected from the choices (``mlp-*-infer``), each one matching at least one choice."""
     import difflib
 
     choices = list(dict.fromkeys(choices))
-    literal = re.split(r"[*?\[]", word, maxsplit=1)[0]
-    if literal != word and literal:
-        prefixes = {c[: len(literal)]: c for c in choices}
-        close = difflib.get_close_matches(literal, list(prefixes), n=limit, cutoff=0.75)
-        shown = [p + word[len(literal):] for p in close]
+    if _WILDCARD.search(word):
+        shown = _close_patterns(word, choices, limit)
     else:
-        shown = difflib.get_close_matches(word, choices, n=limit, cutoff=0.75)
+        close = [c for c in difflib.get_close_matches(word, choices, n=limit + 1, cutoff=0.75) if c != word]
+        best = max((difflib.SequenceMatcher(None, word, c).ratio() for c in close), default=0.0)
+        shown = [c for c in close if difflib.SequenceMatcher(None, word, c).ratio() >= best - 0.05][:limit]
     if not shown:
         return ""
     return " (did you mean " + " or ".join(repr(s) for s in shown) + "?)"
+
+
+_WILDCARD = re.compile(r"[*?\[]")
+#: what separates the words of an id (``mlp-s-infer``): a glob is corrected word by word
+_WORD_SEP = "-"
+
+
+def _close_patterns(pattern: str, choices: list[str], limit: int) -> list[str]:
+    """Globs shaped like ``pattern`` that match some choice, closest to it first."""
+    import difflib
+    import fnmatch
+
+    candidates: dict[str, None] = {}
+    for choice in choices:
+        fitted = _fit(pattern.split(_WORD_SEP), choice.split(_WORD_SEP))
+        if fitted is not None:
+            candidates[_WORD_SEP.join(fitted)] = None
+    candidates.pop(pattern, None)  # it matches nothing: it is what was mistyped
+    literal = _WILDCARD.split(pattern, maxsplit=1)[0]
+    if not candidates and literal:  # a typo inside one word (``mlpx*``): the literal start against the choices'
+        for choice in choices:
+            candidates[choice[: len(literal)] + pattern[len(literal):]] = None
+    scored = [(difflib.SequenceMatcher(None, pattern, c).ratio(), c) for c in candidates
+              if c != pattern and any(fnmatch.fnmatchcase(choice, c) for choice in choices)]
+    best = max((score for score, _ in scored), default=0.0)
+    scored = [sc for sc in scored if sc[0] >= max(0.75, best - 0.05)]  # the closest, and those as close
+    scored.sort(key=lambda sc: -sc[0])  # stable: ties keep the choices' order
+    return [c for _, c in scored[:limit]]
+
+
+def _fit(words: list[str], target: list[str]) -> list[str] | None:
+    """``words`` (a glob's, split at ``-``) laid over ``target``'s: a word with a wildcard kept where it
+    matches one or more of target's words, a literal word replaced by target's word at its place."""
+    import fnmatch
+
+    if not words:
+        return [] if not target else None
+    if not target:
+        return None
+    head, rest = words[0], words[1:]
+    if _WILDCARD.search(head):
+        for k in range(1, len(target) - len(rest) + 1):
+            if fnmatch.fnmatchcase(_WORD_SEP.join(target[:k]), head):
+                tail = _fit(rest, target[k:])
+                if tail is not None:
+                    return [head, *tail]
+        return None
+    tail = _fit(rest, target[1:])
+    return None if tail is None else [target[0], *tail]
