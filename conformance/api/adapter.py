@@ -185,8 +185,8 @@ class Backend(ABC):
     #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
     cost_weight: ClassVar[float] = 1.0
     #: The backend's manifest of expected non-passes (a TOML file); ``None``: the built-in manifest
-    #: ``backends/manifests/<name>.toml`` where there is one.
-    manifest_path: ClassVar[str | None] = None
+    #: ``backends/manifests/<name>.toml`` where there is one.  A ``str`` or a ``Path``.
+    manifest_path: ClassVar[str | os.PathLike[str] | None] = None
     #: Modules a run's fork server imports before it forks isolation workers (the compiler's Python packages,
     #: ``torch._dynamo`` for a ``torch.compile`` backend): a worker that replaces a crashed one then starts with
     #: them imported.  Imports only: a module here must start no thread and touch no device at import.

@@ -58,7 +58,7 @@ from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.run.rerun import rerun_command
 from conformance.util.phases import PhaseClock
-from conformance.util.text import clip, code_roots, traceback_tail
+from conformance.util.text import clip, code_roots, traceback_tail, without_escapes
 
 
 def repro_command(case: Case, backend: str, steps: int | None = None) -> str:
@@ -876,9 +876,9 @@ def stage_of(exc: BaseException) -> str:
 
 def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> Result:
     result.status = status
-    result.reason = reason
+    result.reason = without_escapes(reason)  # a vendor's coloured message: its words, not its terminal codes
     if detail:
-        result.notes.append(traceback_tail(detail, 4000, code_roots()))
+        result.notes.append(traceback_tail(without_escapes(detail), 4000, code_roots()))
     return result
 
 
@@ -890,7 +890,7 @@ def _is_compile_error(exc: BaseException) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = [ln.strip() for ln in without_escapes(str(exc)).strip().splitlines() if ln.strip()]
     first = text[0] if text else ""
     if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
         first = f"{first} {text[1]}"
