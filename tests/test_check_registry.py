@@ -32,7 +32,7 @@ from conformance.output.records import check_record, schema
 from conformance.run.engine import RunOptions, run_case
 from conformance.run.repro import standalone_checks
 
-BUILTIN = ["parity", "residual", "program", "peak", "loop-scaling", "backward-inputs", "pool", "baseline"]
+BUILTIN = ["parity", "outputs", "residual", "program", "peak", "loop-scaling", "backward-inputs", "pool", "baseline"]
 NAME = CheckName("throwaway")
 SEEN: list[Judging] = []
 

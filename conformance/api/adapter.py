@@ -48,6 +48,10 @@ class Capabilities:
     #: the dtypes (torch names) whose cases it claims to run right: a case requiring ``dtype:<name>`` (the op
     #: sweep's cases in another dtype than float32) runs only where ``<name>`` is claimed
     dtypes: tuple[str, ...] = ("float32",)
+    #: its documented contract ends an output's life at the next call (CUDA graph trees once the caller says a
+    #: new step begins): torch refuses to read such an output, which keeps the contract; a value a later call
+    #: changes silently fails the ``outputs`` check on every backend (:mod:`conformance.checks.outputs`)
+    outputs_overwritten_by_next_call: bool = False
 
     def has(self, requirement: str) -> bool:
         """Whether a case's requirement is met: a boolean capability, or ``dtype:<name>`` with ``<name>`` claimed."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check
 from conformance.checks.judge import ProbedStep
+from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 
 
@@ -36,6 +37,8 @@ class Judging:
     memory: Callable[[], MemoryFigures] = MemoryFigures
     #: the adapter's own contract (``CompiledStep.contract_check``; its hook runs on the first call)
     adapter_check: Callable[[], Check | tuple[str, str] | None] = lambda: None
+    #: the unprobed calls' outputs, kept as a user keeps them and compared after every later call
+    kept_outputs: KeptOutputs | None = None
 
     @property
     def program_held(self) -> bool:

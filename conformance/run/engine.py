@@ -42,6 +42,7 @@ from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.judge import ProbedStep
 from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
+from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
 from conformance.checks.state import CallReference, after_call, judge_call, make_references, state_of
@@ -158,6 +159,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     # probes' windows and torch's allocators, checked against references making the same calls
     with harness_stage("call 0: the step's results"):
         results = snapshot(first)
+    # call 0's and call 1's outputs are kept, as a user keeps them, and compared after every later call
+    kept = KeptOutputs(backend.capabilities.outputs_overwritten_by_next_call)
+    kept.keep(0, first, results, state_of(workload))
     del first
     try:
         states = {0: _end_call(compiled, workload, results, calls)}
@@ -179,9 +183,11 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
             results = snapshot(out)
+            kept.keep(1, out, results, state_of(workload))
             del out
             calls.end()
             states[1] = _end_call(compiled, workload, results, calls)
+            kept.check(1)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
     try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
@@ -216,10 +222,12 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 calls.settled(call)
                 traces.append((call, domain_traces))
                 states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
+                kept.check(call)  # outside the windows: the kept outputs were allocated before them
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
+        kept.release()
     parity, references = _parity(case, states, options, digest, clock)
     # the parameters and buffers each call found (the copies the previous one left): a step whose graph
     # depends on its values is modelled on the values each call ran with
@@ -238,7 +246,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"), harness_stage("judge"):
-            judged = _judge(backend, compiled, result, steps, source, traces, parity)
+            judged = _judge(backend, compiled, result, steps, source, traces, parity, kept)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
@@ -394,7 +402,8 @@ def _freeze_survivors() -> None:
 
 
 def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
-           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport]) -> Result:
+           source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport],
+           kept: KeptOutputs | None = None) -> Result:
     result.notes.extend(boundary.notes(compiled.notes()))
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
@@ -424,7 +433,7 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
         return extras[0]
 
     judging = Judging(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source, parity,
-                      exact_domain, held_by, memory, contract)
+                      exact_domain, held_by, memory, contract, kept)
     checks: list[Check] = []
     for spec in registered_checks():  # in precedence order: the checks that need the hooks come after peak
         check = spec.judge(judging) if spec.judge is not None else None
