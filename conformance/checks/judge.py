@@ -130,6 +130,18 @@ def _unnamed(figures: dict[str, Any]) -> str:
     return f" ({rest} B of the excess not named)" if rest > 0 else f" (offset by {-rest} B the model holds)"
 
 
+def loop_predicate_bytes(model: LifetimeModel) -> int:
+    """The most bytes of ``while_loop`` predicates one schedule can hold at once: per loop (its condition's
+    storages share the loop's label), its largest predicate; nested loops' added (the outer's is held while the
+    inner runs).  The evidence of the dense kernel's held predicate (:mod:`conformance.checks.mechanism`)."""
+    per_loop: dict[str, int] = {}
+    for s in model.storages:
+        if s.loop_predicate:
+            loop = s.producer.rsplit(".cond", 1)[0]
+            per_loop[loop] = max(per_loop.get(loop, 0), s.nbytes)
+    return sum(per_loop.values())
+
+
 def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str,
                program_held: bool = False, held_by: dict[int, list[str]] | None = None) -> Check:
     """Exact backends (eager) equal the model byte for byte; others stay at or under it (plus any slack).
@@ -159,6 +171,9 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
                                "contract": "equal" if exact else f"<= model + {slack}", "call": worst.call}
     if trace is not worst.trace:
         figures["op_transient_peak_bytes"] = worst.trace.peak_bytes - measured
+    predicates = loop_predicate_bytes(worst.model)
+    if predicates:
+        figures["loop_predicate_bytes"] = predicates
     if any(s.shape for s in steps):
         figures["model_peak_per_step"] = [s.model.peak_bytes for s in steps]
         figures["shape_per_step"] = [s.shape for s in steps]
