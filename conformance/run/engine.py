@@ -172,6 +172,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
 
     last_call = 1 + options.steps
     traces: list[tuple[int, list[MemoryTrace]]] = []
+    outputs_held: dict[int, int] = {}  # per probed call, the bytes of its dropped outputs something else still held
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
@@ -209,7 +210,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 calls.see(call, workload.inputs)
                 if digest is not None:
                     digest.add(f"call {call}", workload.inputs)
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer)
+                owned = _storages_of(state_of(workload))  # the step's state: an output sharing it is not dropped
+                held: list[int] = []
+                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
+                                                  held, owned)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run; its
@@ -217,10 +221,12 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                     # step's included, is put back as the first run left it, outside the window)
                     calls.compiled(call, domain_traces)
                     left = after_call(workload)
-                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer)
+                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
+                                                   held, owned)
                     _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
+                outputs_held[call] = held[-1]
                 states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
                 kept.check(call)  # outside the windows: the kept outputs were allocated before them
     except Exception as exc:
@@ -240,7 +246,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         with clock.phase("model"):
             models.changing = calls.changing
             steps, source = _probed_steps(compiled, models, traces, result, calls,
-                                          backend.capabilities.exact_memory)
+                                          backend.capabilities.exact_memory, outputs_held)
         with harness_stage("model: shapes"):
             shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
@@ -574,7 +580,7 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 def _probed_steps(
     compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    calls: shapes.Calls, exact: bool = False,
+    calls: shapes.Calls, exact: bool = False, outputs_held: dict[int, int] | None = None,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
@@ -620,7 +626,7 @@ def _probed_steps(
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,
-                                low))
+                                low, (outputs_held or {}).get(call, 0)))
     return steps, source
 
 
@@ -776,6 +782,8 @@ def probed_step(
     make_probe: Callable[[], MemoryProbe] = CpuAllocatorProbe,
     keep_results: bool = False,
     optimizer: Callable[[], None] | None = None,
+    held: list[int] | None = None,
+    owned: frozenset[int] = frozenset(),
 ) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
     """One step inside the probes' window; outputs are dropped inside it, grads kept; then, with
     ``optimizer``, the optimizer's step and ``zero_grad(set_to_none=True)`` inside it too.
@@ -783,7 +791,8 @@ def probed_step(
     Returns the backend's main probe's trace (the torch CPU allocator unless the backend
     says otherwise), then one trace per extra domain the step declares; and, with
     ``keep_results``, copies of the step's results (gradients included) made outside torch's
-    allocators before the optimizer runs."""
+    allocators before the optimizer runs.  ``held``: the bytes of the outputs it dropped whose storages are still
+    alive when the window closes are appended (outputs sharing a storage in ``owned``, the step's state, aside)."""
     clear_grads(model)
     compiled.prepare_call()
     gc.collect()
@@ -797,11 +806,44 @@ def probed_step(
         out: StepOutput | None = compiled.run()
         if keep_results and out is not None:
             kept = snapshot(out)
+        dropped = _dropped_outputs(out, owned) if held is not None else []
         del out
         if optimizer is not None:
             optimizer()
+    if held is not None:
+        held.append(sum(nbytes for weak, nbytes in dropped if not weak.expired()))
     main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
     return [main, *(extra.trace for extra in extras)], kept
+
+
+def _storages_of(named: dict[str, torch.Tensor]) -> frozenset[int]:
+    ptrs = set()
+    for t in named.values():
+        try:
+            ptrs.add(t.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            continue
+    return frozenset(ptrs - {0})
+
+
+def _dropped_outputs(out: StepOutput | None, owned: frozenset[int]) -> list[tuple[Any, int]]:
+    """Weak references to the storages of the outputs the caller is about to drop, with their bytes (one per
+    storage; those of the step's state, ``owned``, aside): one still alive when the window closes is held by
+    something else, in any memory domain."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    found: dict[int, tuple[Any, int]] = {}
+    for t in (out.outputs if out is not None else []):
+        if not isinstance(t, torch.Tensor):
+            continue
+        try:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (autograd's zero tensor)
+            continue
+        if ptr and ptr not in owned and ptr not in found:
+            found[ptr] = (StorageWeakRef(storage), storage.nbytes())
+    return list(found.values())
 
 
 def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
