@@ -83,3 +83,34 @@ def test_bits_decide_not_values() -> None:
     values[1] = -0.0
     kept.check(2)
     assert [(o.by_call, o.changed_elements) for o in kept.overwritten] == [(2, 1)]
+
+
+class _Refused(torch.Tensor):
+    """An output torch refuses to read once a later call overwrote it, as CUDA graph trees do after
+    ``cudagraph_mark_step_begin`` (``_set_storage_access_error_msg``, a CUDA build's; this CPU build has none)."""
+
+    overwritten = False
+
+    def numpy(self, *args: object, **kwargs: object):  # type: ignore[override]
+        if _Refused.overwritten:
+            raise RuntimeError("Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+                               "subsequent run.")
+        return super().numpy(*args, **kwargs)
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_refused_read_keeps_the_contract_only_where_the_backend_declares_it(declared: bool) -> None:
+    _Refused.overwritten = False
+    value = torch.arange(4.0).as_subclass(_Refused)
+    kept = KeptOutputs(refused_is_kept=declared)
+    out = StepOutput([value])
+    kept.keep(0, out, host_copies(out.named()), {})
+    _Refused.overwritten = True
+    try:
+        kept.check(1)
+    finally:
+        _Refused.overwritten = False
+    check = outputs_check(kept)
+    assert check is not None and check.failed is not declared
+    said = kept.refused if declared else kept.overwritten
+    assert [(o.call, o.by_call) for o in said] == [(0, 1)] and said[0].how.startswith("unreadable: RuntimeError")
