@@ -206,10 +206,14 @@ def _registrations() -> frozenset[str]:
     and the shared libraries ``torch.ops.load_library`` loaded, less what torch's own code registered on first
     use: none of it can be taken back by anyone but its owner."""
     library = sys.modules.get("torch.library")
-    made = {*getattr(library, "_defs", ()), *getattr(library, "_impls", ())}
-    foreign = {f"{r} by {_OWNERS.get(r, '?')}" for r in made if not _torch_owned(_OWNERS.get(r, "?"))}
-    loaded = {f"library {path}" for path in getattr(torch.ops, "loaded_libraries", ())}
-    return frozenset(foreign | loaded)
+    made = set(getattr(library, "_defs", ())) | set(getattr(library, "_impls", ()))
+    return frozenset(made | {f"library {path}" for path in getattr(torch.ops, "loaded_libraries", ())})
+
+
+def _registered(before: frozenset[str], after: frozenset[str]) -> list[str]:
+    """What was registered between two snapshots, less what torch's own code registered (by its owner)."""
+    made = [r for r in after - before if not _torch_owned(_OWNERS.get(r, "?"))]
+    return sorted(r if r.startswith("library ") else f"{r} by {_OWNERS.get(r, '?')}" for r in made)
 
 
 def _torch_owned(module: str) -> bool:
@@ -270,7 +274,7 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
         changes.append(Change("sys.path", _path_delta(before.sys_path, after.sys_path), "changed"))
     changes.extend(_table_changes(before.tables, after.tables))
     changes.extend(Change(f"{REGISTERED} {what}", _MISSING, "registered")
-                   for what in sorted(after.registrations - before.registrations))
+                   for what in _registered(before.registrations, after.registrations))
     return changes
 
 
@@ -286,9 +290,12 @@ def _table_changes(before: dict[str, dict[Any, Any]], after: dict[str, dict[Any,
     changes = []
     for name, old in before.items():
         new = after.get(name, {})
-        for op in sorted(old.keys() | new.keys(), key=str):
+        if len(old) == len(new) and all(a is c and b is d for (a, b), (c, d) in zip(old.items(), new.items())):
+            continue  # the same entries in the same order (the usual pair): no op hashed
+        changed = [op for op in old.keys() | new.keys() if old.get(op, _MISSING) is not new.get(op, _MISSING)]
+        for op in sorted(changed, key=str):  # only the changed ones named (an op's str costs)
             was, now = old.get(op, _MISSING), new.get(op, _MISSING)
-            if was is now or (was is _MISSING and _torch_own(now)):
+            if was is _MISSING and _torch_own(now):
                 continue
             changes.append(Change(f"{name}[{op}]", _named(was), _named(now)))
     return changes
