@@ -339,7 +339,8 @@ POOL_FAILURE = {"single_pool": Status.FAIL_PEAK, "replay_stable": Status.FAIL_RE
 
 class CudaGraphBackend(Backend):
     name = "cudagraph"
-    capabilities = Capabilities(cuda_graphs=True, devices=("cuda",), memory_domains=(DOMAIN,))
+    capabilities = Capabilities(cuda_graphs=True, devices=("cuda",), memory_domains=(DOMAIN,),
+                                outputs_overwritten_by_next_call=True)  # run() marks each step begun
     cost_weight = 10.0  # inductor compiles, plus the pool cases' calibration trees
 
     def unavailable_reason(self) -> str | None:

@@ -11,8 +11,10 @@ import os
 import tempfile
 
 import torch
+from example_vendor import ExampleVendorBackend, _vendor_compiler
 
 from conformance.api.adapter import CompiledStep
+from conformance.api.aot import AotRecorder, AotStep
 from conformance.api.case import Case, Workload
 from conformance.backends.eager import EagerBackend
 
@@ -76,3 +78,62 @@ class InferenceModeBackend(EagerBackend):
 
 
 _NEVER_EXITED: list[object] = []
+
+
+def _wrong_convolution_backward(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
+                                *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A ``convolution_backward`` decomposition giving gradients of the wrong shape (the weight's gradient is the
+    input's shape), as the one ``import openvino.torch`` registers gets one wrong."""
+    return torch.zeros_like(input), torch.zeros_like(input), grad_output.sum(dim=(0, 2, 3))
+
+
+class ConvDecompositionBackend(EagerBackend):
+    """Registers its own (wrong) ``aten.convolution_backward`` decomposition in torch's global table at compile
+    time, as ``import openvino.torch`` does, and never takes it back; its own pairs run eagerly (eager's trace
+    decomposes nothing), so only whoever asks torch for decompositions afterwards gets it."""
+
+    name = "leaky-conv-decomposition"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        from torch._decomp import register_decomposition
+
+        register_decomposition(torch.ops.aten.convolution_backward.default)(_wrong_convolution_backward)
+        return super().compile(case, workload)
+
+
+class DecomposingVendorBackend(ExampleVendorBackend):
+    """The example vendor, asking torch for a decomposition of ``convolution_backward`` (a backend with no kernel
+    of its own for it would): torch has none, so alone it runs the op as the example vendor does."""
+
+    name = "decomposing-vendor"
+    manifest_path = None
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        from torch._decomp import get_decompositions
+
+        step = _DecomposingStep(case, workload,
+                                get_decompositions([torch.ops.aten.convolution_backward.default]))
+        return step
+
+
+class _DecomposingStep(AotStep):
+    model_options = {"kernel_transients": True}
+
+    def __init__(self, case: Case, workload: Workload, decompositions: dict[object, object]) -> None:
+        self.recorder = AotRecorder()
+        super().__init__(case, workload, self.recorder.backend(_vendor_compiler, decompositions=decompositions))
+
+
+class OpRegisteringBackend(EagerBackend):
+    """Defines an operator and a CPU kernel through ``torch.library`` at compile time: the dispatcher keeps them
+    for the process, and no one but the library object can take them back."""
+
+    name = "leaky-op-registration"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        if not hasattr(torch.ops.leaky_vendor, "twice"):
+            library = torch.library.Library("leaky_vendor", "DEF")
+            library.define("twice(Tensor x) -> Tensor")
+            library.impl("twice", lambda x: x * 2, "CPU")
+            _NEVER_EXITED.append(library)
+        return super().compile(case, workload)

@@ -94,3 +94,28 @@ class LossLogBackend(EagerBackend):
 
     def compile(self, case: Case, workload: Workload) -> CompiledStep:
         return _LossLogStep(case, workload, None)
+
+
+class _SharedOutputStep(EagerStep):
+    """Writes every call's results into tensors it owns and returns those, one buffer per output for every call
+    (OpenVINO's ``share_outputs=True``): the output a caller kept from one call becomes the next call's."""
+
+    def __init__(self, case: Case, workload: Workload) -> None:
+        self.buffers: list[torch.Tensor] = []
+        super().__init__(case, workload, None)
+
+    def run(self) -> StepOutput:
+        out = super().run()
+        with torch.no_grad():
+            if not self.buffers:
+                self.buffers = [torch.empty_like(t) for t in out.outputs]
+            for buffer, value in zip(self.buffers, out.outputs):
+                buffer.copy_(value)
+        return StepOutput(list(self.buffers), out.retained)
+
+
+class SharedOutputBackend(EagerBackend):
+    name = "planted-shared-output"
+
+    def compile(self, case: Case, workload: Workload) -> CompiledStep:
+        return _SharedOutputStep(case, workload)

@@ -190,3 +190,24 @@ class RuntimeScratchBackend(IreeBoxedBackend):
 
     name = "planted-iree-runtime-scratch"
     compile_graph: ClassVar[CompileFn] = staticmethod(scratch_compile)
+
+
+class HoldsPreviousOutputsBackend(IreeBoxedBackend):
+    """Keeps each call's outputs until its next call replaces them (a runtime caching its last results): the
+    caller's dropped outputs stay allocated in IREE memory after every step.  The HAL's statistics alone cannot
+    show it: each step frees the previous step's outputs as it keeps its own, so its live bytes end where they
+    started."""
+
+    name = "planted-iree-holds-previous-outputs"
+
+    def compile(self, case: Any, workload: Any) -> Any:
+        step = super().compile(case, workload)
+        shipped = step.run
+
+        def run() -> Any:
+            out = shipped()
+            step.previous = out  # type: ignore[attr-defined]  # released when the next call's outputs replace it
+            return out
+
+        step.run = run  # type: ignore[method-assign]
+        return step

@@ -307,3 +307,25 @@ def test_a_planted_codegen_fault_is_a_new_cause_beside_the_known_ones(
 
     top = triage(list(inductor_loop_results.values())).groups[0]
     assert top.results == [planted_r] and top.new_parts
+
+
+@pytest.mark.parametrize(("line", "kept", "gone"), [
+    # a vendor's words with a slash are its words; the model's temporary file is a path
+    ("RuntimeError: ONNX export/session failed: [ONNXRuntimeError] : 1 : FAIL : Load model from "
+     "/tmp/tmpk2j3x/model.onnx failed", "ONNX export/session failed", "/tmp/tmpk2j3x"),
+    ("Exception from src/inference/src/cpp/core.cpp:109: Check 'shape_size(x) > 0' failed at "
+     "src/core/src/node.cpp:123", "Check 'shape_size(x) > N' failed at <path>:N", "core.cpp"),
+    ("ValueError: expected NCHW/NHWC input/output layouts in C:\\Users\\ci\\AppData\\model.xml",
+     "expected NCHW/NHWC input/output layouts in <path>", "AppData"),
+    ("error: see ~/.cache/iree/x.mlir and ../build/y and ./z", "see <path> and <path> and <path>", "iree"),
+])
+def test_causes_keep_the_vendors_words_and_replace_only_real_paths(line: str, kept: str, gone: str) -> None:
+    said = normalise(line)
+    assert kept in said and gone not in said
+
+
+def test_causes_read_a_coloured_message_as_its_words() -> None:
+    plain = "RuntimeError: 'tensor.cast' op operand type and result type are cast incompatible"
+    coloured = ("RuntimeError: \x1b[1m\x1b[31m'tensor.cast' op\x1b[0m operand type and result type are cast "
+                "\x1b[Kincompatible")
+    assert normalise(coloured) == normalise(plain)

@@ -32,8 +32,8 @@ from conformance.output.records import check_record, schema
 from conformance.run.engine import RunOptions, run_case
 from conformance.run.repro import standalone_checks
 
-BUILTIN = ["parity", "memory-domains", "residual", "program", "peak", "loop-scaling", "backward-inputs", "pool",
-           "baseline"]
+BUILTIN = ["parity", "outputs", "memory-domains", "residual", "program", "peak", "loop-scaling", "backward-inputs",
+           "pool", "baseline"]
 NAME = CheckName("throwaway")
 SEEN: list[Judging] = []
 

@@ -285,3 +285,16 @@ def test_a_condition_that_holds_comes_before_the_general_entry(tmp_path: Path) -
     new = load_manifest("b", path, versions={"torch": "2.13.0"})
     assert old.lookup("loop-rnn-t3").status == "fail-run"  # the torch<2.9 entry, though listed second
     assert new.lookup("loop-rnn-t3").status == "fail-peak"  # the general one
+
+
+@pytest.mark.parametrize("as_declared", [str, Path])
+def test_update_manifest_takes_the_adapters_manifest_path_as_str_or_path(tmp_path: Path, as_declared: type) -> None:
+    """``manifest_path`` is a ``str`` in the vendor guide: ``--update-manifest`` writes there as it does for a Path."""
+    from conformance.checks.manifest import write_updated
+
+    declared = tmp_path / "vendor" / "manifest.toml"
+    m = load_manifest("b", as_declared(declared))
+    target, _ = write_updated(m, [Result("mlp-m-train", "b", "fail-parity", raw_status="fail-parity")],
+                              as_declared(declared))
+    assert target == declared and declared.exists()
+    assert [e.case for e in load_manifest("b", str(declared)).entries] == ["mlp-m-train"]

@@ -96,3 +96,31 @@ def test_state_that_cannot_be_restored_recycles_the_worker() -> None:
         assert pool.spawn_count == 2
     assert "cannot be restored: torch inference mode (False -> True); the worker was recycled" in state_note(leaked)
     assert after.status == "pass", after.reason
+
+
+def test_a_decomposition_one_backend_registers_never_reaches_the_next() -> None:
+    """``import openvino.torch`` registers a wrong ``convolution_backward`` decomposition in torch's global table;
+    the next backend in the worker that asks torch for that decomposition must get what a clean process gives
+    (none), so its verdict is its verdict alone, and the pair that registered it is named in its own record."""
+    victim, vendor = "mod-Conv2d-train", LEAKY + "DecomposingVendorBackend"
+    with WorkerPool() as pool:
+        alone = pool.run(victim, vendor, timeout_s=300)
+        leaked = pool.run("mlp-s-infer", LEAKY + "ConvDecompositionBackend", timeout_s=300)
+        after = pool.run(victim, vendor, timeout_s=300)
+        assert pool.spawn_count == 1  # a table is put back in place: the worker goes on
+    assert alone.status == "pass", alone.reason
+    assert figures(after) == figures(alone), (after.status, after.reason, after.notes)
+    said = state_note(leaked)
+    assert "torch._decomp.global_decomposition_table['post_autograd'][aten.convolution_backward.default]" in said
+    assert "tests.leaky_backends._wrong_convolution_backward" in said and "restored" in said, said
+    assert state_note(after) == ""
+
+
+def test_an_operator_registered_through_torch_library_recycles_the_worker() -> None:
+    with WorkerPool() as pool:
+        leaked = pool.run("mlp-s-infer", LEAKY + "OpRegisteringBackend", timeout_s=300)
+        after = pool.run("mlp-s-infer", "eager", timeout_s=300)
+        assert pool.spawn_count == 2
+    said = state_note(leaked)
+    assert "cannot be restored" in said and "leaky_vendor::twice" in said and "the worker was recycled" in said, said
+    assert after.status == "pass" and state_note(after) == "", after.notes

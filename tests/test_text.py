@@ -63,3 +63,22 @@ def test_traceback_tail_shortens_paths_and_cuts_between_whole_lines() -> None:
     assert all(line == ELLIPSIS or line.startswith(("  File", "    call_", "RuntimeError"))
                for line in tail.splitlines())
     assert traceback_tail("short", 500) == "short"
+
+
+def test_escape_codes_are_stripped_to_the_words() -> None:
+    from conformance.util.text import without_escapes
+
+    coloured = ("\x1b[1m\x1b[31merror:\x1b[0m \x1b]8;;https://x.org\x07link\x1b]8;;\x1b\\ in \x1b(Bmodel\x1b[K "
+                "\x9b1mdone")
+    assert without_escapes(coloured) == "error: link in model done"
+    assert without_escapes("a [1m] plain [x] text") == "a [1m] plain [x] text"  # brackets without ESC stay
+
+
+def test_a_coloured_vendor_error_is_its_whole_words_in_the_reason() -> None:
+    """A reason from a coloured message keeps every word, and no terminal code (they cut reasons short)."""
+    from conformance.run.engine import _one_line
+
+    words = "Exception from src/core/node.cpp:123: Check 'rank' failed: convolution_backward expects rank 4 " * 5
+    coloured = RuntimeError("".join(f"\x1b[1;3{i % 8}m{w}\x1b[0m " for i, w in enumerate(words.split())))
+    reason = _one_line(coloured)
+    assert "\x1b" not in reason and reason == f"RuntimeError: {' '.join(words.split())}"

@@ -48,6 +48,10 @@ class Capabilities:
     #: the dtypes (torch names) whose cases it claims to run right: a case requiring ``dtype:<name>`` (the op
     #: sweep's cases in another dtype than float32) runs only where ``<name>`` is claimed
     dtypes: tuple[str, ...] = ("float32",)
+    #: its documented contract ends an output's life at the next call (CUDA graph trees once the caller says a
+    #: new step begins): torch refuses to read such an output, which keeps the contract; a value a later call
+    #: changes silently fails the ``outputs`` check on every backend (:mod:`conformance.checks.outputs`)
+    outputs_overwritten_by_next_call: bool = False
 
     def has(self, requirement: str) -> bool:
         """Whether a case's requirement is met: a boolean capability, or ``dtype:<name>`` with ``<name>`` claimed."""
@@ -185,8 +189,8 @@ class Backend(ABC):
     #: Relative cost of one pair on this backend, for balancing shards (eager = 1).
     cost_weight: ClassVar[float] = 1.0
     #: The backend's manifest of expected non-passes (a TOML file); ``None``: the built-in manifest
-    #: ``backends/manifests/<name>.toml`` where there is one.
-    manifest_path: ClassVar[str | None] = None
+    #: ``backends/manifests/<name>.toml`` where there is one.  A ``str`` or a ``Path``.
+    manifest_path: ClassVar[str | os.PathLike[str] | None] = None
     #: Modules a run's fork server imports before it forks isolation workers (the compiler's Python packages,
     #: ``torch._dynamo`` for a ``torch.compile`` backend): a worker that replaces a crashed one then starts with
     #: them imported.  Imports only: a module here must start no thread and touch no device at import.

@@ -18,7 +18,7 @@ with no code of its own:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -100,12 +100,21 @@ class AotRecorder:
 
         return compile_one
 
-    def backend(self, fw_compiler: CompileFn, bw_compiler: CompileFn | None = None) -> Any:
-        """A ``torch.compile`` backend: aot_autograd with recorded and watched compilers."""
+    def backend(self, fw_compiler: CompileFn, bw_compiler: CompileFn | None = None,
+                decompositions: Mapping[Any, Callable[..., Any]] | None = None, **aot_options: Any) -> Any:
+        """A ``torch.compile`` backend: aot_autograd with recorded and watched compilers.
+
+        ``decompositions`` (an op -> function table, as ``torch._decomp.get_decompositions`` returns) is what
+        AOTAutograd decomposes the graphs with before your compilers receive them, as ``aot_autograd``'s own
+        argument (OpenVINO's backend passes its table); the recorded graphs are the decomposed ones, so the
+        received-graph model is of what your compilers really got.  Other ``aot_autograd`` keyword arguments
+        (``partition_fn``, ``keep_inference_input_mutations``) pass through as given."""
         from torch._dynamo.backends.common import aot_autograd
 
+        if decompositions is not None:
+            aot_options["decompositions"] = dict(decompositions)  # a copy: the caller's table stays its own
         return aot_autograd(fw_compiler=self.compiler(fw_compiler, False),
-                            bw_compiler=self.compiler(bw_compiler or fw_compiler, True))
+                            bw_compiler=self.compiler(bw_compiler or fw_compiler, True), **aot_options)
 
     def single(self) -> tuple[ReceivedGraph, ReceivedGraph | None] | None:
         """The one forward and its backward; ``None`` after graph breaks (several graphs)."""

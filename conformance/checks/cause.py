@@ -34,6 +34,7 @@ from typing import Any
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
 from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
+from conformance.util.text import without_escapes
 
 #: joins a cause's parts into its signature
 SEPARATOR = " + "
@@ -91,7 +92,11 @@ class Cause:
 # --------------------------------------------------------------------------- normalising text
 
 _DTYPES = re.compile(r"\b(?:b?float\d+|u?int\d+|complex\d+|float8\w*|bool)\b")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.~+-]*/)+[\w.+-]+")
+#: a real path, never a vendor's words with a slash in them ("ONNX export/session failed", "NCHW/NHWC"): one rooted
+#: (``/tmp/x``, ``~/x``, ``./x``, ``../x``, ``C:\\x``, a URL's ``//host/x``), or a relative one whose last part has a
+#: file's extension (``src/core/node.cpp``, ``torch/_inductor/lowering.py``)
+_PATH = re.compile(r"(?:(?<![\w.~+-])(?:~|\.{1,2})?/|\b[A-Za-z]:[\\/])[\w.~+@%=-]*(?:[\\/][\w.~+@%=-]+)*"
+                   r"|\b(?:[\w.+-]+/)+[\w+-]*\.[A-Za-z][A-Za-z0-9]{0,7}\b")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 #: a file named without its directory (a generated module's ``c2bqx....py``, a kernel's ``.so``)
 _FILE = re.compile(r"\b[\w.+-]+\.(?:py|pyc|cpp|cc|c|h|hpp|cu|so|o|mlir|vmfb|json|txt|log|pt)\b")
@@ -113,8 +118,9 @@ def normalise(text: str, limit: int = 200) -> str:
         kept.append(match.group(0))
         return "\x00" + "".join(chr(ord("a") + int(d)) for d in str(len(kept) - 1)) + "\x00"
 
+    text = without_escapes(text)  # a coloured message's words only
+    text = _PATH.sub("<path>", text)  # before dtypes are set aside: a path may hold a dtype's name
     text = _DTYPES.sub(keep, text)
-    text = _PATH.sub("<path>", text)
     text = _FILE.sub("<file>", text)
     text = _HEX.sub("0x?", text)
     text = _HASH.sub("<hash>", text)

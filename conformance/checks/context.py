@@ -14,6 +14,7 @@ from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check
 from conformance.checks.domains import Unobserved
 from conformance.checks.judge import ProbedStep
+from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 
 
@@ -39,6 +40,8 @@ class Judging:
     adapter_check: Callable[[], Check | tuple[str, str] | None] = lambda: None
     #: the pair's memory no probe observed (:mod:`conformance.checks.domains`): its bytes are not judged
     unobserved: Sequence[Unobserved] = ()
+    #: the unprobed calls' outputs, kept as a user keeps them and compared after every later call
+    kept_outputs: KeptOutputs | None = None
 
     @property
     def program_held(self) -> bool:

@@ -107,5 +107,5 @@ def judge_domains(unobserved: Sequence[Unobserved]) -> Check | None:
     return Check(NAME, Status.SKIP, reason, figures)
 
 
-CHECK = CheckSpec(NAME, 15, "the memory domains the backend declares and its results live in, against those its "
+CHECK = CheckSpec(NAME, 17, "the memory domains the backend declares and its results live in, against those its "
                   "probes observe", lambda j: judge_domains(j.unobserved))

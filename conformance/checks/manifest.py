@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -217,7 +218,7 @@ class Manifest:
         return next((e for e in matching if e.when), None) or next(iter(matching), None)
 
 
-def load_manifest(backend: str, path: str | Path | None = None,
+def load_manifest(backend: str, path: str | os.PathLike[str] | None = None,
                   versions: Mapping[str, str] | None = None) -> Manifest:
     """``versions`` (distribution -> version) stands in for what is installed when judging ``when``;
     ``path`` as the adapter declares it (``manifest_path``: a string, as the vendor guide shows, or a Path)."""
@@ -615,10 +616,12 @@ def updated_text(manifest: Manifest, new: Manifest, header: str) -> str:
     return out.lstrip("\n")
 
 
-def write_updated(manifest: Manifest, results: Iterable[Result], path: Path | None = None) -> tuple[Path, list[str]]:
+def write_updated(manifest: Manifest, results: Iterable[Result],
+                  path: str | os.PathLike[str] | None = None) -> tuple[Path, list[str]]:
     """Rewrite the manifest as the run says it should be: entries it kept keep their text (comments too), the
-    file is written whole (beside it, then renamed) and read back before it replaces the old one."""
-    target = path or manifest.path or manifest_location(manifest.backend)
+    file is written whole (beside it, then renamed) and read back before it replaces the old one.  ``path`` as
+    the adapter declares it (``manifest_path``: a string, as the vendor guide shows, or a Path)."""
+    target = Path(path) if path else manifest.path or manifest_location(manifest.backend)
     new, notes = update(manifest, results)
     if not new.entries and not target.exists():
         return target, ["nothing expected to fail: no manifest written"]

@@ -354,6 +354,39 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
     return "held to the user-level graph of a while_loop under autograd; blamed storage is not in that graph"
 
 
+#: a model event or storage made by a ``while_loop``'s condition graph (``fw:while_loop.cond2:lt``)
+_LOOP_CONDITION = re.compile(r"(?:^|[:.])while_loop(?:_\d+)?\.cond\d+:")
+
+
+def while_loop_dense_predicate(ev: Evidence) -> str | None:
+    """A ``while_loop`` run by torch's dense kernel (``torch/_higher_order_ops/while_loop.py``, ``while_loop_dense``:
+    what an ``aot_autograd`` backend runs when its graphs call the higher-order op, as an fx interpreter does):
+    ``should_loop = cond_fn(...)`` keeps each trip's predicate until the next condition has returned, so it is
+    alive while the next body runs, where the graph's schedule drops it once read.  Recognised on a peak over a
+    model that unrolls such a loop (its condition's events), where blame names a value a condition made (alive at
+    the peak past its modelled death, or an allocation whose every candidate is one), or names nothing; bounded by
+    the predicates' bytes (the peak check's ``loop_predicate_bytes``: per loop its largest, nested loops' added)."""
+    if ev.source != "peak" or not _int(ev.figures.get("loop_predicate_bytes")):
+        return None
+    if not any(_LOOP_CONDITION.search(e) for e in ev.graph_events):
+        return None
+    if not ev.finding:
+        return "the dense while_loop kernel holds a trip's predicate while the next body runs (nothing else blamed)"
+    producer = str(ev.finding.get("producer") or "")
+    if _LOOP_CONDITION.search(producer) and ev.finding.get("model_death") != "not in model":
+        return f"{producer}, a while_loop condition's value, is held while the next body runs (the dense kernel)"
+    candidates = [str(c) for c in ev.finding.get("candidates") or ()]  # the model's storages of its size
+    if ev.finding.get("model_death") == "not in model" and candidates and all(
+            _LOOP_CONDITION.search(c) for c in candidates):
+        return "an allocation the model cannot name, of the size of a while_loop condition's values only"
+    return None
+
+
+def loop_predicate_bytes(ev: Evidence) -> int:
+    """The predicates' bytes (the peak check's figure, from the model the pair is held to)."""
+    return _int(ev.figures.get("loop_predicate_bytes"))
+
+
 def graph_break_split(ev: Evidence) -> str | None:
     """A step Dynamo split at an op it cannot trace (a data-dependent scalar, shape or value: ``equal``,
     ``item``, ``nonzero``, ``unique``, an output of data-dependent size): compiled graphs, each with its own
@@ -937,6 +970,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "compiled), keeping its stacked carries", while_loop_backward_eager),
     Mechanism("while-loop-host-code", "the wrapper's host while loop holds its carry list, predicate or counter "
               "past their last use", while_loop_host_code),
+    Mechanism("while-loop-dense-predicate", "torch's dense while_loop kernel holds a trip's predicate until the "
+              "next condition returns, while the next body runs", while_loop_dense_predicate,
+              bound=loop_predicate_bytes, bound_per_pair=True),
     Mechanism("graph-break-split", "Dynamo split the step at an op it cannot trace: compiled graphs and eager "
               "code between them keep values the one user-level graph frees", graph_break_split,
               bound=split_values_over_model, bound_per_pair=True),

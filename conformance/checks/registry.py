@@ -11,7 +11,7 @@ The registry imports this module by name on its first use.
 from __future__ import annotations
 
 from conformance.api.verdict import Check, CheckName, CheckSpec, register_check
-from conformance.checks import cause, domains, loop_scaling
+from conformance.checks import cause, domains, loop_scaling, outputs
 from conformance.checks.context import Judging
 from conformance.checks.judge import adapter_check, judge_backward_inputs, judge_peak, judge_program, judge_residual
 from conformance.checks.parity import parity_check
@@ -19,6 +19,10 @@ from conformance.checks.parity import parity_check
 
 def _parity(j: Judging) -> Check:
     return parity_check(j.parity)
+
+
+def _outputs(j: Judging) -> Check | None:
+    return outputs.outputs_check(j.kept_outputs)
 
 
 def _residual(j: Judging) -> Check:
@@ -43,6 +47,8 @@ def _pool(j: Judging) -> Check | None:
 
 PARITY = CheckSpec(CheckName.PARITY, 10, "each checked call's outputs and gradients against the float64 reference",
                    _parity, cause.parity_findings, standalone=True)
+OUTPUTS = CheckSpec(outputs.NAME, 15, "the outputs the caller kept from the unprobed calls, after every later call, "
+                    "against the copies taken when each returned", _outputs, outputs.cause)
 RESIDUAL = CheckSpec(CheckName.RESIDUAL, 20, "live bytes after each probed call against the model's residual",
                      _residual, cause.residual_findings, standalone=True)
 PROGRAM = CheckSpec(CheckName.PROGRAM, 30, "the generated program's own lifetimes, and the measured timeline "
@@ -57,7 +63,7 @@ BASELINE = CheckSpec(CheckName.BASELINE, 70, "a pair's measured peak and residua
                      "(made by --baseline and diff, not by the engine)")
 
 #: every built-in check; the registry orders them by precedence
-BUILTIN: tuple[CheckSpec, ...] = (PARITY, domains.CHECK, RESIDUAL, PROGRAM, PEAK, loop_scaling.CHECK,
+BUILTIN: tuple[CheckSpec, ...] = (PARITY, OUTPUTS, domains.CHECK, RESIDUAL, PROGRAM, PEAK, loop_scaling.CHECK,
                                   BACKWARD_INPUTS, POOL, BASELINE)
 
 for _spec in BUILTIN:

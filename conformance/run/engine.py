@@ -44,6 +44,7 @@ from conformance.checks.context import Judging
 from conformance.checks.domains import MEMORY_CHECKS, DomainPlan, plan
 from conformance.checks.judge import ProbedStep
 from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
+from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
 from conformance.checks.state import CallReference, after_call, judge_calls, make_references, state_of
@@ -61,7 +62,7 @@ from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.run.rerun import rerun_command
 from conformance.util.phases import PhaseClock
-from conformance.util.text import clip, code_roots, traceback_tail
+from conformance.util.text import clip, code_roots, traceback_tail, without_escapes
 
 
 def repro_command(case: Case, backend: str, steps: int | None = None) -> str:
@@ -161,6 +162,9 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     # probes' windows and torch's allocators, checked against references making the same calls
     with harness_stage("call 0: the step's results"):
         results = snapshot(first)
+    # call 0's and call 1's outputs are kept, as a user keeps them, and compared after every later call
+    kept = KeptOutputs(backend.capabilities.outputs_overwritten_by_next_call)
+    kept.keep(0, first, results, state_of(workload))
     del first
     try:
         states = {0: _end_call(compiled, workload, results, calls)}
@@ -172,6 +176,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     last_call = 1 + options.steps
     traces: list[tuple[int, list[MemoryTrace]]] = []
     evidence: dict[int, StepEvidence] = {}
+    outputs_held: dict[int, int] = {}  # per probed call, the bytes of its dropped outputs something else still held
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
@@ -183,9 +188,11 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             out = compiled.run()
             result.timing["run_s"] = time.perf_counter() - t1
             results = snapshot(out)
+            kept.keep(1, out, results, state_of(workload))
             del out
             calls.end()
             states[1] = _end_call(compiled, workload, results, calls)
+            kept.check(1)
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
     try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
@@ -208,8 +215,10 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 if digest is not None:
                     digest.add(f"call {call}", workload.inputs)
                 seen = StepEvidence()
+                owned = _storages_of(state_of(workload))  # the step's state: an output sharing it is not dropped
+                held: list[int] = []
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
-                                                  seen)
+                                                  seen, held, owned)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run; its
@@ -219,16 +228,19 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                     left = after_call(workload)
                     seen = StepEvidence()
                     domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
-                                                   seen)
+                                                   seen, held, owned)
                     _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
                 evidence[call] = seen
+                outputs_held[call] = held[-1]
                 states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
+                kept.check(call)  # outside the windows: the kept outputs were allocated before them
     except Exception as exc:
         return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
+        kept.release()
     parity, references = _parity(case, states, options, digest, clock)
     # the parameters and buffers each call found (the copies the previous one left): a step whose graph
     # depends on its values is modelled on the values each call ran with
@@ -244,13 +256,13 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         with clock.phase("model"):
             models.changing = calls.changing
             steps, source = _probed_steps(compiled, models, traces, result, calls,
-                                          backend.capabilities.exact_memory)
+                                          backend.capabilities.exact_memory, outputs_held)
         with harness_stage("model: shapes"):
             shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"), harness_stage("judge"):
-            judged = _judge(backend, compiled, result, steps, source, traces, parity, domain_plan)
+            judged = _judge(backend, compiled, result, steps, source, traces, parity, domain_plan, kept)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
         return _verdict(result, Status.FAIL_RUN, str(exc))
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
@@ -407,7 +419,7 @@ def _freeze_survivors() -> None:
 
 def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list[ProbedStep],
            source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport],
-           domains: DomainPlan | None = None) -> Result:
+           domains: DomainPlan | None = None, kept: KeptOutputs | None = None) -> Result:
     result.notes.extend(boundary.notes(compiled.notes()))
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
@@ -437,7 +449,8 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
         return extras[0]
 
     judging = Judging(steps, backend.capabilities.exact_memory, backend.peak_slack_bytes, source, parity,
-                      exact_domain, held_by, memory, contract, domains.unobserved if domains is not None else ())
+                      exact_domain, held_by, memory, contract, domains.unobserved if domains is not None else (),
+                      kept)
     checks: list[Check] = []
     for spec in registered_checks():  # in precedence order: the checks that need the hooks come after peak
         if judging.unobserved and spec.name in MEMORY_CHECKS:
@@ -580,7 +593,7 @@ def _inputs(case: Case, call: int, backend: Backend) -> tuple[torch.Tensor, ...]
 
 def _probed_steps(
     compiled: CompiledStep, models: _Models, traces: list[tuple[int, list[MemoryTrace]]], result: Result,
-    calls: shapes.Calls, exact: bool = False,
+    calls: shapes.Calls, exact: bool = False, outputs_held: dict[int, int] | None = None,
 ) -> tuple[list[ProbedStep], str]:
     steps = []
     source = "user-graph"
@@ -626,7 +639,7 @@ def _probed_steps(
         compiling = calls.compiling.get(call)
         steps.append(ProbedStep(call, trace, held, user, program, observation, calls.new_graphs(call),
                                 calls.label(call), _one_trace(compiling) if compiling is not None else None,
-                                low))
+                                low, (outputs_held or {}).get(call, 0)))
     return steps, source
 
 
@@ -783,6 +796,8 @@ def probed_step(
     keep_results: bool = False,
     optimizer: Callable[[], None] | None = None,
     seen: StepEvidence | None = None,
+    held: list[int] | None = None,
+    owned: frozenset[int] = frozenset(),
 ) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
     """One step inside the probes' window; outputs are dropped inside it, grads kept; then, with
     ``optimizer``, the optimizer's step and ``zero_grad(set_to_none=True)`` inside it too.
@@ -792,7 +807,9 @@ def probed_step(
     ``keep_results``, copies of the step's results (gradients included) made outside torch's
     allocators before the optimizer runs.  With ``seen``, the native domain is recorded too where this
     process preloads its observer, and ``seen`` gets its trace and the results torch's allocator did not
-    make (the engine decides whether the pair is held on it: :mod:`conformance.checks.domains`)."""
+    make (the engine decides whether the pair is held on it: :mod:`conformance.checks.domains`).  ``held``: the
+    bytes of the outputs it dropped whose storages are still alive when the window closes are appended
+    (outputs sharing a storage in ``owned``, the step's state, aside)."""
     clear_grads(model)
     compiled.prepare_call()
     gc.collect()
@@ -815,11 +832,14 @@ def probed_step(
         if keep_results and out is not None:
             with native.paused() if native is not None else contextlib.nullcontext():
                 kept = snapshot(out)
+        dropped_outputs = _dropped_outputs(out, owned) if held is not None else []
         del out
         dropped = time.time_ns()
         if optimizer is not None:
             optimizer()
         stepped = time.time_ns() if optimizer is not None else None  # the gradients dropped (zero_grad)
+    if held is not None:
+        held.append(sum(nbytes for weak, nbytes in dropped_outputs if not weak.expired()))
     main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
     if seen is not None and native is not None:
         if seen.outside:
@@ -878,6 +898,36 @@ def _held_traces(domains: DomainPlan, traces: list[tuple[int, list[MemoryTrace]]
     if lost:
         result.notes.append(f"the native observer could not keep {lost} events: its figures are low")
     return held
+
+
+def _storages_of(named: dict[str, torch.Tensor]) -> frozenset[int]:
+    ptrs = set()
+    for t in named.values():
+        try:
+            ptrs.add(t.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            continue
+    return frozenset(ptrs - {0})
+
+
+def _dropped_outputs(out: StepOutput | None, owned: frozenset[int]) -> list[tuple[Any, int]]:
+    """Weak references to the storages of the outputs the caller is about to drop, with their bytes (one per
+    storage; those of the step's state, ``owned``, aside): one still alive when the window closes is held by
+    something else, in any memory domain."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    found: dict[int, tuple[Any, int]] = {}
+    for t in (out.outputs if out is not None else []):
+        if not isinstance(t, torch.Tensor):
+            continue
+        try:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (autograd's zero tensor)
+            continue
+        if ptr and ptr not in owned and ptr not in found:
+            found[ptr] = (StorageWeakRef(storage), storage.nbytes())
+    return list(found.values())
 
 
 def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
@@ -964,9 +1014,9 @@ def stage_of(exc: BaseException) -> str:
 
 def _verdict(result: Result, status: Status, reason: str, detail: str = "") -> Result:
     result.status = status
-    result.reason = reason
+    result.reason = without_escapes(reason)  # a vendor's coloured message: its words, not its terminal codes
     if detail:
-        result.notes.append(traceback_tail(detail, 4000, code_roots()))
+        result.notes.append(traceback_tail(without_escapes(detail), 4000, code_roots()))
     return result
 
 
@@ -978,7 +1028,7 @@ def _is_compile_error(exc: BaseException) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = [ln.strip() for ln in without_escapes(str(exc)).strip().splitlines() if ln.strip()]
     first = text[0] if text else ""
     if first.endswith("raised:") and len(text) > 1:  # Dynamo's BackendCompilerFailed: the cause is next
         first = f"{first} {text[1]}"

@@ -67,7 +67,7 @@ from conformance.probes import native_heap
 from conformance.run import reaper
 from conformance.run.options import RunOptions
 from conformance.util.paths import caches_outside_tmp
-from conformance.util.text import clip_start, code_roots, traceback_tail
+from conformance.util.text import clip_start, code_roots, traceback_tail, without_escapes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -904,7 +904,7 @@ def _placeholder(
     """A result for a case whose worker gave none, with what the parent knows of the case."""
     from conformance.run.engine import repro_command
 
-    result = Result(case_id, backend, status, reason)
+    result = Result(case_id, backend, status, without_escapes(reason))
     try:
         case = _case(case_id)
         result.seed, result.kind, result.family = case.seed, case.kind, case.family
@@ -914,7 +914,7 @@ def _placeholder(
     if elapsed is not None:
         result.timing["isolated_wall_s"] = elapsed
     if detail:
-        result.notes.append(detail)
+        result.notes.append(without_escapes(detail))
     return result
 
 

@@ -8,6 +8,13 @@ before a pair; :func:`diff` names what the pair changed; :func:`restore` puts it
 what it could not (the worker is then recycled).  The pair that changed the state gets a note
 naming it (:func:`note`): its backend is at fault, not the next one.
 
+torch's global decomposition tables (``torch._decomp.global_decomposition_table``, whose ``post_autograd`` table
+is ``torch._decomp.decomposition_table``, and inductor's) are compared entry by entry and put back in place:
+``import openvino.torch`` registers its own ``convolution_backward`` there, and every backend that asks torch for
+decompositions afterwards would get it.  What ``torch.library`` registered (an operator defined, a kernel given
+for a dispatch key) and the libraries ``torch.ops.load_library`` loaded cannot be taken back by anyone but their
+owner: the pair is named and the worker recycled.
+
 RNG states are restored after every pair but never noted: every pair draws from them.  Dynamo's
 caches are emptied by ``torch._dynamo.reset()`` after every pair (``run_case``), as PyTorch's own
 ``torch._dynamo.test_case.TestCase`` does between tests; its and inductor's config are restored
@@ -51,6 +58,10 @@ class Snapshot:
     cwd: str | None
     sys_path: tuple[str, ...]
     rng: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: torch's global decomposition tables as the pair found them (name -> a copy of the table's entries)
+    tables: dict[str, dict[Any, Any]] = field(default_factory=dict, compare=False)
+    #: the operators and kernels registered through ``torch.library`` and the libraries ``torch.ops`` loaded
+    registrations: frozenset[str] = frozenset()
 
 
 _MISSING = object()
@@ -128,8 +139,90 @@ def _config_copy(module_name: str) -> dict[str, Any]:
     return dict(config.get_config_copy())
 
 
+def _tables() -> dict[str, dict[Any, Any]]:
+    """torch's global decomposition tables, live (the dicts every reader shares), by name: ``torch._decomp``'s
+    (``decomposition_table`` is its ``post_autograd`` one, which ``get_decompositions`` and the core ATen table
+    read when a backend asks for them) and inductor's, where imported."""
+    tables: dict[str, dict[Any, Any]] = {}
+    decomp = sys.modules.get("torch._decomp")
+    for scope, table in (getattr(decomp, "global_decomposition_table", None) or {}).items():
+        tables[f"torch._decomp.global_decomposition_table[{scope!r}]"] = table
+    inductor = sys.modules.get("torch._inductor.decomposition")
+    if isinstance(getattr(inductor, "decompositions", None), dict):
+        tables["torch._inductor.decomposition.decompositions"] = inductor.decompositions  # type: ignore[union-attr]
+    return tables
+
+
+#: who made each ``torch.library`` registration made since :func:`watch_registrations` (``_defs``/``_impls``
+#: entry -> the module that asked): torch registers operators of its own on first use (inductor's ``prims`` and
+#: ``cplib`` ops when it compiles), which are its first-use setting, not a backend's change
+_OWNERS: dict[str, str] = {}
+#: the modules whose frames are ``torch.library``'s machinery, never the owner of a registration
+_MACHINERY = ("torch.library", "torch._library", "torch._ops", "functools", "contextlib", __name__)
+
+
+def _owner() -> str:
+    """The module that asked for the registration being made: the innermost frame outside the machinery."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", "?"))
+        if not any(module == m or module.startswith(m + ".") for m in _MACHINERY):
+            return module
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
+
+
+def watch_registrations() -> None:
+    """Note the owner of every registration ``torch.library.Library`` makes from now on (once per process)."""
+    library = sys.modules.get("torch.library")
+    cls = getattr(library, "Library", None)
+    if cls is None or getattr(cls, "_conformance_watched", False):
+        return
+    for method in ("define", "impl", "fallback", "_impl_with_aoti_compile"):
+        shipped = getattr(cls, method, None)
+        if shipped is not None:
+            setattr(cls, method, _watched(shipped, library))
+    cls._conformance_watched = True
+
+
+def _watched(shipped: Any, library: Any) -> Any:
+    import functools
+
+    @functools.wraps(shipped)
+    def registering(*args: Any, **kwargs: Any) -> Any:
+        owner = _owner()
+        before = set(library._defs) | set(library._impls)
+        try:
+            return shipped(*args, **kwargs)
+        finally:
+            for made in (set(library._defs) | set(library._impls)) - before:
+                _OWNERS.setdefault(made, owner)
+
+    return registering
+
+
+def _registrations() -> frozenset[str]:
+    """What ``torch.library`` registered (operators defined, kernels given for a dispatch key, as ``ns/op/Key``)
+    and the shared libraries ``torch.ops.load_library`` loaded, less what torch's own code registered on first
+    use: none of it can be taken back by anyone but its owner."""
+    library = sys.modules.get("torch.library")
+    made = set(getattr(library, "_defs", ())) | set(getattr(library, "_impls", ()))
+    return frozenset(made | {f"library {path}" for path in getattr(torch.ops, "loaded_libraries", ())})
+
+
+def _registered(before: frozenset[str], after: frozenset[str]) -> list[str]:
+    """What was registered between two snapshots, less what torch's own code registered (by its owner)."""
+    made = [r for r in after - before if not _torch_owned(_OWNERS.get(r, "?"))]
+    return sorted(r if r.startswith("library ") else f"{r} by {_OWNERS.get(r, '?')}" for r in made)
+
+
+def _torch_owned(module: str) -> bool:
+    return module == "torch" or module.startswith("torch.")
+
+
 def snapshot() -> Snapshot:
     """The process state a pair starts from."""
+    watch_registrations()
     rng: dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -146,6 +239,8 @@ def snapshot() -> Snapshot:
         cwd=cwd,
         sys_path=tuple(sys.path),
         rng=rng,
+        tables={name: dict(table) for name, table in _tables().items()},
+        registrations=_registrations(),
     )
 
 
@@ -177,7 +272,55 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
         changes.append(Change("working directory", before.cwd, after.cwd))
     if _without_installed(after.sys_path, before.sys_path) != before.sys_path:
         changes.append(Change("sys.path", _path_delta(before.sys_path, after.sys_path), "changed"))
+    changes.extend(_table_changes(before.tables, after.tables))
+    changes.extend(Change(f"{REGISTERED} {what}", _MISSING, "registered")
+                   for what in _registered(before.registrations, after.registrations))
     return changes
+
+
+#: a change's name for what the dispatcher was given (a ``torch.library`` registration): no one but the library
+#: that made it can take it back, so the worker is recycled
+REGISTERED = "torch.library registration:"
+
+
+def _table_changes(before: dict[str, dict[Any, Any]], after: dict[str, dict[Any, Any]]) -> list[Change]:
+    """Entries of a decomposition table a pair added, removed or replaced.  An entry added by torch's own code
+    (a torch module imported for the first time registers its decompositions) is torch's first-use setting,
+    kept as :data:`TORCH_OWN_ENV`'s variables are; one replaced or removed is always a change."""
+    changes = []
+    for name, old in before.items():
+        new = after.get(name, {})
+        if len(old) == len(new) and all(a is c and b is d for (a, b), (c, d) in zip(old.items(), new.items())):
+            continue  # the same entries in the same order (the usual pair): no op hashed
+        changed = [op for op in old.keys() | new.keys() if old.get(op, _MISSING) is not new.get(op, _MISSING)]
+        for op in sorted(changed, key=str):  # only the changed ones named (an op's str costs)
+            was, now = old.get(op, _MISSING), new.get(op, _MISSING)
+            if was is _MISSING and _torch_own(now):
+                continue
+            changes.append(Change(f"{name}[{op}]", _named(was), _named(now)))
+    return changes
+
+
+def _torch_own(function: Any) -> bool:
+    return _torch_owned(getattr(function, "__module__", None) or "")
+
+
+def _named(function: Any) -> Any:
+    """A table entry as a note shows it: its function's module and name (a function's repr holds its address)."""
+    if function is _MISSING:
+        return _MISSING
+    name = getattr(function, "__qualname__", None) or type(function).__name__
+    return _Shown(f"{getattr(function, '__module__', None) or '?'}.{name}")
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """A value as a note shows it (its ``repr`` is the text)."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def _installed(path: str) -> bool:
@@ -241,7 +384,14 @@ def _restore_one(before: Snapshot, change: Change) -> None:
         added = [p for p in sys.path if p not in before.sys_path and _installed(p)]
         sys.path[:] = [*before.sys_path, *added]
         return
-    raise RuntimeError(f"no way to restore {name}")
+    table = next((t for t in before.tables if name.startswith(t + "[")), None)
+    if table is not None:  # in place: every reader holds the same dict; torch's own first-use entries are kept
+        live = _tables()[table]
+        own = {op: fn for op, fn in live.items() if op not in before.tables[table] and _torch_own(fn)}
+        live.clear()
+        live.update({**before.tables[table], **own})
+        return
+    raise RuntimeError(f"no way to restore {name}")  # a torch.library registration among them
 
 
 def _restore_rng(rng: dict[str, Any]) -> None:

@@ -31,6 +31,17 @@ def printable(text: object, newlines: bool = False) -> str:
     return "\n".join(_CONTROL.sub(_escaped, line) for line in text.split("\n"))
 
 
+#: a terminal's escape sequences (ECMA-48): CSI (colours, ``ESC [ 1 ; 31 m``), OSC (a title or a link, ended by BEL or
+#: ``ESC \\``) and the short ones (``ESC ( B``, ``ESC 7``): what a compiler colours its diagnostics with
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])|\x9b[0-?]*[ -/]*[@-~]")
+
+
+def without_escapes(text: str) -> str:
+    """``text`` without terminal escape sequences (a vendor's coloured message read as its words): a reason made
+    of them is the message, not its colours, and is not cut short by bytes that show nothing."""
+    return _ESCAPES.sub("", text)
+
+
 def clip(text: str, n: int) -> str:
     """``text`` if it has at most ``n`` characters, else its first ones and an ellipsis, ``n`` in all.
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from conformance.models.lifetime.aliasing import storages_in
 from conformance.models.lifetime.liveness import ModelBuilder
 from conformance.models.lifetime.model import ModelError, op_name
 from conformance.models.lifetime.sizes import Symbols, storage_nbytes
@@ -92,6 +93,8 @@ def unroll_while_loop(node: torch.fx.Node, env: dict[torch.fx.Node, Any], label:
     history: list[list[Any]] = []
     for trip in range(trips + 1):
         pred = run_graph(loop.cond, [*carried, *additional], f"{label}.cond{trip}:")
+        for storage in storages_in(pred):
+            storage.loop_predicate = True
         builder.release(pred)
         if trip == trips:
             break

@@ -37,6 +37,9 @@ class Storage:
     #: the forward graph input a program's saved buffer stands for (the graphs save the caller's own tensor,
     #: which costs the step nothing; the program saves a buffer of its own: a copy, e.g. channels-last)
     copy_of_input: str = ""
+    #: a ``while_loop``'s predicate (what its condition graph returns): torch's dense kernel holds each trip's
+    #: until the next condition returns, where the model drops it once read (the peak check's evidence)
+    loop_predicate: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
