@@ -191,6 +191,12 @@ def test_the_composed_model_holds_crossing_values_as_the_split_program_does() ->
     # a value no graph made and the caller does not own is eager code's: reported, not sized
     eager = model_split_step([SplitRun(fw1, False, (9,), (5, 9))], set())
     assert eager.eager_made == [9]
+    # a tensor result eager code reads (not the step's output, no graph reads it), a gradient eager autograd made:
+    # eager code whose values are not composed, reported
+    assert model_split_step(runs, {1, 2}, returned=(5,)).eager_made == []
+    assert model_split_step(runs[:1], {1, 2}, returned=(5,)).eager_made == [3, 4]  # read by no graph: eager's
+    eager_grad = [*runs[:2], SplitRun(bw1, True, (3, 6), (7,)), SplitRun(bw0, True, (4, 11), (8,))]
+    assert model_split_step(eager_grad, {1, 2}).eager_made == [11]
     with pytest.raises(ModelError):
         model_split_step([SplitRun(fw1, False, (1, 2), (5, 3))], {1, 2})
 

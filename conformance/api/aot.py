@@ -165,7 +165,7 @@ class AotRecorder:
         if returned is None or any(k is not None and k not in made for k in returned):
             return None  # eager code made what the step returned (the frame's eager tail after the graphs)
         runs = [SplitRun(self.graphs[d.graph].gm, self.graphs[d.graph].is_backward, d.args, d.results) for d in ran]
-        split = model_split_step(runs, caller, bound)
+        split = model_split_step(runs, caller, bound, self.log.gradients_of(observation.call), returned)
         return None if split.eager_made else split.model
 
     def backward_findings(self, traces: list[MemoryTrace], observation: Observation,
@@ -292,7 +292,7 @@ class AotStep(DynamoStep):
         out = super().run()
         # what the call returned, for its split model (not the gradients: the engine copies one into .grad where
         # something else holds it, which is then no graph's result, as any grad a backend keeps would be)
-        self.recorder.log.ended(list(out.outputs))
+        self.recorder.log.ended(list(out.outputs), list(out.retained.values()))
         return out
 
     def split_model(self, observation: Observation) -> LifetimeModel | None:

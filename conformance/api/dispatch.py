@@ -41,6 +41,8 @@ class DispatchLog:
     caller: list[frozenset[int]] = field(default_factory=list)
     #: per call, the storage keys of what the step returned (its outputs)
     outputs: list[tuple[Key, ...]] = field(default_factory=list)
+    #: per call, the storage keys of the gradients the step left in the parameters' ``.grad``
+    gradients: list[frozenset[int]] = field(default_factory=list)
     _keys: StorageKeys = field(default_factory=StorageKeys)
 
     def begin_call(self, caller: Sequence[Any] = ()) -> None:
@@ -63,12 +65,17 @@ class DispatchLog:
         run = self.calls[-1][index]
         self.calls[-1][index] = Dispatch(run.graph, run.sizes, run.args, self._keys.of(flat))
 
-    def ended(self, outputs: Sequence[Any]) -> None:
-        """The step's outputs as the call returned them: their storages' keys."""
+    def ended(self, outputs: Sequence[Any], gradients: Sequence[Any] = ()) -> None:
+        """The step's outputs and the gradients it left in ``.grad``, as the call returned them: their keys."""
         if self.calls:
             while len(self.outputs) < len(self.calls) - 1:
                 self.outputs.append(())
+                self.gradients.append(frozenset())
             self.outputs.append(self._keys.of(outputs))
+            self.gradients.append(frozenset(k for k in self._keys.of(gradients) if k is not None))
+
+    def gradients_of(self, call: int) -> frozenset[int]:
+        return self.gradients[call] if 0 <= call < len(self.gradients) else frozenset()
 
     def outputs_of(self, call: int) -> tuple[Key, ...] | None:
         """The keys of what ``call`` returned (``None``: not recorded)."""

@@ -14,7 +14,11 @@ in order, with the storages of its arguments and results as the run saw them, by
   output) is held by the frame until the forward returns: the end of the last forward graph run;
 * a forward's result a later backward takes is held for it (the autograd context) and handed to it;
 * a gradient one backward gives the next is held by the engine for that backward's whole call, as
-  the loss's gradient (the engine's root) is until the last backward returns;
+  the loss's gradient (the engine's root) is until the last backward returns; a gradient the step leaves in
+  ``.grad`` outlives it, one it does not keep is dropped when its backward returns;
+* eager code that reads a forward graph's tensor result (not 0-d: ``.item()`` and a branch's ``bool`` read a
+  0-d one) or makes a gradient a backward graph reads is eager code whose own values are not composed: it is
+  reported as :attr:`SplitModel.eager_made` too;
 * a 0-d value a graph reads that no graph made and the caller does not own is a scalar the eager code
   made (Dynamo passes a Python float it does not specialise as a 0-d tensor), held by the frame; any
   other such value is made by eager code between the graphs (:attr:`SplitModel.eager_made`): the
@@ -24,7 +28,7 @@ in order, with the storages of its arguments and results as the run saw them, by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,13 +63,26 @@ class SplitModel:
     eager_made: list[int] = field(default_factory=list)
 
 
+def _output_vals(gm: torch.fx.GraphModule) -> list[Any]:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    args = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in args]
+
+
 def _placeholders(gm: torch.fx.GraphModule) -> list[Any]:
     return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Observation | None = None) -> SplitModel:
+def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Observation | None = None,
+                     gradients: Collection[int] | None = None, returned: Collection[Key] | None = None
+                     ) -> SplitModel:
     """The split step's model from its graph runs in order; ``caller``: the keys of the caller's tensors
-    (inputs, parameters, buffers), which cost the step nothing."""
+    (inputs, parameters, buffers), which cost the step nothing; ``gradients``: the keys of the gradients the step
+    left in ``.grad`` (a backward's result no later graph reads outlives the step where it is one of them, and is
+    dropped when its backward returns where it is not: an input's gradient nobody keeps; ``None``: every one
+    outlives it); ``returned``: the keys of the step's outputs (a forward result that is not one of them, not 0-d,
+    and read by no later graph is read by eager code, whose values are then not composed: :attr:`SplitModel.eager_made`;
+    ``None``: not checked)."""
     builder = ModelBuilder(observation or Observation())
     walker = GraphWalker(builder)
     values: dict[int, Any] = {}
@@ -102,6 +119,9 @@ def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Ob
                 inputs.append(values[key])
             elif key in caller and not run.backward:
                 inputs.append(values.setdefault(key, builder.caller_input(val, f"input {key}")))
+            elif run.backward and val.dim() > 0:  # a gradient eager autograd made: eager code's backward ran
+                eager_made.append(key)
+                inputs.append(values.setdefault(key, builder.caller_input(val, f"eager {key}")))
             elif run.backward:  # a gradient the engine made (the loss's root, zeros for an unused output)
                 tangent = builder.new_storage(storage_nbytes(val, builder.symbols), f"bw{i}:tangent", "tangent",
                                               val, "tangent")
@@ -123,7 +143,7 @@ def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Ob
         builder.release(engine.pop(i, []))
         if len(outputs) != len(run.results):
             raise ModelError(f"graph run {i}: {len(outputs)} results modelled, {len(run.results)} returned")
-        for key, out in zip(run.results, outputs):
+        for key, out, oval in zip(run.results, outputs, _output_vals(run.gm)):
             if out is None or key is None or not any(True for _ in storages_in(out)):
                 builder.release(out)
                 continue
@@ -137,8 +157,10 @@ def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Ob
                     builder.acquire(out)
                     engine.setdefault(nxt[0], []).append(out)
                     values[key] = out
-                else:
+                elif gradients is None or key in gradients:
                     retained.append(out)
+                else:
+                    builder.release(out)
                 continue
             values[key] = out
             saved = any(runs[j].backward for j in later)
@@ -149,6 +171,8 @@ def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Ob
                 frame.append(out)
             elif not saved:  # read by no later graph: the step's output, or a value eager code reads
                 kept.append(out)
+                if returned is not None and key not in returned and isinstance(oval, torch.Tensor) and oval.dim():
+                    eager_made.append(key)  # a tensor eager code reads: what that code makes is not composed
         if i == last_forward:
             builder.release(frame)
             frame = []
