@@ -60,6 +60,9 @@ class FaultyStep(CompiledStep):
     def program_model(self, observation: Observation) -> LifetimeModel | None:
         return self.inner.program_model(observation)
 
+    def split_model(self, observation: Observation) -> LifetimeModel | None:
+        return self.inner.split_model(observation)
+
     def leaves_modules_to_eager(self) -> bool:
         return self.inner.leaves_modules_to_eager()
 

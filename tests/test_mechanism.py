@@ -21,7 +21,7 @@ from torch import nn
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status
-from conformance.checks.cause import cause_of, fill_cause
+from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.checks.mechanism import (
     GRAPH_BREAK_NOTE,
@@ -33,6 +33,7 @@ from conformance.checks.mechanism import (
     extern_kernel_workspace,
     fused_kernel_outputs,
     graph_breaks_of,
+    held_in_program,
     layout_copy,
     lowering_transients,
     mechanism_of,
@@ -521,7 +522,21 @@ class UserGate(nn.Module):
         return (c - b).cos()
 
 
+@torch._dynamo.disable
+def _untraced(h: torch.Tensor) -> torch.Tensor:
+    """A function Dynamo is told not to trace: its ops run in eager PyTorch between two graphs."""
+    return (h.sin() * 3).relu()
+
+
+class UserUntraced(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.exp()
+        return (_untraced(a) * 2).cos()
+
+
 def test_a_users_own_model_split_by_dynamo_is_the_known_graph_break_split() -> None:
+    """``torch.equal`` reads two of the first graph's tensors in eager code: such a split is not composed (what eager
+    code reading a graph's tensors makes is not modelled), so it is held to the user-level graph."""
     from conformance.api.case import Case, Workload
     from conformance.backends.inductor import InductorBackend
     from conformance.run.engine import RunOptions, run_case
@@ -541,6 +556,35 @@ def test_a_users_own_model_split_by_dynamo_is_the_known_graph_break_split() -> N
     memory = raw.memory
     assert memory is not None and memory.model_peak_bytes and memory.user_model_made_bytes
     assert memory.user_model_made_bytes > memory.model_peak_bytes  # a, b, c and (c - b).cos(): 5 values of 128 B
+    grown = copy.deepcopy(raw)
+    peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
+    grown.excess_bytes = peak.excess_bytes = memory.user_model_made_bytes - memory.model_peak_bytes + 65
+    beyond = apply(grown, manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def test_a_split_with_eager_code_making_values_is_the_known_graph_break_split() -> None:
+    """Where eager code between the graphs makes a value a graph reads (a ``torch._dynamo.disable``d function),
+    the split is not composed: the pair is held to the user-level graph and the excess is graph-break-split,
+    within its bound (the step's values made less the model peak, plus 64 B); a byte more is beyond it."""
+    from conformance.api.case import Case, Workload
+    from conformance.backends.inductor import InductorBackend
+    from conformance.run.engine import RunOptions, run_case
+
+    case = Case("my-own-untraced-infer", "inference", "mine", 0,
+                lambda seed: Workload(UserUntraced(), (torch.randn(4, 8),)))
+    raw = run_case(case, InductorBackend(), RunOptions(steps=1))
+    assert raw.status == Status.FAIL_PEAK and "(user-graph)" in raw.reason, raw.reason
+    assert any(n.startswith(GRAPH_BREAK_NOTE) for n in raw.notes), raw.notes
+    manifest = load_manifest("inductor")
+    r = apply(copy.deepcopy(raw), manifest)
+    assert r.status == Status.XFAIL and r.cause_parts == ["peak: graph-break-split"], (r.reason, r.cause_parts)
+    # the same excess without the break's note is no known mechanism
+    unsplit = copy.deepcopy(raw)
+    unsplit.notes = [n for n in unsplit.notes if not n.startswith(GRAPH_BREAK_NOTE)]
+    assert apply(unsplit, manifest).status == Status.FAIL_PEAK
+    memory = raw.memory
+    assert memory is not None and memory.model_peak_bytes and memory.user_model_made_bytes
     grown = copy.deepcopy(raw)
     peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
     grown.excess_bytes = peak.excess_bytes = memory.user_model_made_bytes - memory.model_peak_bytes + 65
@@ -1181,3 +1225,50 @@ def test_a_users_pool_with_a_one_entry_padding_is_inductors_backward_lowering_by
     assert both != error and pool_backward_short_list(_ev_error(both)) is None
     other = error.replace("aten.avg_pool2d_backward.default", "aten.max_pool2d_with_indices_backward.default")
     assert pool_backward_short_list(_ev_error(other)) is None
+
+
+_SDPA = "fw:line 123 buf1 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(arg0_1, …"
+#: a fallback op's result tuple as inductor's wrapper holds it: ``buf1[1]`` (the logsumexp, 80 B) is never read,
+#: and the tuple ``buf1`` goes only at ``del buf1``, three kernels after its item ``buf2`` was taken
+TUPLE_PROGRAM = [("fw:line 120 arg0_1, arg1_1 = args", 0), ("fw:line 121 args.clear()", 0),
+                 (_SDPA, 400),
+                 ("fw:line 124 buf2 = buf1[0]", 400),
+                 ("fw:line 126 buf3 = empty_strided_cpu((4, 20), (20, 1), torch.float32)", 720),
+                 ("fw:line 127 cpp_fused_add_0(buf2, buf3)", 720),
+                 ("fw:line 128 cpp_fused_mul_1(buf3)", 720),
+                 ("fw:line 129 extern_kernels.mm(buf3, arg1_1, out=buf4)", 720),
+                 ("fw:line 130 del buf1", 320), ("fw:line 131 return (buf4, )", 320)]
+
+
+def _tuple_held(share: int, statements: list[tuple[str, int]] = TUPLE_PROGRAM) -> Result:
+    finding = {"finding": "late", "held_in": "tuple", "held_by": "buf1", "bytes": 80, "shape": [4, 5],
+               "dtype": "float32", "producer": "fw:buf1[1]", "op": "aten._scaled_dot_product_flash_attention_for_cpu",
+               "last_use": _SDPA,
+               "freed_after": "fw:line 130 del buf1", "in_loop": False, "released_in_loop": False}
+    part = program_part(finding)
+    check = Check(CheckName.PROGRAM, Status.FAIL_PEAK, f"generated program: excess {share} B over 0 B allowed",
+                  {"timeline": "exact", PARTS_KEY: [part], SHARES_KEY: {part: share}}, [finding], share)
+    memory = MemoryFigures(model_peak_bytes=720, measured_peak_bytes=720, model_source="received-graphs",
+                           program_timeline=statements)
+    return Result("my-own-attention-infer", "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=share,
+                  memory=memory)
+
+
+def test_a_held_result_tuple_is_bounded_by_its_items_bytes_over_the_programs_own_statements() -> None:
+    """The bound is read from the generated program: the held item's 80 B times the four statements that do
+    work from its last use to the tuple's ``del`` (320 B), not a share of the model peak.  Planted bytes over it
+    fail, and so does a program whose ``del`` comes earlier than the hold the check measured."""
+    ev = _ev("program", _tuple_held(320).checks[0].blamed[0], [s for s, _ in TUPLE_PROGRAM])
+    assert held_in_program(ev) == 80 * 4
+    manifest = load_manifest("inductor")
+    held = apply(_tuple_held(320), manifest)
+    assert held.status == Status.XFAIL and "result-tuple-held" in held.reason, held.reason
+    planted = apply(_tuple_held(321), manifest)  # one byte-statement more than the program holds
+    assert planted.status == Status.FAIL_PEAK and "beyond its bound" in planted.reason, planted.reason
+    earlier = [s for s in TUPLE_PROGRAM if "del buf1" not in s[0]]
+    earlier.insert(5, ("fw:line 125 del buf1", 640))  # the program frees the tuple right after taking its item
+    moved = _tuple_held(320, earlier)
+    moved.checks[0].blamed[0]["freed_after"] = "fw:line 125 del buf1"
+    assert apply(moved, manifest).status == Status.FAIL_PEAK
+    unnamed = apply(_tuple_held(320, [("fw:line 1 return ()", 0)]), manifest)  # no statement named: no bound read
+    assert unnamed.status == Status.FAIL_PEAK, unnamed.reason

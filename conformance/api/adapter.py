@@ -113,6 +113,12 @@ class CompiledStep(ABC):
         """
         return None
 
+    def split_model(self, observation: Observation) -> LifetimeModel | None:
+        """The model of a step Dynamo split into graphs and eager code, composed from the graphs the observed
+        call ran, in order, and what crossed between them (:mod:`conformance.models.lifetime.split`), where the
+        backend knows them.  ``None``: not known (the step is held to the user-level model then)."""
+        return None
+
     def lowering_fallbacks(self) -> dict[str, AbstractContextManager[object]]:
         """This step's backend lowerings known to be wrong in some form, where the graphs this step received
         call their ops: per known defect (its name, with the upstream issue), a configuration under which

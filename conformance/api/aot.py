@@ -32,6 +32,7 @@ from conformance.api.dispatch import Dispatched, DispatchLog
 from conformance.api.step import StepOutput, run_module_step
 from conformance.models.donation import BackwardWatch, classify, saved_positions
 from conformance.models.lifetime import LifetimeModel, Observation, bind_symbols, model_forward_backward
+from conformance.models.lifetime.split import SplitRun, model_split_step
 from conformance.models.lifetime.steps import INPUT_UPDATES
 from conformance.models.optimizer import OptimizerSegment
 from conformance.probes.cpu import MemoryTrace
@@ -154,6 +155,28 @@ class AotRecorder:
         fw, bw, bound = ran
         return model_forward_backward(fw.gm, bw.gm if bw else None, bound, saved_inputs, **kwargs)
 
+    def split_model(self, observation: Observation) -> LifetimeModel | None:
+        """The model of a split step composed from every graph the observed call ran, in order, with the storages
+        that crossed between them (:func:`model_split_step`); ``None`` where the log did not see the call, where it
+        ran one forward graph (not split), or where
+        eager code made values a graph read or the step returned (what that code held is not composed here)."""
+        ran = self.log.of_call(observation.call)
+        if not ran or any(len(d.args) != len(d.sizes) for d in ran) \
+                or sum(not self.graphs[d.graph].is_backward for d in ran) < 2:  # one graph: not split
+            return None
+        bound = observation.copy()
+        for dispatch in ran:
+            vals = [n.meta.get("val") for n in self.graphs[dispatch.graph].gm.graph.nodes if n.op == "placeholder"]
+            bound.sizes.update(bind_symbols(vals, dispatch.sizes))
+        caller = set(self.log.caller_of(observation.call))
+        made = caller.union(*(d.results for d in ran))
+        returned = self.log.outputs_of(observation.call)
+        if returned is None or any(k is not None and k not in made for k in returned):
+            return None  # eager code made what the step returned (the frame's eager tail after the graphs)
+        runs = [SplitRun(self.graphs[d.graph].gm, self.graphs[d.graph].is_backward, d.args, d.results) for d in ran]
+        split = model_split_step(runs, caller, bound, self.log.gradients_of(observation.call), returned)
+        return None if split.eager_made else split.model
+
     def backward_findings(self, traces: list[MemoryTrace], observation: Observation,
                           still_allocated_bytes: int = 0, **kwargs: Any) -> dict[str, Any]:
         """``memory["backward_inputs"]`` and its detail: do saved activations die at their last use?"""
@@ -270,7 +293,21 @@ class AotStep(DynamoStep):
     model_options: ClassVar[dict[str, Any]] = {}
 
     def begin_call(self) -> None:
-        self.recorder.log.begin_call()
+        model = self.workload.model
+        inputs = torch.utils._pytree.tree_leaves(list(self.workload.inputs))
+        self.recorder.log.begin_call([*inputs, *model.parameters(), *model.buffers()])
+
+    def run(self) -> StepOutput:
+        out = super().run()
+        # what the call returned, for its split model (not the gradients: the engine copies one into .grad where
+        # something else holds it, which is then no graph's result, as any grad a backend keeps would be)
+        self.recorder.log.ended(list(out.outputs), list(out.retained.values()))
+        return out
+
+    def split_model(self, observation: Observation) -> LifetimeModel | None:
+        if self.model_options:  # the composition walks each graph as received, under no convention of a backend's
+            return None
+        return self.recorder.split_model(observation)
 
     def received_model(self, observation: Observation) -> LifetimeModel | None:
         return self.recorder.received_model(observation, **self.model_options)

@@ -309,6 +309,11 @@ Recogniser = Callable[[Evidence], "str | None"]
 GRAPH_BREAK_NOTE = "Dynamo broke the step into graphs and eager code: "
 
 
+#: the model a split step is held to where its graphs' runs are known: the graphs Dynamo compiled, composed in the
+#: order the call ran them with what crossed between them (:mod:`conformance.models.lifetime.split`)
+SPLIT_SOURCE = "split-graphs"
+
+
 def graph_breaks_of(notes: Sequence[str]) -> tuple[str, ...]:
     return tuple(n[len(GRAPH_BREAK_NOTE):] for n in notes if n.startswith(GRAPH_BREAK_NOTE))
 
@@ -476,6 +481,32 @@ def result_tuple_held(ev: Evidence) -> str | None:
     if ev.source == "program" and not ev.finding and "a result tuple" in ev.part:
         return "held by an op's result tuple past its last use"
     return None
+
+
+def _statement_index(ev: Evidence, key: str, start: int = 0) -> int | None:
+    """The index in the program of the statement a finding's event label names (``last_use``, ``freed_after``)."""
+    m = _EVENT.match(str(ev.finding.get(key) or ""))
+    if m is None:
+        return None
+    phase, text = m.group(1) or "", m.group(2).strip()
+    return next((i for i in range(start, len(ev.program.statements))
+                 if ev.program.statements[i].phase == phase and ev.program.statements[i].text == text), None)
+
+
+def held_in_program(ev: Evidence) -> int | None:
+    """What a buffer held past its last use can put in the program check's excess, read from the generated program:
+    its bytes times the statements doing work (a kernel, an op, an allocation) from its last use to the statement
+    that releases it (at least one),
+    both named in the program (``None``: the finding names no statement the program has; a buffer never freed
+    has no bound).  The program check counts a late release the same way, so the instance is held to its own
+    buffer and the program's own ``del``: a longer hold, a larger buffer or bytes the measurement adds are beyond."""
+    nbytes = ev.finding.get("bytes")
+    last = _statement_index(ev, "last_use")
+    freed = _statement_index(ev, "freed_after", last) if last is not None else None
+    if not isinstance(nbytes, int) or last is None or freed is None:
+        return None
+    work = sum(1 for s in ev.program.statements[last + 1:freed + 1] if s.work or _ALLOC.match(s.text))
+    return nbytes * max(work, 1)
 
 
 def early_gradient(ev: Evidence) -> str | None:
@@ -977,9 +1008,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "code between them keep values the one user-level graph frees", graph_break_split,
               bound=split_values_over_model, bound_per_pair=True),
     Mechanism("unused-saved-tensor", "the backward unpacks a saved tensor it never reads and keeps its name",
-              unused_saved_tensor),
+              unused_saved_tensor, bound=held_in_program),
     Mechanism("result-tuple-held", "an op's result tuple keeps its items alive past their last use",
-              result_tuple_held),
+              result_tuple_held, bound=held_in_program),
     Mechanism("extern-input-copy", "an extern kernel's operand, which the graph passes as a view (a broadcast, "
               "unfold's windows), copied into a buffer of its own for the kernel and alive beside its result",
               extern_input_copy, bound=materialised_input_bytes),

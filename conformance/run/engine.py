@@ -43,7 +43,7 @@ from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.domains import MEMORY_CHECKS, DomainPlan, plan
 from conformance.checks.judge import ProbedStep
-from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK
+from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK, SPLIT_SOURCE
 from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
@@ -607,12 +607,17 @@ def _probed_steps(
         with harness_stage("model: generated program"):
             program = models.program(compiled, observation, result)
         breaks = calls.graph_breaks()
-        if received is not None and breaks:  # eager PyTorch runs part of the step: no received graph is all of it
-            received = None
-            note = "received graphs not held alone: Dynamo broke the step (held to the user-level model)"
+        source = "received-graphs"
+        with harness_stage("model: split graphs"):  # the graphs a split call ran, composed in order
+            split = models.split(compiled, observation, result) if breaks or received is None else None
+        if breaks or split is not None:  # eager PyTorch runs part of the step: no received graph is all of it
+            received, source = split, SPLIT_SOURCE
+            note = ("received graphs not held alone: Dynamo broke the step (held to the graphs it ran, composed)"
+                    if received is not None else
+                    "received graphs not held alone: Dynamo broke the step (held to the user-level model)")
             if note not in result.notes:
                 result.notes.append(note)
-        source = "received-graphs" if received is not None else "user-graph"
+        source = source if received is not None else "user-graph"
         held, low = received or user, None
         with harness_stage("model: user-kernels trace"):
             eager = models.eager(compiled, call)
@@ -714,6 +719,10 @@ class _Models:
     def received(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("received graphs not modelled ({}); held to the user-level model",
                                 compiled.received_model, observation, result)
+
+    def split(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
+        return self._of_backend("split step not composed ({}); held to the user-level model",
+                                compiled.split_model, observation, result)
 
     def program(self, compiled: CompiledStep, observation: Observation, result: Result) -> LifetimeModel | None:
         return self._of_backend("generated program not modelled: {}", compiled.program_model, observation, result)

@@ -12,6 +12,9 @@ MODELS: dict[str, str] = {
                     "graphs do not cover the whole step",
     "received-graphs": "the forward and backward graphs the backend was handed (after AOTAutograd's "
                        "partition), each value dropped at its last use: what the compiler needed at most",
+    "split-graphs": "a step Dynamo split into graphs and eager code: each graph it compiled, as received, in the "
+                    "order the call ran them, with what crossed between them held as the split program holds it "
+                    "(the frame to the forward's end, the autograd context to its backward)",
     "program": "the program the backend generated (inductor's wrapper): every buffer it allocates, reuses "
                "and frees, in kernel order; the measured allocations must follow it exactly",
     "optimizer": "the optimizer's step and zero_grad, recorded from the real optimizer, appended to the "

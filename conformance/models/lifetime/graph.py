@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from conformance.models.lifetime.aliasing import Aliases
+from conformance.models.lifetime.aliasing import Aliases, flatten
 from conformance.models.lifetime.liveness import ModelBuilder, release_schedule
 from conformance.models.lifetime.loops import is_while_loop, unroll_while_loop
 from conformance.models.lifetime.model import ModelError, Storage, op_name
@@ -70,6 +70,10 @@ class GraphWalker:
                 env[node] = container[node.args[1]] if container is not None else None
                 builder.acquire(env[node])
             else:
+                base = env.get(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
+                if _is_view(node) and isinstance(base, Storage):  # a view lives in its base's storage, also where
+                    leaves = flatten(node.meta.get("val"))  # a pass remade the base's fake value after the view's
+                    aliases.bind(leaves, [base] * len(leaves), replace=False)
                 env[node] = self._run_op(node, label, call, aliases)
             for dead in schedule[node]:
                 if dead in env:
@@ -96,3 +100,8 @@ class GraphWalker:
             transient = kernel_transient_bytes(node) if self.high else kernel_transient_bounds(node).low
         self.builder.event(label, transient)
         return value
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """An ATen view op (its schema says its result aliases its first argument): ``view``, ``permute``, ``expand``..."""
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
