@@ -725,8 +725,13 @@ class ConvGeometry:
                    tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in out_spatial), unit, x.element_size())
 
     def columns(self, samples: int) -> int:
-        """The im2col buffer for ``samples`` batch elements."""
+        """The im2col buffer for ``samples`` batch elements (one group's input channels)."""
         return samples * self.c_in * math.prod(self.kernel) * math.prod(self.out_spatial) * self.itemsize
+
+    def all_group_columns(self) -> int:
+        """``Slow3d``'s columns (``slow_conv3d_forward_out_cpu``'s ``finput``): the whole batch over every
+        input channel, ``groups x C_in/groups`` rows per kernel position; the kernel handles groups itself."""
+        return self.groups * self.columns(self.batch)
 
     def channel_slice(self, channels: int, spatial: Sequence[int]) -> int:
         """A group's slice of an NC... tensor made contiguous: a copy unless the batch is 1."""
@@ -772,8 +777,11 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
     """``aten.convolution`` on ATen's native CPU kernels, by the ``ConvBackend`` ATen selects:
 
     - ``Slow2d``/``Slow3d`` (im2col + GEMM): a columns buffer of ``batch x C_in/groups x
-      prod(kernel) x prod(output spatial)`` elements; none for a 1x1 kernel with stride 1 and
-      no padding, which multiplies the input directly.
+      prod(kernel) x prod(output spatial)`` elements (``Slow3d``: over all ``C_in`` channels, every
+      group's rows in one buffer); none for a 1x1 kernel with stride 1 and no padding, which
+      multiplies the input directly.
+    - ``Empty`` (a batch of 0, or no channels): nothing beyond the empty output
+      (Convolution.cpp ``_convolution``: ``input * weight_view[0]`` on no elements).
     - ``SlowDilated2d``/``SlowDilated3d``: columns for one batch element at a time.
     - ``NnpackSpatial`` (batch >= 16): nothing through the allocator but a zero bias of
       ``C_out`` elements when the convolution has none.
@@ -786,9 +794,13 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
     if not isinstance(out, torch.Tensor):
         return 0
     backend, layout = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if backend == "Empty":
+        return 0  # nothing to convolve: ``input * weight_view[0]`` on no elements, viewed as the output
     geo = ConvGeometry.of(x, weight, out.shape[2:], stride, padding, groups)
-    if backend in ("Slow2d", "Slow3d"):
+    if backend == "Slow2d":
         workspace = 0 if geo.unit else geo.columns(geo.batch)
+    elif backend == "Slow3d":
+        workspace = 0 if geo.unit else geo.all_group_columns()
     elif backend in ("SlowDilated2d", "SlowDilated3d"):
         workspace = geo.columns(1)
     elif backend == "NnpackSpatial":
@@ -818,11 +830,14 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
 
     - ``Slow2d``: the columns buffer of the whole batch, only for the weight's gradient (and
       not for a 1x1, stride 1, unpadded kernel); the input's gradient needs none.
-    - ``Slow3d``: the columns buffer of the whole batch for either gradient, one at a time.
-    - ``SlowDilated2d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen runs the dilated
-      kernel): columns for one batch element for either gradient, plus one per-sample bias
-      sum (``C_out`` elements) when the bias's gradient is asked for.  ``SlowDilated3d`` the same
-      on one sample (a batch of one, or unbatched) without groups; otherwise not modelled.
+    - ``Slow3d``: the columns buffer of the whole batch (all ``C_in`` channels) for either
+      gradient, one at a time.
+    - ``SlowDilated2d``/``SlowDilated3d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen
+      runs the dilated kernel): NaiveDilatedConvolution.cpp ``slow_conv_dilated_all_cpu_template``
+      keeps one sample's columns (``C_in/groups x prod(kernel)`` by ``prod(output spatial)``)
+      for the whole batch loop when either gradient is asked for, plus ``grad_output_n.sum(dims)``
+      (``C_out`` elements, freed by ``grad_bias +=``) per sample for the bias's gradient.
+    - ``Empty`` (a batch of 0): ``zeros_like`` the input and weight, ``zeros`` the bias: outputs only.
     - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
       channels, then one ``cat`` per gradient (see :func:`_grouped`).
     - a grad-output, input or weight not in the backend's layout is copied into it first.
@@ -830,14 +845,15 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
     grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
         operands[:11])
     backend, layout = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    if backend == "Empty":
+        return 0  # ``zeros_like`` the input and weight, ``zeros`` the bias: outputs only
     geo = ConvGeometry.of(x, weight, grad_out.shape[2:], stride, padding, groups)
     want_input, want_weight, want_bias = (bool(m) for m in mask)
     if backend == "Slow2d":
         workspace = geo.columns(geo.batch) if want_weight and not geo.unit else 0
     elif backend == "Slow3d":
-        workspace = geo.columns(geo.batch) if want_input or want_weight else 0
-    elif backend in ("SlowDilated2d", "NnpackSpatial") or (backend == "SlowDilated3d" and geo.batch == 1
-                                                            and groups == 1):
+        workspace = geo.all_group_columns() if want_input or want_weight else 0
+    elif backend in ("SlowDilated2d", "SlowDilated3d", "NnpackSpatial"):
         workspace = (geo.columns(1) if want_input or want_weight else 0) + (
             geo.c_out * geo.itemsize if want_bias else 0)
     elif backend in ("SlowTranspose2d", "SlowTranspose3d"):
@@ -850,8 +866,7 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
         copies = _transposed_input_slice(x, weight, groups) + geo.channel_slice(int(weight.shape[1]),
                                                                                 grad_out.shape[2:])
         return dense + _grouped(workspace, copies, outputs, groups)
-    else:  # SlowDilated3d on a batch or in groups: it allocates other than one sample's columns (measured
-        # 20252 B for a batch of two whose one sample's columns are 27000 B), not read yet
+    else:
         raise KernelNotModelled(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
@@ -1046,6 +1061,11 @@ def pointwise_loss(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
     position = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4}.get(name, 2)
     reduction = _reduction(operands, position)
     elements = _nbytes(x)
+    if name == "soft_margin_loss":  # ``neg_out(output, input).mul_(target)``: a target of another dtype is cast
+        cast = _loss_target_cast(target, x, operands[1])
+        return max(cast, x.element_size() + (_mean_division(x) if reduction == MEAN else 0)
+                   if reduction in (MEAN, SUM) else 0)
+    _loss_target_cast(target, x, operands[1], modelled=False)
     mean = _mean_division(x) if reduction == MEAN else 0  # the reduction's ``mean``: an int64 count, cast
     if name == "binary_cross_entropy_with_logits":
         return elements if reduction not in (MEAN, SUM) else 2 * elements + mean
@@ -1063,9 +1083,29 @@ def pointwise_loss_backward(target: torch._ops.OpOverload, operands: Sequence[An
     name = target.overloadpacket.__name__
     x = operands[1]
     reduction = _reduction(operands, 4 if name == "binary_cross_entropy_backward" else 3)
-    if name == "soft_margin_loss_backward":  # then scales in place: a wrapped scalar and its cast beside one
-        return max(2 * _nbytes(x), _nbytes(x) + _mean_scalar(x))
+    if name == "soft_margin_loss_backward":
+        # Loss.cpp: ``z = exp(-target * input)``: ``-target`` (the target's dtype) is alive to the statement's end,
+        # beside the product (and, for a target of another dtype, its cast) and then ``z``; then
+        # ``mul_out(grad_input, target, z)`` (the target cast again beside ``z``), and the scales in place (a
+        # wrapped scalar and its cast beside ``z``)
+        y = operands[2]
+        cast = _loss_target_cast(target, x, y)
+        return max(_nbytes(y) + _nbytes(x), _nbytes(x) + cast, _nbytes(x) + _mean_scalar(x))
+    _loss_target_cast(target, x, operands[2], modelled=False)
     return _mean_scalar(x) if reduction == MEAN else 0
+
+
+def _loss_target_cast(target: torch._ops.OpOverload, x: torch.Tensor, y: Any, modelled: bool = True) -> int:
+    """A loss target of another dtype than the input (an integer ``-1``/``1`` label, as ``SoftMarginLoss`` takes):
+    TensorIterator casts it into a temporary of the input's dtype where an elementwise step reads it.  Only
+    the kernels whose steps are read from Loss.cpp (``modelled``) say how long that copy lives; a target that
+    would promote the computation past the input's dtype is not modelled either."""
+    if not isinstance(y, torch.Tensor) or y.dtype == x.dtype:
+        return 0
+    if not modelled or torch.promote_types(x.dtype, y.dtype) != x.dtype:
+        raise KernelNotModelled(f"{target} with a {y.dtype} target for a {x.dtype} input is not in the "
+                                "transient table")
+    return y.numel() * x.element_size()
 
 
 def multilabel_margin(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
