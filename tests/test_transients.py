@@ -1273,3 +1273,26 @@ def test_a_loss_target_of_another_dtype_is_refused_where_its_copy_is_not_read(op
     call = OpCall(op, op, fn, lambda: (torch.randn(9), torch.ones(9, dtype=torch.int64)))
     with pytest.raises(KernelNotModelled, match=f"aten.{op}.default with a torch.int64 target"):
         _measured_extra(call)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("n,offsets", [(8, (0, 4)), (9, (0, 3, 5)), (12, (0, 2, 5, 7, 11))])
+def test_a_sparse_embedding_bag_backward_is_what_the_kernel_allocates(mode: int, n: int, offsets: tuple[int, ...]
+                                                                      ) -> None:
+    """``EmbeddingBag(sparse=True)``'s backward: its result's values are new, its indices the input's (a view);
+    what it allocates beside them is the table's (the dense path's sorting buffers are not made)."""
+    w, i, o = torch.randn(10, 5), torch.randint(0, 10, (n,)), torch.tensor(offsets)
+    out, o2b, size, maxi = aten._embedding_bag.default(w, i, o, False, mode, True)
+
+    def backward(g: Any, i: Any, o: Any, o2b: Any, size: Any, maxi: Any) -> Any:
+        return aten._embedding_bag_backward.default(g, i, o, o2b, size, maxi, 10, False, mode, True, None)
+
+    args = (torch.randn_like(out), i, o, o2b, size, maxi)
+    node = next(n for n in _graph(backward, args).graph.nodes if "_embedding_bag_backward" in str(n.target))
+    backward(*args)
+    with CpuAllocatorProbe() as probe:
+        grad = backward(*args)
+        assert grad.layout == torch.sparse_coo and grad._indices().data_ptr() == i.data_ptr()
+        values = grad._values().untyped_storage().nbytes()
+        del grad
+    assert probe.trace.peak_bytes - values == kernel_transient_bytes(node)

@@ -189,6 +189,21 @@ def embedding_bag_offset2bag(target: torch._ops.OpOverload, operands: Sequence[A
     return 8
 
 
+def sparse_bag_gradient_values(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``EmbeddingBag(mode="sum", sparse=True)``'s gradient where the forward kept no ``offset2bag``: the kernel
+    rebuilds it and gathers one gradient row per index (``n`` rows), where the meta function gathers by the empty
+    ``offset2bag`` it was given (no row): the values' storage is the kernel's ``n x D``."""
+    if not (isinstance(out, torch.Tensor) and out.layout == torch.sparse_coo and isinstance(t, torch.Tensor)):
+        return 0
+    values = out._values()
+    if t.untyped_storage()._cdata != values.untyped_storage()._cdata:
+        return 0
+    grad, indices, offset2bag = operands[0], operands[1], operands[3]
+    if int(_argument(target, operands, "mode")) != 0 or offset2bag.numel() != 0:
+        return 0
+    return int(indices.numel()) * int(grad.shape[-1]) * grad.element_size()
+
+
 def _argument(target: torch._ops.OpOverload, operands: Sequence[Any], name: str) -> Any:
     """The operand ``name`` of ``target``'s schema (overloads place it differently)."""
     for i, a in enumerate(target._schema.arguments):
@@ -1021,11 +1036,13 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     (``n`` of their dtype); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
     gradients, and the nonempty bags' positions."""
     grad, indices, _offsets, offset2bag = operands[:4]
-    mode = int(operands[8]) if len(operands) > 8 else 0
-    sparse = bool(operands[7]) if len(operands) > 7 else False
-    if sparse or not isinstance(grad, torch.Tensor) or indices.dim() != 1:
+    mode = int(_argument(target, operands, "mode"))
+    sparse = bool(_argument(target, operands, "sparse"))
+    if not isinstance(grad, torch.Tensor) or indices.dim() != 1:
         return 0
     n, index = int(indices.numel()), 8
+    if sparse:
+        return _embedding_bag_sparse_backward(target, operands, n, mode)
     if mode in (0, 1):
         rebuilt = (n + 1) * index if offset2bag.numel() == 0 else 0
         weights = operands[10] if len(operands) > 10 else None
@@ -1035,6 +1052,22 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
         bags = int(grad.shape[0])
         return bags * int(grad.shape[1]) * (index + grad.element_size()) + bags * index
     return 0
+
+
+def _embedding_bag_sparse_backward(target: torch._ops.OpOverload, operands: Sequence[Any], n: int, mode: int) -> int:
+    """``_embedding_bag_backward`` with ``sparse=True`` (``_embedding_bag_sparse_backward``): the gradient's rows
+    gathered per index are the sparse result's values (its indices are the input's, a view); ``mean`` first
+    scales them by their bags' sizes (two casts of the ``bags`` sizes to the gradient's dtype, and one size per
+    index, gathered: measured on three geometries), ``sum`` whose forward kept no ``offset2bag`` rebuilds it
+    (``n + 1`` int64, resized to ``n``, alive past the gather)."""
+    grad, offset2bag, bag_size = operands[0], operands[3], operands[4]
+    weights = _argument(target, operands, "per_sample_weights")
+    if isinstance(weights, torch.Tensor) or mode not in (0, 1):
+        weighted = " and per-sample weights" if weights is not None else ""
+        raise KernelNotModelled(f"{target} sparse with mode {mode}{weighted} is not in the transient table")
+    if mode == 1:
+        return (2 * int(bag_size.numel()) + n) * grad.element_size()
+    return (n + 1) * 8 if offset2bag.numel() == 0 else 0
 
 
 MEAN, SUM = 1, 2  # at::Reduction
@@ -1700,6 +1733,7 @@ TABLE: dict[str, Entry] = {
 STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, Any], int]] = {
     "_embedding_bag": embedding_bag_offset2bag,
     "_embedding_bag_forward_only": embedding_bag_offset2bag,
+    "_embedding_bag_backward": sparse_bag_gradient_values,
     **dict.fromkeys(("mse_loss", "smooth_l1_loss", "soft_margin_loss", "binary_cross_entropy"), reduced_loss_storage),
     "col2im": col2im_storage,
     "im2col": im2col_storage,
