@@ -1296,3 +1296,14 @@ def test_a_sparse_embedding_bag_backward_is_what_the_kernel_allocates(mode: int,
         values = grad._values().untyped_storage().nbytes()
         del grad
     assert probe.trace.peak_bytes - values == kernel_transient_bytes(node)
+
+
+@pytest.mark.parametrize("op", ["upsample_nearest2d", "upsample_bilinear2d"])
+@pytest.mark.parametrize("shape", [(1, 128, 1, 1), (2, 3, 1, 1), (2, 3, 1, 5)])
+def test_upsampling_copies_only_what_is_not_already_channels_last(op: str, shape: tuple[int, ...]) -> None:
+    """An ``N x C x 1 x 1`` input is channels-last already (common_nn's ``interpolate_nearest_2d_launch_configs``):
+    the kernel copies only its result back to NCHW, where a model copying the input too held 512 B it never did."""
+    fn = {"upsample_nearest2d": lambda x: aten.upsample_nearest2d.default(x, [2, 2]),
+          "upsample_bilinear2d": lambda x: aten.upsample_bilinear2d.default(x, [2, 2], False)}[op]
+    measured, modelled = _measured_extra(OpCall(op, op, fn, lambda: (torch.randn(shape),)))
+    assert measured == modelled

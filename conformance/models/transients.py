@@ -1195,8 +1195,10 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     name = target.overloadpacket.__name__
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return 0
-    if name in _CHANNELS_LAST_UPSAMPLING:
-        return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
+    if name in _CHANNELS_LAST_UPSAMPLING:  # each copied unless already channels-last (an N x C x 1 x 1 input is)
+        if x.dim() != 4 or int(x.shape[1]) <= 1:
+            return 0
+        return sum(_nbytes(t) for t in (x, out) if not t.is_contiguous(memory_format=torch.channels_last))
     taps = _TAPS.get(name, 0)
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
 
