@@ -259,6 +259,26 @@ def test_a_peak_cause_names_no_kernel_or_op() -> None:
     assert other.signature == "peak: alive past modelled death: storage the model does not have"
 
 
+@pytest.mark.parametrize("name", [CheckName.PEAK, CheckName.RESIDUAL])
+def test_a_model_above_the_measurement_is_its_own_cause(name: CheckName) -> None:
+    """An exact backend measured under its model: the model holds bytes the step never held (a harness fault in
+    the model), named as such with its bytes, never as an excess with nothing blamed; one over it still is."""
+    from conformance.api.verdict import Contract
+    from conformance.checks.cause import MODEL_ABOVE_MEASUREMENT
+
+    def judged(measured: int, model: int) -> Result:
+        contract = Contract("measured peak", measured, model, model, "measured == model")
+        status = Status.FAIL_PEAK if name == CheckName.PEAK else Status.FAIL_RESIDUAL
+        check = Check(name, status, "differs", {}, [], contract.excess_bytes, contract)
+        return Result("c", "eager", status, checks=[check], excess_bytes=contract.excess_bytes)
+
+    below, above = cause_of(judged(4096, 4608)), cause_of(judged(4608, 4096))
+    assert below is not None and above is not None
+    assert below.parts == (f"{name.value}: {MODEL_ABOVE_MEASUREMENT}",)
+    assert dict(below.shares) == {below.parts[0]: -512}  # the signed excess: under the model
+    assert MODEL_ABOVE_MEASUREMENT not in above.signature and "nothing blamed" in above.signature
+
+
 def test_a_pass_has_no_cause() -> None:
     assert cause_of(Result("c", "b", Status.PASS)) is None
 

@@ -79,6 +79,10 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     zero tensor) is resolved on the NumPy side: torch's own ``resolve_conj`` would allocate in the window."""
     import numpy as np
 
+    if t.layout == torch.sparse_coo:
+        return _sparse_coo_host_copy(t)
+    if t.is_sparse_csr or t.layout in (torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        raise TypeError(f"a {t.layout} result is not compared yet (sparse COO results are, as their dense values)")
     if t._is_zerotensor():
         zeros = np.zeros(t.numel() * t.element_size(), dtype=np.uint8)  # any dtype's zero is all zero bits
         return torch.from_numpy(zeros).view(t.dtype).reshape(t.shape)
@@ -89,6 +93,29 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     if t.dtype in _AS_BITS:
         return torch.from_numpy(np.array(t.view(_AS_BITS[t.dtype]).numpy(), copy=True)).view(t.dtype)
     return torch.from_numpy(np.array(t.numpy(), copy=True))
+
+
+def value_copy(t: torch.Tensor) -> torch.Tensor:
+    """A reference's copy of one tensor of a step's state, as parity compares it: a sparse COO tensor (a sparse
+    gradient: ``Embedding(sparse=True)``) as the dense tensor it stands for, as :func:`host_copies` gives the
+    backend's; any other as a clone."""
+    t = t.detach()
+    return t.to_dense() if t.layout == torch.sparse_coo else t.clone()
+
+
+def _sparse_coo_host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A sparse COO tensor's values as the dense tensor it stands for, made on the NumPy side: its values
+    summed into zeros at its indices (an uncoalesced tensor's repeated indices add, as ``to_dense`` does), so
+    parity compares what a sparse gradient means, whatever order or duplication a kernel left its entries in.
+    ``_indices``/``_values`` are views: reading them allocates nothing in torch."""
+    import numpy as np
+
+    if t.dtype in _AS_BITS:  # bits cannot be summed
+        raise TypeError(f"a sparse {t.dtype} result is not compared yet")
+    values = _host_copy(t._values()).numpy()
+    dense = np.zeros(tuple(t.shape), dtype=values.dtype)
+    np.add.at(dense, tuple(t._indices().numpy()), values)
+    return torch.from_numpy(dense)
 
 
 def params_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

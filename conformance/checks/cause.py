@@ -314,7 +314,15 @@ def program_findings(check: Check, result: Result) -> list[CauseFinding]:
     return out
 
 
+#: the cause part of a memory check whose measurement lies under its model's range: the model holds bytes the
+#: measured step never held (an op modelled as allocating more than its kernel does), a harness fault to read in
+#: the model, never an excess to blame on a storage
+MODEL_ABOVE_MEASUREMENT = "model above the measurement"
+
+
 def _storage_findings(check: Check, alive: str, unblamed: str) -> list[CauseFinding]:
+    if check.contract is not None and check.contract.excess_bytes < 0:
+        return [CauseFinding(MODEL_ABOVE_MEASUREMENT, None, -check.contract.excess_bytes)]
     what = alive if check.blamed else unblamed
     found = [CauseFinding(d, b, int(b.get("bytes") or 0)) for d, b in _blamed_parts(check, what)]
     return found or [CauseFinding(what, None, None)]

@@ -33,6 +33,7 @@ from conformance.api.step import (
     run_module_step,
     step_optimizer,
     to_dtype,
+    value_copy,
 )
 from conformance.checks.noise import RandomValues, RoundingNoise
 from conformance.checks.parity import Before, Noise, ParityReport, compare
@@ -129,14 +130,14 @@ class ReferenceRun:
         with (self.mode if self.mode is not None else contextlib.nullcontext()), self._factories():
             out = run_module_step(self.workload.model, self.workload, self.case.trains)
             live = out.named()
-            named = {name: t.detach().clone() for name, t in live.items()}
+            named = {name: value_copy(t) for name, t in live.items()}
             del out
             step_optimizer(self.workload)
         state = state_of(self.workload)
         if random is not None:
             self.random_names = {name for name, t in {**live, **state}.items() if random.holds_random(t)}
         del live
-        named.update({name: t.detach().clone() for name, t in state.items()})
+        named.update({name: value_copy(t) for name, t in state.items()})
         clear_grads(self.workload.model)
         return named
 

@@ -59,6 +59,8 @@ def held_by_caller(fw_gm: torch.fx.GraphModule, saved_names: set[str]) -> set[st
 
     def key(node: Any) -> Any:
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.layout == torch.sparse_coo:
+            val = val._values()  # a sparse value's storage is its values' (and its indices')
         return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
 
     out = next(n for n in fw_gm.graph.nodes if n.op == "output")
@@ -103,7 +105,9 @@ def _weak_storages(tensors: list[Any]) -> dict[int, tuple[StorageWeakRef, int]]:
     tensors hold no memory, and their storage has no data pointer)."""
     refs: dict[int, tuple[StorageWeakRef, int]] = {}
     for t in tensors:
-        if isinstance(t, torch.Tensor) and not t._is_zerotensor():
+        if isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo:  # its memory: its indices and values
+            refs.update(_weak_storages([t._indices(), t._values()]))
+        elif isinstance(t, torch.Tensor) and not t._is_zerotensor():
             storage = t.untyped_storage()
             refs.setdefault(storage.data_ptr(), (StorageWeakRef(storage), storage.nbytes()))
     return refs

@@ -716,6 +716,8 @@ class _Interpreter:
         self.stmt.used.extend(_tensors(value))
 
     def _to_builder(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.layout == torch.sparse_coo:  # its indices' and values' storages
+            return tuple(self._to_builder(c) for c in (value._indices(), value._values()))
         if isinstance(value, torch.Tensor):
             return self.keys.get(StorageWeakRef(value.untyped_storage()))
         if isinstance(value, (list, tuple)):
@@ -742,8 +744,8 @@ def _adopt_asserted_layout(args: Sequence[Any]) -> None:
     fake takes it, where its storage holds it (a check may pass on fakes whatever the strides:
     ``assert_tensor_metadata`` on torch 2.14).  A fallback kernel may return another layout than its meta function says
     (oneDNN's convolution backward picks its gradient's), and the program asserts the real one."""
-    if len(args) < 3 or not isinstance(args[0], torch.Tensor):
-        return
+    if len(args) < 3 or not isinstance(args[0], torch.Tensor) or args[0].layout != torch.strided:
+        return  # a sparse tensor's check states its size only: it has no strides to adopt
     t, size, stride = args[0], args[1], args[2]
     if not (_ints(size, t.dim()) and _ints(stride, t.dim()) and tuple(size) == tuple(t.shape)):
         return
@@ -772,7 +774,11 @@ def _is_check(func: Any, result: Any, operands: Sequence[torch.Tensor], versions
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
+    """The dense tensors in ``value``: a sparse COO tensor is its indices and values (its memory)."""
+    if isinstance(value, torch.Tensor) and value.layout == torch.sparse_coo:
+        yield value._indices()
+        yield value._values()
+    elif isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:

@@ -189,6 +189,21 @@ def embedding_bag_offset2bag(target: torch._ops.OpOverload, operands: Sequence[A
     return 8
 
 
+def sparse_bag_gradient_values(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any, t: Any) -> int:
+    """``EmbeddingBag(mode="sum", sparse=True)``'s gradient where the forward kept no ``offset2bag``: the kernel
+    rebuilds it and gathers one gradient row per index (``n`` rows), where the meta function gathers by the empty
+    ``offset2bag`` it was given (no row): the values' storage is the kernel's ``n x D``."""
+    if not (isinstance(out, torch.Tensor) and out.layout == torch.sparse_coo and isinstance(t, torch.Tensor)):
+        return 0
+    values = out._values()
+    if t.untyped_storage()._cdata != values.untyped_storage()._cdata:
+        return 0
+    grad, indices, offset2bag = operands[0], operands[1], operands[3]
+    if int(_argument(target, operands, "mode")) != 0 or offset2bag.numel() != 0:
+        return 0
+    return int(indices.numel()) * int(grad.shape[-1]) * grad.element_size()
+
+
 def _argument(target: torch._ops.OpOverload, operands: Sequence[Any], name: str) -> Any:
     """The operand ``name`` of ``target``'s schema (overloads place it differently)."""
     for i, a in enumerate(target._schema.arguments):
@@ -725,8 +740,13 @@ class ConvGeometry:
                    tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in out_spatial), unit, x.element_size())
 
     def columns(self, samples: int) -> int:
-        """The im2col buffer for ``samples`` batch elements."""
+        """The im2col buffer for ``samples`` batch elements (one group's input channels)."""
         return samples * self.c_in * math.prod(self.kernel) * math.prod(self.out_spatial) * self.itemsize
+
+    def all_group_columns(self) -> int:
+        """``Slow3d``'s columns (``slow_conv3d_forward_out_cpu``'s ``finput``): the whole batch over every
+        input channel, ``groups x C_in/groups`` rows per kernel position; the kernel handles groups itself."""
+        return self.groups * self.columns(self.batch)
 
     def channel_slice(self, channels: int, spatial: Sequence[int]) -> int:
         """A group's slice of an NC... tensor made contiguous: a copy unless the batch is 1."""
@@ -772,8 +792,11 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
     """``aten.convolution`` on ATen's native CPU kernels, by the ``ConvBackend`` ATen selects:
 
     - ``Slow2d``/``Slow3d`` (im2col + GEMM): a columns buffer of ``batch x C_in/groups x
-      prod(kernel) x prod(output spatial)`` elements; none for a 1x1 kernel with stride 1 and
-      no padding, which multiplies the input directly.
+      prod(kernel) x prod(output spatial)`` elements (``Slow3d``: over all ``C_in`` channels, every
+      group's rows in one buffer); none for a 1x1 kernel with stride 1 and no padding, which
+      multiplies the input directly.
+    - ``Empty`` (a batch of 0, or no channels): nothing beyond the empty output
+      (Convolution.cpp ``_convolution``: ``input * weight_view[0]`` on no elements).
     - ``SlowDilated2d``/``SlowDilated3d``: columns for one batch element at a time.
     - ``NnpackSpatial`` (batch >= 16): nothing through the allocator but a zero bias of
       ``C_out`` elements when the convolution has none.
@@ -786,9 +809,13 @@ def convolution(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any
     if not isinstance(out, torch.Tensor):
         return 0
     backend, layout = _conv_backend(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if backend == "Empty":
+        return 0  # nothing to convolve: ``input * weight_view[0]`` on no elements, viewed as the output
     geo = ConvGeometry.of(x, weight, out.shape[2:], stride, padding, groups)
-    if backend in ("Slow2d", "Slow3d"):
+    if backend == "Slow2d":
         workspace = 0 if geo.unit else geo.columns(geo.batch)
+    elif backend == "Slow3d":
+        workspace = 0 if geo.unit else geo.all_group_columns()
     elif backend in ("SlowDilated2d", "SlowDilated3d"):
         workspace = geo.columns(1)
     elif backend == "NnpackSpatial":
@@ -818,11 +845,14 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
 
     - ``Slow2d``: the columns buffer of the whole batch, only for the weight's gradient (and
       not for a 1x1, stride 1, unpadded kernel); the input's gradient needs none.
-    - ``Slow3d``: the columns buffer of the whole batch for either gradient, one at a time.
-    - ``SlowDilated2d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen runs the dilated
-      kernel): columns for one batch element for either gradient, plus one per-sample bias
-      sum (``C_out`` elements) when the bias's gradient is asked for.  ``SlowDilated3d`` the same
-      on one sample (a batch of one, or unbatched) without groups; otherwise not modelled.
+    - ``Slow3d``: the columns buffer of the whole batch (all ``C_in`` channels) for either
+      gradient, one at a time.
+    - ``SlowDilated2d``/``SlowDilated3d``, and ``NnpackSpatial`` (NNPACK has no backward: ATen
+      runs the dilated kernel): NaiveDilatedConvolution.cpp ``slow_conv_dilated_all_cpu_template``
+      keeps one sample's columns (``C_in/groups x prod(kernel)`` by ``prod(output spatial)``)
+      for the whole batch loop when either gradient is asked for, plus ``grad_output_n.sum(dims)``
+      (``C_out`` elements, freed by ``grad_bias +=``) per sample for the bias's gradient.
+    - ``Empty`` (a batch of 0): ``zeros_like`` the input and weight, ``zeros`` the bias: outputs only.
     - ``groups > 1``: per group, contiguous copies of that group's grad-output and input
       channels, then one ``cat`` per gradient (see :func:`_grouped`).
     - a grad-output, input or weight not in the backend's layout is copied into it first.
@@ -830,14 +860,15 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
     grad_out, x, weight, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = (
         operands[:11])
     backend, layout = _conv_backend(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    if backend == "Empty":
+        return 0  # ``zeros_like`` the input and weight, ``zeros`` the bias: outputs only
     geo = ConvGeometry.of(x, weight, grad_out.shape[2:], stride, padding, groups)
     want_input, want_weight, want_bias = (bool(m) for m in mask)
     if backend == "Slow2d":
         workspace = geo.columns(geo.batch) if want_weight and not geo.unit else 0
     elif backend == "Slow3d":
-        workspace = geo.columns(geo.batch) if want_input or want_weight else 0
-    elif backend in ("SlowDilated2d", "NnpackSpatial") or (backend == "SlowDilated3d" and geo.batch == 1
-                                                            and groups == 1):
+        workspace = geo.all_group_columns() if want_input or want_weight else 0
+    elif backend in ("SlowDilated2d", "SlowDilated3d", "NnpackSpatial"):
         workspace = (geo.columns(1) if want_input or want_weight else 0) + (
             geo.c_out * geo.itemsize if want_bias else 0)
     elif backend in ("SlowTranspose2d", "SlowTranspose3d"):
@@ -850,8 +881,7 @@ def convolution_backward(target: torch._ops.OpOverload, operands: Sequence[Any],
         copies = _transposed_input_slice(x, weight, groups) + geo.channel_slice(int(weight.shape[1]),
                                                                                 grad_out.shape[2:])
         return dense + _grouped(workspace, copies, outputs, groups)
-    else:  # SlowDilated3d on a batch or in groups: it allocates other than one sample's columns (measured
-        # 20252 B for a batch of two whose one sample's columns are 27000 B), not read yet
+    else:
         raise KernelNotModelled(f"convolution_backward on ATen's {backend} backend is not in the transient table")
     outputs = sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else _nbytes(out)
     copies = geo.channel_slice(geo.c_in, geo.in_spatial) + geo.channel_slice(geo.c_out, geo.out_spatial)
@@ -1047,11 +1077,13 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
     (``n`` of their dtype); ``max`` gathers the rows of the nonempty bags' max indices (int64) and their
     gradients, and the nonempty bags' positions."""
     grad, indices, _offsets, offset2bag = operands[:4]
-    mode = int(operands[8]) if len(operands) > 8 else 0
-    sparse = bool(operands[7]) if len(operands) > 7 else False
-    if sparse or not isinstance(grad, torch.Tensor) or indices.dim() != 1:
+    mode = int(_argument(target, operands, "mode"))
+    sparse = bool(_argument(target, operands, "sparse"))
+    if not isinstance(grad, torch.Tensor) or indices.dim() != 1:
         return 0
     n, index = int(indices.numel()), 8
+    if sparse:
+        return _embedding_bag_sparse_backward(target, operands, n, mode)
     if mode in (0, 1):
         rebuilt = (n + 1) * index if offset2bag.numel() == 0 else 0
         weights = operands[10] if len(operands) > 10 else None
@@ -1061,6 +1093,22 @@ def embedding_bag_backward(target: torch._ops.OpOverload, operands: Sequence[Any
         bags = int(grad.shape[0])
         return bags * int(grad.shape[1]) * (index + grad.element_size()) + bags * index
     return 0
+
+
+def _embedding_bag_sparse_backward(target: torch._ops.OpOverload, operands: Sequence[Any], n: int, mode: int) -> int:
+    """``_embedding_bag_backward`` with ``sparse=True`` (``_embedding_bag_sparse_backward``): the gradient's rows
+    gathered per index are the sparse result's values (its indices are the input's, a view); ``mean`` first
+    scales them by their bags' sizes (two casts of the ``bags`` sizes to the gradient's dtype, and one size per
+    index, gathered: measured on three geometries), ``sum`` whose forward kept no ``offset2bag`` rebuilds it
+    (``n + 1`` int64, resized to ``n``, alive past the gather)."""
+    grad, offset2bag, bag_size = operands[0], operands[3], operands[4]
+    weights = _argument(target, operands, "per_sample_weights")
+    if isinstance(weights, torch.Tensor) or mode not in (0, 1):
+        weighted = " and per-sample weights" if weights is not None else ""
+        raise KernelNotModelled(f"{target} sparse with mode {mode}{weighted} is not in the transient table")
+    if mode == 1:
+        return (2 * int(bag_size.numel()) + n) * grad.element_size()
+    return (n + 1) * 8 if offset2bag.numel() == 0 else 0
 
 
 MEAN, SUM = 1, 2  # at::Reduction
@@ -1087,6 +1135,11 @@ def pointwise_loss(target: torch._ops.OpOverload, operands: Sequence[Any], out: 
     position = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4}.get(name, 2)
     reduction = _reduction(operands, position)
     elements = _nbytes(x)
+    if name == "soft_margin_loss":  # ``neg_out(output, input).mul_(target)``: a target of another dtype is cast
+        cast = _loss_target_cast(target, x, operands[1])
+        return max(cast, x.element_size() + (_mean_division(x) if reduction == MEAN else 0)
+                   if reduction in (MEAN, SUM) else 0)
+    _loss_target_cast(target, x, operands[1], modelled=False)
     mean = _mean_division(x) if reduction == MEAN else 0  # the reduction's ``mean``: an int64 count, cast
     if name == "binary_cross_entropy_with_logits":
         return elements if reduction not in (MEAN, SUM) else 2 * elements + mean
@@ -1104,9 +1157,29 @@ def pointwise_loss_backward(target: torch._ops.OpOverload, operands: Sequence[An
     name = target.overloadpacket.__name__
     x = operands[1]
     reduction = _reduction(operands, 4 if name == "binary_cross_entropy_backward" else 3)
-    if name == "soft_margin_loss_backward":  # then scales in place: a wrapped scalar and its cast beside one
-        return max(2 * _nbytes(x), _nbytes(x) + _mean_scalar(x))
+    if name == "soft_margin_loss_backward":
+        # Loss.cpp: ``z = exp(-target * input)``: ``-target`` (the target's dtype) is alive to the statement's end,
+        # beside the product (and, for a target of another dtype, its cast) and then ``z``; then
+        # ``mul_out(grad_input, target, z)`` (the target cast again beside ``z``), and the scales in place (a
+        # wrapped scalar and its cast beside ``z``)
+        y = operands[2]
+        cast = _loss_target_cast(target, x, y)
+        return max(_nbytes(y) + _nbytes(x), _nbytes(x) + cast, _nbytes(x) + _mean_scalar(x))
+    _loss_target_cast(target, x, operands[2], modelled=False)
     return _mean_scalar(x) if reduction == MEAN else 0
+
+
+def _loss_target_cast(target: torch._ops.OpOverload, x: torch.Tensor, y: Any, modelled: bool = True) -> int:
+    """A loss target of another dtype than the input (an integer ``-1``/``1`` label, as ``SoftMarginLoss`` takes):
+    TensorIterator casts it into a temporary of the input's dtype where an elementwise step reads it.  Only
+    the kernels whose steps are read from Loss.cpp (``modelled``) say how long that copy lives; a target that
+    would promote the computation past the input's dtype is not modelled either."""
+    if not isinstance(y, torch.Tensor) or y.dtype == x.dtype:
+        return 0
+    if not modelled or torch.promote_types(x.dtype, y.dtype) != x.dtype:
+        raise KernelNotModelled(f"{target} with a {y.dtype} target for a {x.dtype} input is not in the "
+                                "transient table")
+    return y.numel() * x.element_size()
 
 
 def multilabel_margin(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -> int:
@@ -1163,8 +1236,10 @@ def upsample(target: torch._ops.OpOverload, operands: Sequence[Any], out: Any) -
     name = target.overloadpacket.__name__
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return 0
-    if name in _CHANNELS_LAST_UPSAMPLING:
-        return _nbytes(x) + _nbytes(out) if x.dim() == 4 and int(x.shape[1]) > 1 else 0
+    if name in _CHANNELS_LAST_UPSAMPLING:  # each copied unless already channels-last (an N x C x 1 x 1 input is)
+        if x.dim() != 4 or int(x.shape[1]) <= 1:
+            return 0
+        return sum(_nbytes(t) for t in (x, out) if not t.is_contiguous(memory_format=torch.channels_last))
     taps = _TAPS.get(name, 0)
     return sum(taps * int(d) * (8 + x.element_size()) for d in out.shape[2:])
 
@@ -1705,6 +1780,7 @@ TABLE: dict[str, Entry] = {
 STORAGE_SLACK: dict[str, Callable[[torch._ops.OpOverload, Sequence[Any], Any, Any], int]] = {
     "_embedding_bag": embedding_bag_offset2bag,
     "_embedding_bag_forward_only": embedding_bag_offset2bag,
+    "_embedding_bag_backward": sparse_bag_gradient_values,
     **dict.fromkeys(("mse_loss", "smooth_l1_loss", "soft_margin_loss", "binary_cross_entropy"), reduced_loss_storage),
     "col2im": col2im_storage,
     "im2col": im2col_storage,

@@ -19,10 +19,20 @@ from conformance.models.lifetime.model import Storage
 
 
 def flatten(value: Any) -> list[Any]:
-    """The leaves of a value nested in lists and tuples (a multi-output op's, a loop's carries)."""
+    """The leaves of a value nested in lists and tuples (a multi-output op's, a loop's carries); a sparse COO
+    tensor is its two dense tensors, indices and values, each in a storage of its own (see :func:`components`)."""
     if isinstance(value, (list, tuple)):
         return [x for v in value for x in flatten(v)]
+    if isinstance(value, torch.Tensor) and value.layout == torch.sparse_coo:
+        return list(components(value))
     return [value]
+
+
+def components(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sparse COO tensor's memory: its indices and its values, two dense tensors it holds (views, no copy:
+    ``_sparse_coo_tensor_with_dims_and_tensors`` wraps the ones it is given, so the sparse gradient of an
+    ``Embedding(sparse=True)`` lives in the storages of the indices and values its backward computed)."""
+    return t._indices(), t._values()
 
 
 def storages_in(value: Any) -> Iterator[Storage]:
@@ -57,9 +67,11 @@ class Aliases:
         """The model value of an op's result ``val``: an earlier storage where a leaf aliases one
         (a view or an in-place result), else the one ``allocate`` makes for it."""
 
-        def storage_of(t: Any) -> Storage | None:
+        def storage_of(t: Any) -> Any:
             if not isinstance(t, torch.Tensor):
                 return None
+            if t.layout == torch.sparse_coo:
+                return tuple(storage_of(c) for c in components(t))
             key = StorageWeakRef(t.untyped_storage())
             if key not in self.by_key:
                 self.by_key[key] = allocate(t)
