@@ -106,8 +106,10 @@ def test_malformed_manifest_is_exit_2_and_earlier_results_kept(tmp_path: Path) -
         "    manifest_path = Path(__file__).with_name('m.toml')\n"
     )
     (bad / "m.toml").write_text("[[expect]]\ncase = 'x'\nstatus = 'fail-peak'\n")
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "badpkg.b:B", "--out", "out"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    # --resume: the folder may be used (a run refusing it says so first, before any backend loads), so what
+    # refuses the run is the manifest
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "badpkg.b:B", "--out", "out",
+                           "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 2, proc.stderr
     assert "m.toml" in proc.stderr and "reason" in proc.stderr and "Traceback" not in proc.stderr

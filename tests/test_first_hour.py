@@ -49,4 +49,5 @@ def test_a_resumed_run_names_a_backend_its_folder_never_had(tmp_path: Path) -> N
     changed = history.changes(tmp_path / "out" / "history.sqlite")
     assert changed.previous is not None and changed.new_backends == ["planted-leak"], changed
     page = (tmp_path / "out" / "report" / "index.html").read_text()
-    assert re.search(r'id="backend-changes">New backends: <code>planted-leak</code>', page), "report lost it"
+    assert re.search(r'id="new-backends">New backend\(s\) this run, absent from run #1: <b[^>]*>planted-leak</b>',
+                     page), "report lost it"

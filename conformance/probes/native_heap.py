@@ -271,8 +271,11 @@ def outside_storages(named: dict[str, torch.Tensor], known: Iterable[int] = ()) 
     for what, t in named.items():
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.layout != torch.strided:
             continue
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
+        try:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage of its own (autograd's zero tensor): no bytes
+            continue
         if storage.nbytes() == 0 or storage.resizable() or ptr in seen:
             continue
         seen.add(ptr)
