@@ -136,7 +136,8 @@ def test_printable_escapes_every_control_and_keeps_text() -> None:
 def test_control_sequences_reach_the_terminal_escaped_and_the_temp_dir_stays_empty(tmp_path: Path) -> None:
     """One isolated run: a backend whose errors are control sequences, and one whose worker segfaults on
     one case and passes the other.  Nothing the backends said drives the terminal; a reason keeps the
-    message's words, its escape sequences stripped; the temporary directory holds nothing afterwards (worker logs, compiler caches)."""
+    message's words, its escape sequences stripped; the temporary directory holds nothing afterwards
+    (worker logs, compiler caches)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = _run("run", "--backend", "tests.hostile_backends:ControlSequenceBackend",
