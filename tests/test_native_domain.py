@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -177,3 +178,44 @@ def test_plan_holds_results_in_native_memory_and_names_those_nobody_saw() -> Non
     declared = plan(("torch-cpu", "native"), {"torch-cpu"}, False, None, {}, {})
     assert declared.held_on_native and not declared.unobserved
     assert plan(("torch-cpu", "native"), {"torch-cpu"}, False, "no compiler", {}, {}).unobserved[0].cause == "declared"
+
+
+INPUT_VIEW_CASES = '''
+import numpy as np
+import torch
+from torch import nn
+
+from conformance.api.case import Case, Workload, register
+
+
+class ReturnsAViewOfItsInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.lin(x), x.t()
+
+
+def build(seed: int) -> Workload:
+    torch.manual_seed(seed)
+    x = torch.from_numpy(np.random.default_rng(seed).standard_normal((6, 4)).astype(np.float32))
+    return Workload(ReturnsAViewOfItsInput(), (x,))
+
+
+register(Case("numpy-input-view-infer", "inference", "numpy-input", 0, build,
+              description="an input made by numpy (its storage not torch's allocator's), returned as a view"))
+'''
+
+
+@needs_native
+def test_a_result_in_the_callers_input_memory_is_the_callers(tmp_path: Path) -> None:
+    """An input whose memory numpy made (not resizable, as a runtime's buffer is not) returned as a view: the
+    result lives in the caller's memory, made before the call, so the pair is judged as any eager pair
+    (before, it was a 'memory not observed' skip, as gen-dag-6634 was beside a second backend)."""
+    (tmp_path / "input_view_cases.py").write_text(INPUT_VIEW_CASES)
+    proc = subprocess.run([sys.executable, "-m", "conformance", "run", "--cases", "input_view_cases.py", "--case",
+                           "numpy-input-view-infer", "--backend", "eager", "--out", "out", "--no-history",
+                           "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "numpy-input-view-infer@eager: pass" in proc.stdout + proc.stderr

@@ -77,10 +77,13 @@ def _inside(trace: MemoryTrace, ptr: int) -> bool:
 
 
 def plan(declared: Sequence[str], probed: Iterable[str], own_probe: bool, native_why: str | None,
-         outside: Mapping[int, Sequence[OutsideStorage]], native: Mapping[int, MemoryTrace]) -> DomainPlan:
+         outside: Mapping[int, Sequence[OutsideStorage]], native: Mapping[int, MemoryTrace],
+         torch_cpu: Mapping[int, MemoryTrace] | None = None) -> DomainPlan:
     """Pure: the domains a pair is held on, from what the backend declares, the domains its probes
     observe (``probed``; the native one where ``native_why`` is ``None``), whether it has probes of its
-    own, the results each probed call left outside torch's allocator and each call's native trace."""
+    own, the results each probed call left outside torch's allocator and each call's native trace.  A
+    result whose bytes torch's CPU allocator reported allocating during the call (``torch_cpu``: each
+    call's trace) is torch's whatever its storage says of itself, and counted there already."""
     observed = set(probed) | ({NATIVE} if native_why is None else set())
     missing = [Unobserved(d, "declared", (native_why or "") if d == NATIVE else "")
                for d in dict.fromkeys(declared) if d not in observed]
@@ -88,7 +91,10 @@ def plan(declared: Sequence[str], probed: Iterable[str], own_probe: bool, native
     if not own_probe:
         for call, storages in sorted(outside.items()):
             trace = native.get(call)
+            torch_trace = (torch_cpu or {}).get(call)
             for s in storages:
+                if torch_trace is not None and _inside(torch_trace, s.ptr):
+                    continue
                 if trace is not None and (_inside(trace, s.ptr) or s.pool is not None):
                     held = True
                 elif not any(u.cause == "result" for u in missing):  # the first one names the gap

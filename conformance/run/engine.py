@@ -16,13 +16,14 @@ import gc
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._pytree import tree_flatten
 
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
@@ -218,7 +219,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                 owned = _storages_of(state_of(workload))  # the step's state: an output sharing it is not dropped
                 held: list[int] = []
                 domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
-                                                  seen, held, owned)
+                                                  seen, held, owned, workload.inputs)
                 if calls.end() and calls.changing:
                     # the call compiled: its window holds the compiler's own allocations too, so the
                     # step is probed again at the same shapes (it settles) and judged on that run; its
@@ -228,7 +229,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
                     left = after_call(workload)
                     seen = StepEvidence()
                     domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
-                                                   seen, held, owned)
+                                                   seen, held, owned, workload.inputs)
                     _restore(workload, left)
                 calls.settled(call)
                 traces.append((call, domain_traces))
@@ -807,6 +808,7 @@ def probed_step(
     seen: StepEvidence | None = None,
     held: list[int] | None = None,
     owned: frozenset[int] = frozenset(),
+    inputs: Sequence[Any] = (),
 ) -> tuple[list[MemoryTrace], dict[str, torch.Tensor]]:
     """One step inside the probes' window; outputs are dropped inside it, grads kept; then, with
     ``optimizer``, the optimizer's step and ``zero_grad(set_to_none=True)`` inside it too.
@@ -826,8 +828,11 @@ def probed_step(
     files = boundary.files(compiled.program_files())
     kept: dict[str, torch.Tensor] = {}
     native = native_heap.NativeHeapProbe() if seen is not None and native_heap.unavailable_reason() is None else None
-    known = ({t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
-             if seen is not None else set())
+    # the caller's own tensors (parameters, buffers, this call's inputs): a result in their memory (a view
+    # of an input, an input returned) is the caller's, made before the call, whatever allocated it
+    callers = [*model.parameters(), *model.buffers(),
+               *(t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))]
+    known = {_data_ptr(t) for t in callers} - {0} if seen is not None else set()
     with make_probe() as probe, contextlib.ExitStack() as stack:
         for extra in extras:
             stack.enter_context(extra)
@@ -877,7 +882,8 @@ def domain_plan_of(backend: Backend, traces: list[tuple[int, list[MemoryTrace]]]
     probed = {t.domain for _, ts in traces for t in ts}
     return plan(backend.capabilities.memory_domains, probed, not probed <= {CpuAllocatorProbe.domain},
                 native_heap.unavailable_reason(), {c: e.outside for c, e in evidence.items()},
-                {c: e.native for c, e in evidence.items() if e.native is not None})
+                {c: e.native for c, e in evidence.items() if e.native is not None},
+                {c: t for c, ts in traces for t in ts if t.domain == CpuAllocatorProbe.domain})
 
 
 def _held_traces(domains: DomainPlan, traces: list[tuple[int, list[MemoryTrace]]],
@@ -907,6 +913,14 @@ def _held_traces(domains: DomainPlan, traces: list[tuple[int, list[MemoryTrace]]
     if lost:
         result.notes.append(f"the native observer could not keep {lost} events: its figures are low")
     return held
+
+
+def _data_ptr(t: torch.Tensor) -> int:
+    """A tensor's storage's address; 0 where it has none of its own (autograd's zero tensor)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def _storages_of(named: dict[str, torch.Tensor]) -> frozenset[int]:
