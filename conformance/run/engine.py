@@ -924,13 +924,7 @@ def _data_ptr(t: torch.Tensor) -> int:
 
 
 def _storages_of(named: dict[str, torch.Tensor]) -> frozenset[int]:
-    ptrs = set()
-    for t in named.values():
-        try:
-            ptrs.add(t.untyped_storage().data_ptr())
-        except (RuntimeError, NotImplementedError):
-            continue
-    return frozenset(ptrs - {0})
+    return frozenset(_data_ptr(t) for t in named.values()) - {0}
 
 
 def _dropped_outputs(out: StepOutput | None, owned: frozenset[int]) -> list[tuple[Any, int]]:
