@@ -8,7 +8,7 @@ Each torch process of the session takes one intra-op thread: ``-n 2`` already ru
 workers on two cores, and every CLI run and isolation worker a test starts would add an
 OpenMP thread per core beside them (about 6% of the suite's CPU time went to that).  The
 kernels' per-thread buffers are modelled with the process's own thread count, so verdicts do
-not change; ``tests/test_transients.py`` measures those entries with two threads.
+not change; ``tests/transients/`` measures those entries with two threads.
 
 A test marked ``full(ci=NODE)`` is a slower end-to-end variant of what the CI test ``NODE`` already
 checks: it runs with ``CONFORMANCE_TESTS_FULL=1`` (``tox -e tests-full``, the nightly) and is

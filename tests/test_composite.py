@@ -1,6 +1,6 @@
 """A kernel with no CPU kernel of its own runs its composite body: that body's temporaries are its
 workspace, modelled by running the body on stand-ins (conformance.models.composite).  What the model
-says is held to the real kernel in tests/test_transients.py (``_trilinear``'s forms, torch 2.8's
+says is held to the real kernel in tests/transients/ (``_trilinear``'s forms, torch 2.8's
 ``_native_batch_norm_legit_no_training``); here, what the model must not do."""
 
 from __future__ import annotations

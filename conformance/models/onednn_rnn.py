@@ -27,7 +27,7 @@ The sizes follow oneDNN's ``rnn_utils`` (src/cpu/rnn/rnn_utils.hpp ``init_conf``
   ld(max(I, H))``: the layer's input and output rows), the cell states (``2 x (T+1) x N x
   H``), and the three gradients of states a backward needs (layer, iteration, cell), all
   float32.  The oneDNN release torch 2.13 bundles (v3.12) books the iteration states once
-  (v3.8 booked them twice); the measurements in tests/test_transients.py hold this;
+  (v3.8 booked them twice); the measurements in tests/transients/ hold this;
 * the scratchpad registry books the RNN space (its regions, aligned to a page: 4096 more),
   the per-layer pointer arrays (three of weights, one of biases: 8 bytes each, 128-byte
   aligned) and, on the brgemm path, ``brgemm_batch_element_t`` descriptors (40 bytes) per

@@ -1,11 +1,13 @@
-"""Every entry of the kernel transient table is held to a measurement, op by op.
+"""The calls that measure the kernel transient table, one ``OpCall`` per shape and layout an entry's
+branches need, and the measurement every family's tests share.
 
-Each case runs one ATen op on real tensors inside :class:`CpuAllocatorProbe` (on the
-kernels the reference executor uses) and asserts that its peak is exactly its outputs'
-bytes plus what :func:`kernel_transient_bytes` says for the node traced from the same
-call.  Shapes are chosen to cross each entry's branches (grouped and dilated
-convolutions, NNPACK's batch of 16, the NC11 batch-norm path, flash attention's block
-sizes at 16, 200 and 800 tokens, gradients laid out as the kernel reads them or not).
+Each call runs one ATen op on real tensors inside :class:`CpuAllocatorProbe` (on the kernels the
+reference executor uses); its peak must be exactly its outputs' bytes plus what
+:func:`kernel_transient_bytes` says for the node traced from the same call.  Shapes are chosen to cross
+each entry's branches (grouped and dilated convolutions, NNPACK's batch of 16, the NC11 batch-norm path,
+flash attention's block sizes at 16, 200 and 800 tokens, gradients laid out as the kernel reads them or
+not).  :func:`family_of` files each call under the module of ``conformance.models.transients`` whose
+entry it exercises; ``test_<family>.py`` measures that family's calls.
 """
 
 from __future__ import annotations
@@ -15,36 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from conformance.api.step import trace_graph
 from conformance.models.transients import (
-    GRAD_ENABLED,
-    LAPACK_QUERIED,
     STORAGE_SLACK,
-    SUB_OP_KERNELS,
     TABLE,
-    kernel_storage_slack,
-    kernel_transient_bounds,
     kernel_transient_bytes,
     reference_kernels,
 )
-from conformance.probes import workspace
 from conformance.probes.cpu import CpuAllocatorProbe
 
 aten = torch.ops.aten
-
-
-@pytest.fixture(autouse=True)
-def two_threads() -> Any:
-    """Two intra-op threads (the test session's processes take one, tests/conftest.py): the entries whose
-    kernels keep per-thread buffers or take a serial path on one thread are measured on their parallel path."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
@@ -1116,7 +1100,7 @@ def _unique_consecutive(inverse: bool, counts: bool) -> Callable[..., Any]:
     return f
 
 
-def _graph(fn: Callable[..., Any], args: tuple[Any, ...]) -> torch.fx.GraphModule:
+def graph_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> torch.fx.GraphModule:
     """The op traced as the harness traces a step: with fake tensors, or on its values where its sizes
     follow them (:func:`conformance.api.step.trace_graph`)."""
     return trace_graph(fn, list(args), torch.nn.Module())
@@ -1129,13 +1113,26 @@ def _new_ones(dtype: torch.dtype) -> Callable[..., Any]:
     return f
 
 
+
 CALLS = _calls()
 
 
-def _measured_extra(call: OpCall) -> tuple[int, int]:
+def family_of(op: str) -> str:
+    """The module of :mod:`conformance.models.transients` holding the entry a call of ``op`` exercises;
+    ``"composite"`` for an op with no entry, modelled through its composite body."""
+    entry = TABLE.get(op) or STORAGE_SLACK.get(op)
+    return entry.__module__.rsplit(".", 1)[-1] if entry is not None else "composite"
+
+
+def calls_of(family: str) -> list[OpCall]:
+    """The calls whose entry lives in ``family``'s module."""
+    return [c for c in CALLS if family_of(c.op) == family]
+
+
+def measured_extra(call: OpCall) -> tuple[int, int]:
     """(measured peak - output bytes, the table's bytes for the traced node)."""
     args = call.make_args()
-    gm = _graph(call.fn, args)
+    gm = graph_of(call.fn, args)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}.")]
     assert len(nodes) == 1, [str(n.target) for n in gm.graph.nodes]
     with reference_kernels():
@@ -1148,220 +1145,14 @@ def _measured_extra(call: OpCall) -> tuple[int, int]:
     return probe.trace.peak_bytes - out_bytes, kernel_transient_bytes(nodes[0])
 
 
-@pytest.mark.parametrize("call", CALLS, ids=[c.name for c in CALLS])
-def test_transient_entry_is_what_the_kernel_allocates(call: OpCall) -> None:
-    measured, modelled = _measured_extra(call)
+def assert_measured(call: OpCall) -> None:
+    """The kernel allocated, beyond its outputs, exactly the table's bytes for the traced node."""
+    measured, modelled = measured_extra(call)
     assert measured == modelled, f"{call.name}: kernel allocated {measured} B beyond its outputs, table: {modelled} B"
 
 
-SLACK_CALLS = [c for c in CALLS if c.op in STORAGE_SLACK]
-
-
-@pytest.mark.parametrize("call", SLACK_CALLS, ids=[c.name for c in SLACK_CALLS])
-def test_an_outputs_storage_is_what_the_kernel_allocates(call: OpCall) -> None:
-    """An output's storage in the model (its shape's, plus the slack entry) is the real one's."""
-    args = call.make_args()
-    gm = _graph(call.fn, args)
-    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}.")]
-    fake = node.meta["val"]
-    with reference_kernels():
-        real = call.fn(*args)
-    for f, r in zip(fake if isinstance(fake, (tuple, list)) else (fake,), real if isinstance(real, (tuple, list))
-                    else (real,), strict=True):
-        assert f.untyped_storage().nbytes() + kernel_storage_slack(node, f) == r.untyped_storage().nbytes(), call.name
-
-
-def test_every_slack_entry_is_measured() -> None:
-    assert set(STORAGE_SLACK) <= {c.op for c in SLACK_CALLS}
-    nodes = [_node(c) for c in SLACK_CALLS if c.op == "mse_loss"]
-    assert any(kernel_storage_slack(n, n.meta["val"]) for n in nodes)  # the check above can fail
-
-
-def _node(call: OpCall) -> torch.fx.Node:
-    gm = _graph(call.fn, call.make_args())
+def node_of(call: OpCall) -> torch.fx.Node:
+    gm = graph_of(call.fn, call.make_args())
     return next(n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith(f"aten.{call.op}."))
 
 
-def test_every_entry_is_measured_here_or_in_the_generated_programs_test() -> None:
-    elementwise = {"add", "sub", "mul", "div", "rsub", "remainder", "lt", "le", "gt", "ge", "eq", "ne",
-                   "add_", "sub_", "mul_", "div_", "mean", "sum"}  # tests/test_generated_eager.py
-    assert set(TABLE) <= {c.op for c in CALLS} | elementwise
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_histc_with_its_range_from_the_data_on_one_thread(dtype: torch.dtype) -> None:
-    """One thread, one bin: the two 0-dim ``aminmax`` results beside the edges outweigh the histograms."""
-    call = OpCall("histc-1-0-0-one-thread", "histc", _bound(aten.histc.default, 1, 0.0, 0.0), _made((), dtype=dtype))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        measured, modelled = _measured_extra(call)
-    finally:
-        torch.set_num_threads(threads)
-    assert measured == modelled == 4 * dtype.itemsize
-
-
-def test_an_entry_that_is_wrong_fails() -> None:
-    """The comparison can fail: a convolution without its columns buffer is caught."""
-    call = next(c for c in CALLS if c.name == "conv-3x3-bias1")
-    measured, modelled = _measured_extra(call)
-    assert modelled > 0 and measured != 0
-
-
-@pytest.mark.parametrize("name", ["_linalg_svd-5x2-torch.float32-fullTrue-uvTrue",
-                                  "multinomial-(10,)-3-False-torch.float32"])  # a random kernel: its own generator
-def test_the_workspace_meter_leaves_the_callers_window_and_generators_alone(name: str) -> None:
-    """The meter runs the kernel in a thread of its own: a probe window open on the modelling thread
-    records none of it, and the caller's random draws are the ones it would have made anyway."""
-    call = next(c for c in CALLS if c.name == name)
-    node = _node(call)
-    assert node.target.overloadpacket.__name__ in LAPACK_QUERIED | SUB_OP_KERNELS
-    torch.manual_seed(7)
-    expected_draw = torch.rand(3)
-    torch.manual_seed(7)
-    workspace._measured.cache_clear()  # measured now, inside the window, not earlier in this module
-    with CpuAllocatorProbe() as probe:
-        bytes_ = kernel_transient_bytes(node)
-        mine = torch.empty(1000, dtype=torch.uint8)  # the window still records its own thread
-    assert workspace._measured.cache_info().misses == 1
-    assert torch.equal(torch.rand(3), expected_draw)
-    assert bytes_ > 0 and probe.trace.peak_bytes == 1000 and [a.nbytes for a in probe.trace.allocations] == [1000]
-    del mine
-
-
-# --------------------------------------------------------------------------- oneDNN's LSTM (the users' kernels)
-
-#: (sequence, batch, input, hidden): hidden sizes on and off the AVX2/AVX-512 blocks (16, 32), leading
-#: dimensions padded by get_good_ld or already good (16, 64), 256 gate columns (get_good_ld's 4K step),
-#: a batch of 128 and more (the forward's GEMM not merged over the sequence), one step and one sample
-LSTM_LAYERS = [(5, 3, 8, 12), (1, 1, 3, 5), (7, 5, 100, 70), (20, 3, 8, 64), (4, 130, 16, 16), (6, 2, 17, 33)]
-
-
-def _lstm_layer_args(t: int, n: int, i: int, h: int) -> tuple[Any, ...]:
-    gen = torch.Generator().manual_seed(t * 1000 + h)
-    return (torch.randn(t, n, i, generator=gen), torch.randn(4 * h, i, generator=gen),
-            torch.randn(4 * h, h, generator=gen), torch.randn(4 * h, generator=gen), torch.randn(4 * h, generator=gen),
-            torch.randn(n, h, generator=gen), torch.randn(n, h, generator=gen))
-
-
-def _lstm_forward(reverse: bool) -> Callable[..., Any]:
-    def f(x: Any, w0: Any, w1: Any, w2: Any, w3: Any, hx: Any, cx: Any) -> Any:
-        return aten.mkldnn_rnn_layer.default(x, w0, w1, w2, w3, hx, cx, reverse, [], 2, hx.shape[-1], 1, True,
-                                             False, False, True)
-    return f
-
-
-def _onednn_node(fn: Callable[..., Any], args: tuple[Any, ...], op: str, grad: bool) -> torch.fx.Node:
-    with torch.enable_grad() if grad else torch.no_grad():
-        gm = make_fx(fn, tracing_mode="fake")(*args)
-    (node,) = [n for n in gm.graph.nodes if str(n.target) == f"aten.{op}.default"]
-    node.meta[GRAD_ENABLED] = grad
-    return node
-
-
-def _probe(fn: Callable[..., Any], args: tuple[Any, ...], grad: bool) -> tuple[int, list[int]]:
-    """The call's peak beyond its outputs' storages, and those storages' sizes."""
-    with torch.enable_grad() if grad else torch.no_grad():
-        fn(*args)  # warm-up: oneDNN's primitive cache and one-time allocations stay out of the window
-        with CpuAllocatorProbe() as probe:
-            out = fn(*args)
-            sizes = [t.untyped_storage().nbytes() if t is not None and t.numel() else 0 for t in out]
-            del out
-    return probe.trace.peak_bytes - sum(sizes), sizes
-
-
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("shape", LSTM_LAYERS, ids=[f"T{t}-N{n}-I{i}-H{h}" for t, n, i, h in LSTM_LAYERS])
-def test_onednn_lstm_layer_is_within_its_bounds(shape: tuple[int, int, int, int], grad: bool, reverse: bool) -> None:
-    """``mkldnn_rnn_layer``: its workspace is oneDNN's to the byte; what it allocates inside the call is
-    within the bounds across vector ISAs (on this CPU: one of their ends' inputs, so within them)."""
-    args = _lstm_layer_args(*shape)
-    fn = _lstm_forward(reverse)
-    node = _onednn_node(fn, args, "mkldnn_rnn_layer", grad)
-    extra, sizes = _probe(fn, args, grad)
-    fake = node.meta["val"]
-    assert sizes[3] == fake[3].untyped_storage().nbytes() + kernel_storage_slack(node, fake[3])
-    bounds = kernel_transient_bounds(node)
-    assert extra in bounds, f"{shape}: {extra} B beyond the outputs, bounds {bounds}"
-    if grad:  # the reference GEMM path: nothing depends on the ISA
-        assert bounds.low == bounds.high == extra
-
-
-@pytest.mark.parametrize("given", ["all", "output-only"])
-@pytest.mark.parametrize("shape", LSTM_LAYERS, ids=[f"T{t}-N{n}-I{i}-H{h}" for t, n, i, h in LSTM_LAYERS])
-def test_onednn_lstm_layer_backward_is_what_it_allocates(shape: tuple[int, int, int, int], given: str) -> None:
-    """``mkldnn_rnn_layer_backward``, with every output gradient given or the output's only (zeros made
-    for ``hy``'s and ``cy``'s): exact, the backward runs the reference GEMM path on every ISA."""
-    args = _lstm_layer_args(*shape)
-    with torch.enable_grad():
-        out, hy, cy, ws = _lstm_forward(False)(*args)
-    given_grads = [torch.randn_like(out)] + ([torch.randn_like(hy), torch.randn_like(cy)] if given == "all" else [])
-
-    def bw(x: Any, w0: Any, w1: Any, w2: Any, w3: Any, hx: Any, cx: Any, y: Any, hy: Any, cy: Any, ws: Any,
-           *grads: Any) -> Any:
-        g = [*grads, None, None][:3]
-        return aten.mkldnn_rnn_layer_backward.default(x, w0, w1, w2, w3, hx, cx, y, hy, cy, *g, False, 2,
-                                                      hx.shape[-1], 1, True, True, False, [], False, ws)
-
-    args = (*args, out.detach(), hy.detach(), cy.detach(), ws, *given_grads)
-    node = _onednn_node(bw, args, "mkldnn_rnn_layer_backward", True)
-    extra, _ = _probe(bw, args, True)
-    bounds = kernel_transient_bounds(node)
-    assert bounds.low == bounds.high == extra, f"{shape}: {extra} B beyond the outputs, table {bounds}"
-
-
-def test_a_grouped_3d_convolution_counts_every_groups_columns() -> None:
-    """``Slow3d`` runs groups itself, over one columns buffer of all input channels: a model of one group's
-    columns (the 2-D kernels' per-group buffer) is short by the other groups', which the measurement shows."""
-    (call,) = [c for c in CALLS if c.name == "conv-conv3d-grouped-bias1"]
-    measured, modelled = _measured_extra(call)
-    one_group = 2 * 2 * 27 * 6 ** 3 * 4  # batch x C_in/groups x kernel x output positions x float32
-    assert measured == modelled == 2 * one_group
-
-
-@pytest.mark.parametrize("op", ["mse_loss", "huber_loss"])
-def test_a_loss_target_of_another_dtype_is_refused_where_its_copy_is_not_read(op: str) -> None:
-    """A kernel whose cast of an integer target was not read from its source is refused, naming it, rather than
-    modelled as if the target were the input's dtype (the measurement shows the cast's bytes)."""
-    from conformance.models.transients import KernelNotModelled
-
-    fn = {"mse_loss": lambda a, b: aten.mse_loss.default(a, b, 1),
-          "huber_loss": lambda a, b: aten.huber_loss.default(a, b, 1, 1.0)}[op]
-    call = OpCall(op, op, fn, lambda: (torch.randn(9), torch.ones(9, dtype=torch.int64)))
-    with pytest.raises(KernelNotModelled, match=f"aten.{op}.default with a torch.int64 target"):
-        _measured_extra(call)
-
-
-@pytest.mark.parametrize("mode", [0, 1])
-@pytest.mark.parametrize("n,offsets", [(8, (0, 4)), (9, (0, 3, 5)), (12, (0, 2, 5, 7, 11))])
-def test_a_sparse_embedding_bag_backward_is_what_the_kernel_allocates(mode: int, n: int, offsets: tuple[int, ...]
-                                                                      ) -> None:
-    """``EmbeddingBag(sparse=True)``'s backward: its result's values are new, its indices the input's (a view);
-    what it allocates beside them is the table's (the dense path's sorting buffers are not made)."""
-    w, i, o = torch.randn(10, 5), torch.randint(0, 10, (n,)), torch.tensor(offsets)
-    out, o2b, size, maxi = aten._embedding_bag.default(w, i, o, False, mode, True)
-
-    def backward(g: Any, i: Any, o: Any, o2b: Any, size: Any, maxi: Any) -> Any:
-        return aten._embedding_bag_backward.default(g, i, o, o2b, size, maxi, 10, False, mode, True, None)
-
-    args = (torch.randn_like(out), i, o, o2b, size, maxi)
-    node = next(n for n in _graph(backward, args).graph.nodes if "_embedding_bag_backward" in str(n.target))
-    backward(*args)
-    with CpuAllocatorProbe() as probe:
-        grad = backward(*args)
-        assert grad.layout == torch.sparse_coo and grad._indices().data_ptr() == i.data_ptr()
-        values = grad._values().untyped_storage().nbytes()
-        del grad
-    assert probe.trace.peak_bytes - values == kernel_transient_bytes(node)
-
-
-@pytest.mark.parametrize("op", ["upsample_nearest2d", "upsample_bilinear2d"])
-@pytest.mark.parametrize("shape", [(1, 128, 1, 1), (2, 3, 1, 1), (2, 3, 1, 5)])
-def test_upsampling_copies_only_what_is_not_already_channels_last(op: str, shape: tuple[int, ...]) -> None:
-    """An ``N x C x 1 x 1`` input is channels-last already (common_nn's ``interpolate_nearest_2d_launch_configs``):
-    the kernel copies only its result back to NCHW, where a model copying the input too held 512 B it never did."""
-    fn = {"upsample_nearest2d": lambda x: aten.upsample_nearest2d.default(x, [2, 2]),
-          "upsample_bilinear2d": lambda x: aten.upsample_bilinear2d.default(x, [2, 2], False)}[op]
-    measured, modelled = _measured_extra(OpCall(op, op, fn, lambda: (torch.randn(shape),)))
-    assert measured == modelled

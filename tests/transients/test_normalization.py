@@ -1,0 +1,18 @@
+"""Batch, layer, weight and group normalisation: every call of the catalogue whose entry is in
+``conformance/models/transients/normalization.py``, held to what the kernel allocates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.transients.calls import OpCall, assert_measured, calls_of
+
+aten = torch.ops.aten
+
+CALLS = calls_of("normalization")
+
+
+@pytest.mark.parametrize("call", CALLS, ids=[c.name for c in CALLS])
+def test_transient_entry_is_what_the_kernel_allocates(call: OpCall) -> None:
+    assert_measured(call)
