@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.utils._pytree as pytree
@@ -133,11 +133,67 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
         result.timing["pair_s"] = time.perf_counter() - t0
 
 
+class _Stopped(Exception):
+    """A step of :func:`_run` ended the pair with its verdict (a compile error, a failed call)."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
+def _stop(result: Result, status: Status, reason: str, detail: str = "") -> NoReturn:
+    raise _Stopped(_verdict(result, status, reason, detail))
+
+
+@dataclass
+class _Probed:
+    """What the probed calls leave for the models and the checks: each call's traces per domain, what the
+    backend's evidence showed, and the bytes of its dropped outputs something else still held."""
+
+    traces: list[tuple[int, list[MemoryTrace]]] = field(default_factory=list)
+    evidence: dict[int, StepEvidence] = field(default_factory=dict)
+    outputs_held: dict[int, int] = field(default_factory=dict)
+
+
 def _run(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
+    try:
+        return _run_steps(case, backend, result, options, clock)
+    except _Stopped as stopped:
+        return stopped.result
+
+
+def _run_steps(case: Case, backend: Backend, result: Result, options: RunOptions, clock: PhaseClock) -> Result:
+    """Build, compile and call 0, call 1 (timed), the optimizer's model, the probed calls, parity, then the
+    memory checks; a parity failure is explained by running its reference again where one may explain it."""
     models = _Models(case)
+    workload, digest = _build(case, backend, models, options, clock)
+    calls = shapes.Calls(case)
+    compiled, kept, states = _compile_and_call_0(case, backend, result, workload, calls, clock)
+    _call_1(case, backend, result, compiled, workload, calls, digest, kept, states, clock)
+    models.optimizer = _modelled_optimizer(case, compiled, workload, result, clock)
+    probed = _probed_calls(case, backend, result, options, compiled, workload, calls, digest, kept, states, models,
+                           clock)
+    parity, references = _parity(case, states, options, digest, clock)
+    # the parameters and buffers each call found (the copies the previous one left): a step whose graph
+    # depends on its values is modelled on the values each call ran with
+    models.found = {call + 1: {k: v for k, v in left.items() if k.startswith(("param[", "buffer["))}
+                    for call, left in states.items()}
+    del states
+    result.parity = _parity_figures(parity)
+    judged = _judge_memory(backend, compiled, result, models, calls, probed, parity, kept, clock)
+    if not all(report.ok for report in parity.values()):
+        reruns = _parity_reruns(case, backend, compiled, workload)
+        del compiled, workload
+        _explain_parity(case, backend, reruns, judged, references, 1 + options.steps, clock)
+    return judged
+
+
+def _build(case: Case, backend: Backend, models: _Models, options: RunOptions, clock: PhaseClock,
+           ) -> tuple[Workload, InputDigest | None]:
+    """The case's workload, and the digest of what the backend is given call by call (the case's shared
+    references are of these values only; None where the pair makes its own)."""
     with clock.phase("build"), harness_stage("build: the case's builder"):
         workload = case.build()
-    # what the backend is given, call by call: the case's shared references are of these values only
     digest = InputDigest() if options.references is not None else None
     if digest is not None:
         digest.add("call 0", state_of(workload))
@@ -145,7 +201,12 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
     # runs that device's (cuDNN's) RNN
     on_cpu = (backend.capabilities.devices or ("cpu",))[0] == "cpu"
     models.eager_modules = on_cpu and bool(eager_modules(workload.model))
-    calls = shapes.Calls(case)
+    return workload, digest
+
+
+def _compile_and_call_0(case: Case, backend: Backend, result: Result, workload: Workload, calls: shapes.Calls,
+                        clock: PhaseClock) -> tuple[CompiledStep, KeptOutputs, dict[int, dict[str, torch.Tensor]]]:
+    """Compile and make the first call: its results and state, its outputs kept as a user keeps them."""
     calls.see(0, workload.inputs)
     t0 = time.perf_counter()
     stage = "compile"
@@ -156,7 +217,7 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             first = compiled.run()
     except Exception as exc:
         status = Status.FAIL_COMPILE if stage == "compile" or _is_compile_error(exc) else Status.FAIL_RUN
-        return _verdict(result, status, _one_line(exc), traceback.format_exc())
+        _stop(result, status, _one_line(exc), traceback.format_exc())
     result.timing["compile_s"] = time.perf_counter() - t0
     calls.end()
     # every call's results and the state it left (inputs, buffers, parameters), copied outside the
@@ -171,13 +232,15 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
         states = {0: _end_call(compiled, workload, results, calls)}
     except Exception as exc:
         status = Status.FAIL_COMPILE if _is_compile_error(exc) else Status.FAIL_RUN
-        return _verdict(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
+        _stop(result, status, f"call 0: optimizer step: {_one_line(exc)}", traceback.format_exc())
     clear_grads(workload.model)
+    return compiled, kept, states
 
-    last_call = 1 + options.steps
-    traces: list[tuple[int, list[MemoryTrace]]] = []
-    evidence: dict[int, StepEvidence] = {}
-    outputs_held: dict[int, int] = {}  # per probed call, the bytes of its dropped outputs something else still held
+
+def _call_1(case: Case, backend: Backend, result: Result, compiled: CompiledStep, workload: Workload,
+            calls: shapes.Calls, digest: InputDigest | None, kept: KeptOutputs,
+            states: dict[int, dict[str, torch.Tensor]], clock: PhaseClock) -> None:
+    """The timed call, on fresh inputs: its results and state join ``states``, its outputs are kept."""
     try:
         with clock.phase("probe"):
             workload.inputs = _inputs(case, 1, backend)
@@ -195,92 +258,123 @@ def _run(case: Case, backend: Backend, result: Result, options: RunOptions, cloc
             states[1] = _end_call(compiled, workload, results, calls)
             kept.check(1)
     except Exception as exc:
-        return _verdict(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
-    try:  # after two optimizer steps: its state made, and a compiled one as it runs from now on
+        _stop(result, Status.FAIL_RUN, f"call 1: {_one_line(exc)}", traceback.format_exc())
+
+
+def _modelled_optimizer(case: Case, compiled: CompiledStep, workload: Workload, result: Result,
+                        clock: PhaseClock) -> OptimizerSegment | None:
+    """The optimizer step's model, after two optimizer steps: its state made, and a compiled one as it runs
+    from now on."""
+    try:
         with clock.phase("model"):
-            models.optimizer = _optimizer_model(case, compiled, workload, result)
+            return _optimizer_model(case, compiled, workload, result)
     except HookError as exc:
-        return _verdict(result, Status.FAIL_RUN, str(exc))
+        _stop(result, Status.FAIL_RUN, str(exc))
     except Exception as exc:
-        return _verdict(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}",
-                        traceback.format_exc())
+        _stop(result, Status.FAIL_RUN, f"the optimizer step's model: {_one_line(exc)}", traceback.format_exc())
+
+
+def _probed_calls(case: Case, backend: Backend, result: Result, options: RunOptions, compiled: CompiledStep,
+                  workload: Workload, calls: shapes.Calls, digest: InputDigest | None, kept: KeptOutputs,
+                  states: dict[int, dict[str, torch.Tensor]], models: _Models, clock: PhaseClock) -> _Probed:
+    """Calls 2..N+1, each on fresh inputs inside the probes' windows; each call's results and state join
+    ``states``, and the kept outputs are compared after each."""
     # the optimizer step runs in the probed calls' windows when its memory is modelled
     optimizer = ((lambda: calls.not_the_step(lambda: compiled.optimizer_step(workload)))
                  if models.optimizer is not None else None)
+    probed = _Probed()
     try:
         with clock.phase("probe"):
             _freeze_survivors()
-            for call in range(2, last_call + 1):
-                workload.inputs = _inputs(case, call, backend)
-                calls.see(call, workload.inputs)
-                if digest is not None:
-                    digest.add(f"call {call}", workload.inputs)
-                seen = StepEvidence()
-                owned = _storages_of(state_of(workload))  # the step's state: an output sharing it is not dropped
-                held: list[int] = []
-                domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
-                                                  seen, held, owned, workload.inputs)
-                if calls.end() and calls.changing:
-                    # the call compiled: its window holds the compiler's own allocations too, so the
-                    # step is probed again at the same shapes (it settles) and judged on that run; its
-                    # results and state are the first run's (the state the re-run changes, its optimizer
-                    # step's included, is put back as the first run left it, outside the window)
-                    calls.compiled(call, domain_traces)
-                    left = after_call(workload)
-                    seen = StepEvidence()
-                    domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
-                                                   seen, held, owned, workload.inputs)
-                    _restore(workload, left)
-                calls.settled(call)
-                traces.append((call, domain_traces))
-                evidence[call] = seen
-                outputs_held[call] = held[-1]
-                states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
+            for call in range(2, 2 + options.steps):
+                _probe_call(case, backend, compiled, workload, calls, digest, call, optimizer, probed, states)
                 kept.check(call)  # outside the windows: the kept outputs were allocated before them
     except Exception as exc:
-        return _verdict(result, Status.FAIL_RUN, f"call {2 + len(traces)}: {_one_line(exc)}", traceback.format_exc())
+        _stop(result, Status.FAIL_RUN, f"call {2 + len(probed.traces)}: {_one_line(exc)}", traceback.format_exc())
     finally:
         clear_grads(workload.model)
         kept.release()
-    parity, references = _parity(case, states, options, digest, clock)
-    # the parameters and buffers each call found (the copies the previous one left): a step whose graph
-    # depends on its values is modelled on the values each call ran with
-    models.found = {call + 1: {k: v for k, v in left.items() if k.startswith(("param[", "buffer["))}
-                    for call, left in states.items()}
-    del states
-    result.parity = _parity_figures(parity)
+    return probed
 
+
+def _probe_call(case: Case, backend: Backend, compiled: CompiledStep, workload: Workload, calls: shapes.Calls,
+                digest: InputDigest | None, call: int, optimizer: Callable[[], None] | None, probed: _Probed,
+                states: dict[int, dict[str, torch.Tensor]]) -> None:
+    """One probed call: its traces, evidence and held outputs into ``probed``, its results and state into
+    ``states``."""
+    workload.inputs = _inputs(case, call, backend)
+    calls.see(call, workload.inputs)
+    if digest is not None:
+        digest.add(f"call {call}", workload.inputs)
+    seen = StepEvidence()
+    owned = _storages_of(state_of(workload))  # the step's state: an output sharing it is not dropped
+    held: list[int] = []
+    domain_traces, snap = probed_step(compiled, workload.model, backend.make_probe, True, optimizer,
+                                      seen, held, owned, workload.inputs)
+    if calls.end() and calls.changing:
+        # the call compiled: its window holds the compiler's own allocations too, so the
+        # step is probed again at the same shapes (it settles) and judged on that run; its
+        # results and state are the first run's (the state the re-run changes, its optimizer
+        # step's included, is put back as the first run left it, outside the window)
+        calls.compiled(call, domain_traces)
+        left = after_call(workload)
+        seen = StepEvidence()
+        domain_traces, _ = probed_step(compiled, workload.model, backend.make_probe, False, optimizer,
+                                       seen, held, owned, workload.inputs)
+        _restore(workload, left)
+    calls.settled(call)
+    probed.traces.append((call, domain_traces))
+    probed.evidence[call] = seen
+    probed.outputs_held[call] = held[-1]
+    states[call] = _end_call(compiled, workload, snap, calls, optimizer is None)
+
+
+def _judge_memory(backend: Backend, compiled: CompiledStep, result: Result, models: _Models, calls: shapes.Calls,
+                  probed: _Probed, parity: dict[int, ParityReport], kept: KeptOutputs, clock: PhaseClock) -> Result:
+    """The memory domains the pair is held on, the models of each probed call, then every check's verdict."""
     try:
         with harness_stage("memory domains"):
-            domain_plan = domain_plan_of(backend, traces, evidence)
-            traces = _held_traces(domain_plan, traces, evidence, result)
+            domain_plan = domain_plan_of(backend, probed.traces, probed.evidence)
+            traces = _held_traces(domain_plan, probed.traces, probed.evidence, result)
         with clock.phase("model"):
             models.changing = calls.changing
             steps, source = _probed_steps(compiled, models, traces, result, calls,
-                                          backend.capabilities.exact_memory, outputs_held)
+                                          backend.capabilities.exact_memory, probed.outputs_held)
         with harness_stage("model: shapes"):
             shape_figures = shapes.figures(calls, steps)
         if shape_figures is not None:
             result.shapes = shape_figures.to_json()
         with clock.phase("judge"), harness_stage("judge"):
-            judged = _judge(backend, compiled, result, steps, source, traces, parity, domain_plan, kept)
+            return _judge(backend, compiled, result, steps, source, traces, parity, domain_plan, kept)
     except HookError as exc:  # an adapter hook returned what no record can hold: its verdict names the hook
-        return _verdict(result, Status.FAIL_RUN, str(exc))
+        _stop(result, Status.FAIL_RUN, str(exc))
     except KernelNotModelled as exc:  # the harness's gap, said as one: no verdict on memory it cannot model
-        return _verdict(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}",
-                        traceback.format_exc())
-    if not all(report.ok for report in parity.values()):
-        rounding = backend.eager_rounding()
-        reruns = {EAGER_ROUNDING: {"": rounding}} if rounding is not None and _reduced_precision(case, workload) else {}
-        fallbacks = compiled.lowering_fallbacks()
-        if fallbacks:
-            reruns[LOWERING_FALLBACK] = dict(fallbacks)
-        del compiled, workload
-        for figure, contexts in reruns.items():
-            for name, context in contexts.items():
-                if _judge_again(case, backend, context, judged, references, last_call, clock, figure, name):
-                    break  # one configuration that matches explains the failure
-    return judged
+        _stop(result, Status.FAIL_RUN, f"the harness cannot model this step's memory: {exc}", traceback.format_exc())
+
+
+#: configurations a pair is judged again under, by figure, then by name
+_Reruns = dict[str, dict[str, contextlib.AbstractContextManager[object]]]
+
+
+def _parity_reruns(case: Case, backend: Backend, compiled: CompiledStep, workload: Workload) -> _Reruns:
+    """The configurations a parity failure's reference may run again under, by figure: eager's own rounding
+    of a reduced-precision step, the lowering's fallbacks."""
+    rounding = backend.eager_rounding()
+    reruns: _Reruns = ({EAGER_ROUNDING: {"": rounding}} if rounding is not None and _reduced_precision(case, workload)
+                       else {})
+    fallbacks = compiled.lowering_fallbacks()
+    if fallbacks:
+        reruns[LOWERING_FALLBACK] = dict(fallbacks)
+    return reruns
+
+
+def _explain_parity(case: Case, backend: Backend, reruns: _Reruns, judged: Result,
+                    references: dict[int, CallReference], last_call: int, clock: PhaseClock) -> None:
+    """Judge the pair again under each configuration in turn, until one explains its parity failure."""
+    for figure, contexts in reruns.items():
+        for name, context in contexts.items():
+            if _judge_again(case, backend, context, judged, references, last_call, clock, figure, name):
+                break  # one configuration that matches explains the failure
 
 
 _REDUCED = (torch.bfloat16, torch.float16)
