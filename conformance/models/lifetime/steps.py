@@ -4,6 +4,7 @@ what crosses between them (saved tensors, tangents) and what outlives the step (
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -100,25 +101,62 @@ def model_forward_backward(
     builder = ModelBuilder(observation or Observation())
     walker = GraphWalker(builder, kernel_transients)
     fw_program, bw_program = [*programs, None, None][:2]
-    fw_inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(forward)]
-    if fw_program is not None:
-        fw_vals = [v for _, v in _placeholder_vals(forward)]
-        fw_outputs = fw_program.model(builder, fw_inputs, fw_vals, "fw:", donated=False)
-    else:
-        fw_convention = CallingConvention(staged=staged, results_at_start=results_at_start)
-        fw_outputs = walker.run_graph(forward, fw_inputs, "fw:", fw_convention)
+    fw_outputs = _model_forward(builder, walker, forward, fw_program, staged, results_at_start)
     # AOTAutograd's runtime wrapper copies the leading outputs into the inputs they update (a parameter
     # changed in place under no_grad, as Embedding's max_norm does) and drops them when the call returns
     updates = int(forward.meta.get(INPUT_UPDATES, 0))
     if backward is None:
         builder.release(fw_outputs[:updates])
         return builder.finish(fw_outputs[updates:], set())
+    crossing = _crossing(builder, forward, backward, fw_outputs, fw_program, updates)
+    bw_inputs, tangents = _backward_inputs(builder, backward, crossing.saved)
+    donated = saved_inputs == "donated"
+    if bw_program is not None:
+        bw_vals = [v for _, v in _placeholder_vals(backward)]
+        bw_layouts = [crossing.layouts.get(name) for name, _ in _placeholder_vals(backward)]
+        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated, input_layouts=bw_layouts)
+    else:
+        bw_convention = CallingConvention(donated, staged, results_at_start)
+        bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    root = _release_backward_inputs(builder, backward, bw_inputs, tangents, donated)
+    bw_outputs = _gradients(builder, forward, backward, bw_program, bw_outputs, results_at_start)
+    builder.release(root)
+    user_outputs = crossing.user_outputs
+    return builder.finish(
+        [*user_outputs, *bw_outputs],
+        set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
+    )
+
+
+def _model_forward(builder: ModelBuilder, walker: GraphWalker, forward: torch.fx.GraphModule,
+                   program: GraphProgram | None, staged: bool, results_at_start: int) -> list[Any]:
+    """The forward's outputs: by its program's own references where there is one, else by the walker."""
+    inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(forward)]
+    if program is not None:
+        vals = [v for _, v in _placeholder_vals(forward)]
+        return program.model(builder, inputs, vals, "fw:", donated=False)
+    return walker.run_graph(forward, inputs, "fw:", CallingConvention(staged=staged, results_at_start=results_at_start))
+
+
+@dataclass
+class _Crossing:
+    """What the forward hands on: the values it saves for the backward (by name), the user's outputs, and
+    the layouts the forward's program returned them in (its saved tensors' real strides)."""
+
+    saved: dict[str, Any]
+    user_outputs: list[Any]
+    layouts: dict[str | None, Layout | None]
+
+
+def _crossing(builder: ModelBuilder, forward: torch.fx.GraphModule, backward: torch.fx.GraphModule,
+              fw_outputs: list[Any], program: GraphProgram | None, updates: int) -> _Crossing:
+    """Sort the forward's outputs: a value the backward takes by name is saved, the rest are the user's; the
+    leading ``updates`` outputs the runtime wrapper drops are released."""
     out_node = next(n for n in forward.graph.nodes if n.op == "output")
     out_names = [a.name if isinstance(a, torch.fx.Node) else None for a in _flat_args(out_node)]
     bw_names = {name for name, _ in _placeholder_vals(backward)}
     saved = {name: v for name, v in zip(out_names, fw_outputs) if name in bw_names}
-    # what the forward's program returned, in the layouts it chose (its saved tensors' real strides)
-    fw_layouts = dict(zip(out_names, fw_program.result_layouts)) if fw_program is not None else {}
+    layouts = dict(zip(out_names, program.result_layouts)) if program is not None else {}
     builder.release([v for name, v in zip(out_names[:updates], fw_outputs) if name not in bw_names])
     user_outputs = [v for i, (name, v) in enumerate(zip(out_names, fw_outputs))
                     if name not in bw_names and i >= updates]
@@ -126,8 +164,14 @@ def model_forward_backward(
         for s in storages_in(value):
             if s.role == "intermediate":
                 s.role = "saved"
-    if fw_program is not None:
+    if program is not None:
         mark_input_copies(saved, {name for name, _ in _placeholder_vals(forward)})
+    return _Crossing(saved, user_outputs, layouts)
+
+
+def _backward_inputs(builder: ModelBuilder, backward: torch.fx.GraphModule, saved: dict[str, Any],
+                     ) -> tuple[list[Any], list[Storage]]:
+    """The backward's inputs (the saved values, and tangents the autograd engine makes), and the tangents."""
     bw_inputs: list[Any] = []
     for name, val in _placeholder_vals(backward):
         if name in saved:
@@ -142,14 +186,13 @@ def model_forward_backward(
     # for the whole backward call whatever the compiled graph does with them.
     tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
     builder.acquire(tangents)
-    donated = saved_inputs == "donated"
-    if bw_program is not None:
-        bw_vals = [v for _, v in _placeholder_vals(backward)]
-        bw_layouts = [fw_layouts.get(name) for name, _ in _placeholder_vals(backward)]
-        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated, input_layouts=bw_layouts)
-    else:
-        bw_convention = CallingConvention(donated, staged, results_at_start)
-        bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    return bw_inputs, tangents
+
+
+def _release_backward_inputs(builder: ModelBuilder, backward: torch.fx.GraphModule, bw_inputs: list[Any],
+                             tangents: list[Storage], donated: bool) -> list[Storage]:
+    """Release what the backward call held once it returns; the scalar loss's gradient (the engine's root),
+    returned, lives until ``backward()`` ends."""
     if not donated:  # the caller's list of saved tensors is dropped only after the call
         builder.release([v for v in bw_inputs if not (isinstance(v, Storage) and v.role == "tangent")])
         builder.release(tangents)  # the list's reference to each tangent
@@ -158,17 +201,17 @@ def model_forward_backward(
     scalar = {name for name, val in _placeholder_vals(backward) if isinstance(val, torch.Tensor) and val.dim() == 0}
     root = [v for v in tangents if v.producer.removeprefix("bw:") in scalar]
     builder.release([v for v in tangents if v not in root])
-    # the engine makes each gradient its leaf's .grad, copying one whose layout breaks the contract
-    layouts = (bw_program.result_layouts if bw_program is not None
+    return root
+
+
+def _gradients(builder: ModelBuilder, forward: torch.fx.GraphModule, backward: torch.fx.GraphModule,
+               program: GraphProgram | None, bw_outputs: list[Any], results_at_start: int) -> list[Any]:
+    """The engine makes each gradient its leaf's ``.grad``, copying one whose layout breaks the contract."""
+    layouts = (program.result_layouts if program is not None
                else [layout_of(v, builder.symbols) for v in _flat_args(_output_node(backward), meta=True)])
-    if bw_program is None and results_at_start:  # a backend that makes each result a dense buffer of its own (IREE)
+    if program is None and results_at_start:  # a backend that makes each result a dense buffer of its own (IREE)
         layouts = [dense_layout(layout) for layout in layouts]  # returns it contiguous, whatever the graph's strides
-    bw_outputs = accumulate_grads(builder, bw_outputs, layouts, [v for _, v in _placeholder_vals(forward)])
-    builder.release(root)
-    return builder.finish(
-        [*user_outputs, *bw_outputs],
-        set(range(len(user_outputs), len(user_outputs) + len(bw_outputs))),
-    )
+    return accumulate_grads(builder, bw_outputs, layouts, [v for _, v in _placeholder_vals(forward)])
 
 
 def mark_input_copies(saved: dict[str, Any], graph_inputs: set[str]) -> None:
