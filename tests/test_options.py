@@ -223,3 +223,42 @@ def test_a_refusal_found_while_collecting_the_suite_is_one_line(tmp_path: Path) 
         f"ERROR: --conformance-out {options.DEFAULT_OUT} is not empty (note.txt); choose a new directory or pass "
         "--conformance-existing overwrite"]
     assert sorted(p.name for p in (tmp_path / options.DEFAULT_OUT).iterdir()) == ["note.txt"]
+
+
+def test_an_xdist_worker_takes_the_options_its_controller_checked(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller checks the options once and hands them over; the worker parses nothing again: the
+    baseline the controller loaded is the worker's even once its folder is gone, where a worker checking
+    its own arguments would refuse it."""
+    import shutil
+    from types import SimpleNamespace
+
+    from conformance.api.result import Result, Status, append_result
+    from conformance.run import runner
+
+    prev = tmp_path / "prev"
+    prev.mkdir()
+    append_result(prev / "results.jsonl", Result("mlp-s-infer", "eager", Status.PASS))
+    parsed = _declared_by_plugin().parser.parse_known_args(
+        ["--conformance-out", str(tmp_path / "o"), "--conformance-baseline", str(prev),
+         "--conformance-shard", "2/3", "--conformance-steps", "4"])[0]
+
+    def config_of(workerinput: dict[str, Any] | None) -> Any:
+        config = SimpleNamespace(getoption=lambda dest, default=None: getattr(parsed, dest, default))
+        if workerinput is not None:
+            config.workerinput = workerinput
+        return config
+
+    checked = options.validate(options.Values.of_config(config_of(None)))
+    workerinput: dict[str, Any] = {"workerid": "gw0"}
+    options.hand_over(workerinput, checked)
+    shutil.rmtree(prev)
+    with pytest.raises(options.OptionError, match="baseline"):  # what checking again would have said
+        options.validate(options.Values.of_config(config_of(None)))
+    activated: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner, "activate", lambda config, values: activated.append(values))
+    plugin._activate(config_of(workerinput))
+    (values,) = activated
+    assert values.keys() == checked.keys() and values["shard"] == checked["shard"] and values["steps"] == 4
+    assert list(values["baseline"]) == [("mlp-s-infer", "eager")]
+    assert options.handed(config_of(None)) is None  # the controller itself checks

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -409,6 +410,24 @@ def validate(values: Values) -> dict[str, Any]:
             continue
         checked[opt.name] = opt.checked(values[opt.name], values)
     return checked
+
+
+#: ``workerinput`` key of the options the controller checked, pickled as :func:`validate` returned them: an
+#: xdist worker takes them as they are (the loaded baseline, the parsed shard, the checked folders) and parses
+#: nothing again
+CHECKED_KEY = "conformance_checked_options"
+
+
+def hand_over(workerinput: dict[str, Any], checked: dict[str, Any]) -> None:
+    """Give an xdist worker the controller's checked options (:data:`CHECKED_KEY`)."""
+    workerinput[CHECKED_KEY] = pickle.dumps(checked)
+
+
+def handed(config: Any) -> dict[str, Any] | None:
+    """The checked options an xdist worker's controller handed it, or None (not a worker, or a controller
+    that turned the run on only as its workers collected: each worker then checks its own)."""
+    data = getattr(config, "workerinput", {}).get(CHECKED_KEY)
+    return pickle.loads(data) if data is not None else None  # this run's own controller wrote it
 
 
 def given(values: Values) -> list[str]:

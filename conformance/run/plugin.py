@@ -52,11 +52,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _activate(config: pytest.Config) -> None:
-    """Check the options (one line naming the flag for a bad one), then turn the run on."""
+    """Check the options (one line naming the flag for a bad one), then turn the run on.  An xdist worker
+    takes the options its controller checked (:func:`conformance.run.options.handed`)."""
     from conformance.util.environment import EnvironmentProblem, check_environment
 
+    values = options.handed(config)  # an xdist worker: the controller checked them, once
     try:
-        values = options.validate(options.Values.of_config(config))
+        if values is None:
+            values = options.validate(options.Values.of_config(config))
         check_environment()
     except (options.OptionError, EnvironmentProblem) as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -60,7 +60,7 @@ from conformance.checks.manifest import Manifest, ManifestError, apply, load_man
 from conformance.output.outdir import OutDirError, RunDir, claim, held
 from conformance.run import rerun
 from conformance.run.interrupts import watch_signals
-from conformance.run.options import RunOptions
+from conformance.run.options import RunOptions, hand_over
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
 from conformance.util.text import clip, plural, printable
@@ -457,6 +457,7 @@ class ResultWriter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["conformance_done"] = sorted(self.run_dir.done())
+        hand_over(node.workerinput, self.state.values)
         sel = _selection(self.config)
         if self.state.options.references is not None:
             node.workerinput[REFERENCES_KEY] = self.state.options.references
