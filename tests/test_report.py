@@ -23,7 +23,7 @@ import torch
 from conformance import cases as _builtin_cases  # noqa: F401  (registers the built-in cases)
 from conformance.api.adapter import Capabilities
 from conformance.api.case import select_cases
-from conformance.api.result import MemoryFigures, Result, append_result
+from conformance.api.result import MemoryFigures, ModelPoint, Result, TimelinePoint, append_result
 from conformance.backends.eager import EagerBackend
 from conformance.output import history
 from conformance.output.records import read_results
@@ -83,6 +83,10 @@ def test_records_round_trip_byte_for_byte_through_the_typed_result(results_dir: 
         result = Result.from_json(json.loads(line))
         assert result.status == "skip" or isinstance(result.memory, MemoryFigures), line[:200]
         assert json.dumps(result.to_json()) == line
+        if result.memory is not None:  # timeline entries read back as typed points, written back as pairs
+            memory = result.memory
+            assert memory.timeline and all(isinstance(p, TimelinePoint) for p in memory.timeline)
+            assert all(isinstance(p, ModelPoint) and isinstance(p.event, str) for p in memory.model_timeline)
 
 
 @pytest.fixture(scope="module")

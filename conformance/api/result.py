@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from conformance.api.verdict import FAILURES, STATUSES, Check, Contract, Status
 from conformance.util.writes import append_line
@@ -14,12 +14,28 @@ if TYPE_CHECKING:
     from conformance.models.donation import BackwardInputs
 
 __all__ = [
-    "FAILURES", "SCHEMA_VERSION", "STATUSES", "DomainFigures", "MemoryFigures", "Result", "Status",
-    "append_result",
+    "FAILURES", "SCHEMA_VERSION", "STATUSES", "DomainFigures", "MemoryFigures", "ModelPoint", "Result", "Status",
+    "TimelinePoint", "append_result",
 ]
 
 #: Version of the ``results.jsonl`` record layout (``conformance/output/schemas/results.schema.json``).
 SCHEMA_VERSION = 1
+
+
+class TimelinePoint(NamedTuple):
+    """A measured timeline's point; a record writes it as ``[at_us, live_bytes]``."""
+
+    #: microseconds since the step began
+    at_us: float
+    live_bytes: int
+
+
+class ModelPoint(NamedTuple):
+    """A model's (or a generated program's) point: the bytes it holds live after ``event`` (an op, a
+    statement); a record writes it as ``[event, live_bytes]``."""
+
+    event: str
+    live_bytes: int
 
 
 @dataclass
@@ -67,10 +83,10 @@ class MemoryFigures:
     #: the model's event at its peak (None when the model has no events)
     peak_event: str | None = None
     foreign_free_bytes: int | None = None
-    #: measured live bytes: (microseconds since the step began, bytes)
-    timeline: list[tuple[float, int]] = field(default_factory=list)
-    #: modelled live bytes after each event: (event, bytes)
-    model_timeline: list[tuple[str, int]] = field(default_factory=list)
+    #: measured live bytes over the call
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    #: modelled live bytes after each event
+    model_timeline: list[ModelPoint] = field(default_factory=list)
     #: what explains the deciding check's excess (``conformance.checks.blame``)
     blamed: list[dict[str, Any]] = field(default_factory=list)
     #: the deciding check's excess less the bytes its blamed entries explain (``explains_bytes``), and
@@ -78,7 +94,7 @@ class MemoryFigures:
     blame_unexplained_bytes: int | None = None
     blame_note: str | None = None
     program_peak_bytes: int | None = None
-    program_timeline: list[tuple[str, int]] | None = None
+    program_timeline: list[ModelPoint] | None = None
     peak_slack_reason: str | None = None
     domains: dict[str, DomainFigures] | None = None
     findings: dict[str, Any] = field(default_factory=dict)
@@ -116,9 +132,10 @@ class MemoryFigures:
                                 for name, d in known["domains"].items() if isinstance(d, dict)}
         if "contract" in known:
             known["contract"] = Contract.from_json(known["contract"])
-        for key in ("timeline", "model_timeline", "program_timeline"):
+        for key, point in (("timeline", TimelinePoint), ("model_timeline", ModelPoint),
+                           ("program_timeline", ModelPoint)):
             if isinstance(known.get(key), list):
-                known[key] = [tuple(point) for point in known[key]]
+                known[key] = [point(*p) for p in known[key]]
         return cls(**known, findings={k: v for k, v in data.items() if k not in names})
 
 

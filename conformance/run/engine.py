@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_flatten
 
 from conformance.api.adapter import Backend, CompiledStep, CompileError
 from conformance.api.case import Case, Workload
-from conformance.api.result import DomainFigures, MemoryFigures, Result
+from conformance.api.result import DomainFigures, MemoryFigures, ModelPoint, Result, TimelinePoint
 from conformance.api.step import (
     STEP_TRACES,
     StepOutput,
@@ -423,19 +423,40 @@ def _judge_again(case: Case, backend: Backend, context: contextlib.AbstractConte
                 clear_grads(workload.model)
                 del compiled, workload
         except Exception as exc:
-            outcome: dict[str, Any] = {"outcome": "error", "error": _one_line(exc)}
+            outcome = RerunOutcome("error", error=_one_line(exc), lowering=name)
         else:
             reports = judge_calls(references, states, case)
             off = [call for call, report in reports.items() if not report.ok]
-            outcome = {"outcome": "fail", "call": off[0]} if off else {"outcome": "pass"}
+            outcome = RerunOutcome("fail", call=off[0], lowering=name) if off else RerunOutcome("pass", lowering=name)
         finally:
             torch._dynamo.reset()
-    if name:
-        outcome = {**outcome, "lowering": name}
-    check.figures = {**(check.figures or {}), figure: outcome}
+    check.figures = {**(check.figures or {}), figure: outcome.to_json()}
     if result.parity is not None:
-        result.parity[figure] = outcome
-    return outcome["outcome"] == "pass"
+        result.parity[figure] = outcome.to_json()
+    return outcome.outcome == "pass"
+
+
+@dataclass(frozen=True)
+class RerunOutcome:
+    """A pair judged again for parity under one configuration (:func:`_judge_again`): every call matched
+    (``pass``), ``call`` still differs (``fail``), or it could not run (``error``, with the error); ``lowering``
+    names the known-wrong lowering it ran without ("" for the eager rounding)."""
+
+    outcome: str
+    call: int | None = None
+    error: str | None = None
+    lowering: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        """The parity figure a record holds: ``outcome``, then ``error`` or ``call``, then ``lowering``."""
+        data: dict[str, object] = {"outcome": self.outcome}
+        if self.error is not None:
+            data["error"] = self.error
+        if self.call is not None:
+            data["call"] = self.call
+        if self.lowering:
+            data["lowering"] = self.lowering
+        return data
 
 
 def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: RunOptions, digest: InputDigest | None,
@@ -663,7 +684,7 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
         memory.model_residual_bytes = step.model.residual_bytes
     if step.program is not None:
         memory.program_peak_bytes = step.program.peak_bytes
-        memory.program_timeline = list(zip(step.program.events, step.program.live_bytes))[:2000]
+        memory.program_timeline = model_points(step.program.events, step.program.live_bytes)
     program_story = shown is not None and shown.name == CheckName.PROGRAM and step.program is not None
     model = step.program if program_story and step.program is not None else step.model
     # the timeline of the figures: without the ops' own transients where the peak check set them apart
@@ -671,8 +692,8 @@ def _headline(memory: MemoryFigures, checks: list[Check], steps: list[ProbedStep
     trace = without_op_transients(step.trace) if apart else step.trace
     if check.name not in (CheckName.PEAK, CheckName.PROGRAM):  # the peak of the call whose story it is
         memory.measured_peak_bytes, memory.model_peak_bytes = trace.peak_bytes, model.peak_bytes
-    memory.timeline = trace.relative_timeline()
-    memory.model_timeline = list(zip(model.events, model.live_bytes))[:2000]
+    memory.timeline = [TimelinePoint(*p) for p in trace.relative_timeline()]
+    memory.model_timeline = model_points(model.events, model.live_bytes)
     memory.peak_event = model.events[model.peak_event] if model.events else None
     memory.user_model_peak_bytes = step.user_model.peak_bytes
     memory.user_model_made_bytes = step.user_model.made_bytes
@@ -1047,6 +1068,15 @@ def _parity_figures(reports: dict[int, ParityReport]) -> dict[str, Any]:
     return {**reports[worst].to_json(), "call": worst, "calls": {str(c): r.to_json() for c, r in reports.items()}}
 
 
+#: the most points of a model's timeline a record keeps
+MODEL_POINTS = 2000
+
+
+def model_points(events: Sequence[str], live_bytes: Sequence[int]) -> list[ModelPoint]:
+    """A model's timeline as a record keeps it: its first :data:`MODEL_POINTS` events with the bytes live after each."""
+    return [ModelPoint(e, b) for e, b in zip(events[:MODEL_POINTS], live_bytes[:MODEL_POINTS])]
+
+
 def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,
                     traces: list[tuple[int, list[MemoryTrace]]]) -> MemoryFigures:
     """The figures the report and history show: the worst step's timeline against its model."""
@@ -1067,10 +1097,10 @@ def _memory_figures(backend: Backend, steps: list[ProbedStep], source: str,
         peak_contract="equal" if exact else f"<= model + {backend.peak_slack_bytes}",
         peak_event=model.events[model.peak_event] if model.events else None,
         foreign_free_bytes=trace.foreign_free_bytes,
-        timeline=trace.relative_timeline(),
-        model_timeline=list(zip(model.events, model.live_bytes))[:2000],
+        timeline=[TimelinePoint(*p) for p in trace.relative_timeline()],
+        model_timeline=model_points(model.events, model.live_bytes),
         program_peak_bytes=worst.program.peak_bytes if worst.program is not None else None,
-        program_timeline=(list(zip(worst.program.events, worst.program.live_bytes))[:2000]
+        program_timeline=(model_points(worst.program.events, worst.program.live_bytes)
                           if worst.program is not None else None),
         peak_slack_reason=backend.peak_slack_reason if backend.peak_slack_bytes else None,
         domains=(domain_summary([ts for _, ts in traces], [s.trace for s in steps])
