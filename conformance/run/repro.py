@@ -333,7 +333,7 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     is the case the run failed on, when ``case`` was shrunk from it (for the rerun command);
     ``timeout_s`` the limit of a harness-based script's isolated run (a crash or a timeout).
     """
-    from conformance.cases import gen_ops, generated
+    from conformance.cases import generated
 
     spec = spec or backend_spec(backend)
     program = case.program if isinstance(case.program, generated.Program) else None
@@ -344,32 +344,9 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
     standalone = (program is not None and (check is None or check in standalone_checks())
                   and status not in ("crash", "timeout") and _standalone_state(result) and not program.batches)
     state = failing_state(result) if check is not None else None
-    memory = result.memory or MemoryFigures()
     rerun = rerun_command(original_id or case.id, spec)
-    if standalone:
-        how = "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
-    else:
-        why = ("its batch changes on every call: the harness runs each call at its own shapes"
-               if program is not None and program.batches else
-               f"the {check!r} check needs the harness: a torch-only script cannot observe it"
-               if program is not None else "the case is not generated: it is built by its registered builder")
-        if program is not None and state is not None:
-            why = f"{state[0]}'s {state[1]} is checked by the harness, which makes every call and records the state"
-        how = f"Harness-based ({why}); it runs the installed torch-conformance on the case"
-    header = (
-        f'"""Repro: {case.id} on backend {backend.name!r}: {result.raw_status or result.status}'
-        f"{f' (check {check})' if check else ''}.\n\n"
-        f"{_docsafe(result.reason)}\n\n"
-        + (f"Failed state: {state[0]}: {_docsafe(state[1])} (FAILED_STATE).\n\n" if state is not None else "")
-        + f"{_docsafe(case.description)}\n"
-        f"Written by torch-conformance (torch {result.versions.get('torch', '?')}); "
-        f"run it with plain `python`: exit status 1 means the failing check "
-        f"({check or status}) still fails, 0 that it passes.\n"
-        f"{how}.\n"
-        f"Rerun in the harness: {rerun}\n"
-        + (f"Program: {json.dumps(program.to_json(), separators=(',', ':'))}\n" if program is not None else "")
-        + '"""\n'
-    )
+    how = _how(backend, program, check, state, standalone)
+    header = _repro_header(case, backend, result, program, check, status, state, how, rerun)
     consts = [
         "import copy",
         "import json",
@@ -386,21 +363,68 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
         f"RERUN = {rerun!r}",
     ]
     if not standalone:
-        harness_root = str(Path(__file__).resolve().parents[2])  # the directory holding conformance/
-        roots = list(dict.fromkeys([harness_root, _module_root(type(backend).__module__)]))
-        program_json = json.dumps(program.to_json(), separators=(",", ":")) if program is not None else None
-        consts += [
-            "import os",
-            f"BACKEND_SPEC = {spec!r}",
-            f"SEARCH_PATH = {roots!r}",
-            f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
-            f"PROGRAM = {f'json.loads({program_json!r})' if program_json else None}",
-            f"TIMEOUT_S = {timeout_s!r}  # a crash or timeout is run in the harness's isolation worker",
-            "",
-        ]
+        consts += _harness_consts(backend, spec, program, timeout_s)
         return "\n".join([header, "\n".join(consts), _runner("repro_harness")])
     assert program is not None
-    consts += [
+    return "\n".join([header, *_standalone_parts(case, backend, result, program, consts)])
+
+
+def _how(backend: Backend, program: Any, check: str | None, state: tuple[str, str] | None, standalone: bool) -> str:
+    """How the script shows the failure, and why it needs the harness where it does."""
+    if standalone:
+        return "Standalone: plain torch" + ("" if backend.name == "inductor" else " and the backend's adapter module")
+    why = ("its batch changes on every call: the harness runs each call at its own shapes"
+           if program is not None and program.batches else
+           f"the {check!r} check needs the harness: a torch-only script cannot observe it"
+           if program is not None else "the case is not generated: it is built by its registered builder")
+    if program is not None and state is not None:
+        why = f"{state[0]}'s {state[1]} is checked by the harness, which makes every call and records the state"
+    return f"Harness-based ({why}); it runs the installed torch-conformance on the case"
+
+
+def _repro_header(case: Case, backend: Backend, result: Result, program: Any, check: str | None, status: str,
+                  state: tuple[str, str] | None, how: str, rerun: str) -> str:
+    """The script's docstring: the failure, its reason, the case, how to run it, and the program."""
+    return (
+        f'"""Repro: {case.id} on backend {backend.name!r}: {result.raw_status or result.status}'
+        f"{f' (check {check})' if check else ''}.\n\n"
+        f"{_docsafe(result.reason)}\n\n"
+        + (f"Failed state: {state[0]}: {_docsafe(state[1])} (FAILED_STATE).\n\n" if state is not None else "")
+        + f"{_docsafe(case.description)}\n"
+        f"Written by torch-conformance (torch {result.versions.get('torch', '?')}); "
+        f"run it with plain `python`: exit status 1 means the failing check "
+        f"({check or status}) still fails, 0 that it passes.\n"
+        f"{how}.\n"
+        f"Rerun in the harness: {rerun}\n"
+        + (f"Program: {json.dumps(program.to_json(), separators=(',', ':'))}\n" if program is not None else "")
+        + '"""\n'
+    )
+
+
+def _harness_consts(backend: Backend, spec: str, program: Any, timeout_s: float) -> list[str]:
+    """A harness-based script's settings: where the harness and the backend are, and what to run."""
+    harness_root = str(Path(__file__).resolve().parents[2])  # the directory holding conformance/
+    roots = list(dict.fromkeys([harness_root, _module_root(type(backend).__module__)]))
+    program_json = json.dumps(program.to_json(), separators=(",", ":")) if program is not None else None
+    return [
+        "import os",
+        f"BACKEND_SPEC = {spec!r}",
+        f"SEARCH_PATH = {roots!r}",
+        f"CASE_SOURCES = {os.environ.get('CONFORMANCE_CASES', '')!r}",
+        f"PROGRAM = {f'json.loads({program_json!r})' if program_json else None}",
+        f"TIMEOUT_S = {timeout_s!r}  # a crash or timeout is run in the harness's isolation worker",
+        "",
+    ]
+
+
+def _standalone_parts(case: Case, backend: Backend, result: Result, program: Any, consts: list[str]) -> list[str]:
+    """A standalone script after its docstring: its settings with the figures it holds the backend to, the
+    custom ops the program uses, the program as plain torch, and the runner."""
+    from conformance.cases import gen_ops, generated
+
+    memory = result.memory or MemoryFigures()
+    consts = [
+        *consts,
         f"RTOL, ATOL = {case.tolerance.rtol!r}, {case.tolerance.atol!r}",
         f"MODEL_PEAK_BYTES = {memory.model_peak_bytes!r}  # lifetime model ({memory.model_source})",
         f"MODEL_RESIDUAL_BYTES = {memory.model_residual_bytes!r}",
@@ -410,14 +434,14 @@ def repro_source(case: Case, backend: Backend, result: Result, spec: str | None 
         f"PEAK_SLACK_BYTES = {backend.peak_slack_bytes!r}",
         "",
     ]
-    parts = [header, "\n".join(consts)]
+    parts = ["\n".join(consts)]
     if program.uses_custom_ops:
         parts.append("# ---- custom ops used by the program (plain torch.library) ----\n"
                      + inspect.getsource(gen_ops).split('"""', 2)[2].replace("import torch\n", "", 1))
     source = generated.program_source(program).replace("import torch\n", "", 1)
     parts.append("# ---- the program, as plain torch ----\n" + source)
     parts.append(_COMPILE_BODY.sub(lambda _: _compile_body(case, backend) + "\n", _runner("repro_standalone")))
-    return "\n".join(parts)
+    return parts
 
 
 def write_repro(case: Case, backend_name: str | Backend, result: Result, path: Path | str,
