@@ -83,102 +83,130 @@ def model_split_step(runs: Sequence[SplitRun], caller: set[int], observation: Ob
     outlives it); ``returned``: the keys of the step's outputs (a forward result that is not one of them, not 0-d,
     and read by no later graph is read by eager code, whose values are then not composed: :attr:`SplitModel.eager_made`;
     ``None``: not checked)."""
-    builder = ModelBuilder(observation or Observation())
-    walker = GraphWalker(builder)
-    values: dict[int, Any] = {}
-    eager_made: list[int] = []
     forwards = [i for i, r in enumerate(runs) if not r.backward]
     if not forwards:
         raise ModelError("no forward graph ran")
-    last_forward = forwards[-1]
+    walk = _SplitWalk(runs, caller, ModelBuilder(observation or Observation()), gradients, returned)
+    for i, run in enumerate(runs):
+        walk.run(i, run)
+        if i == forwards[-1]:
+            walk.builder.release(walk.frame)
+            walk.frame = []
+    return walk.finish()
 
-    def readers(i: int, key: int) -> list[int]:
+
+class _SplitWalk:
+    """The split step's graph runs walked in order, with what holds each value between them."""
+
+    def __init__(self, runs: Sequence[SplitRun], caller: set[int], builder: ModelBuilder,
+                 gradients: Collection[int] | None, returned: Collection[Key] | None) -> None:
+        self.runs, self.caller, self.builder = runs, caller, builder
+        self.gradients, self.returned = gradients, returned
+        self.walker = GraphWalker(builder)
+        self.values: dict[int, Any] = {}
+        self.eager_made: list[int] = []
+        self.frame: list[Any] = []  # the forward results the Python frame holds until the forward returns
+        self.engine: dict[int, list[Any]] = {}  # per backward run: the gradients the engine holds for its call
+        self.kept: list[Any] = []  # the step's outputs, held by the caller to the end
+        self.retained: list[Any] = []  # gradients that outlive the step
+        self.root: list[Any] = []  # the loss's gradient: held until the last backward returns
+
+    def readers(self, i: int, key: int) -> list[int]:
         """The runs after ``i`` that read ``key`` before a run makes it again (its address reused)."""
         found = []
-        for j in range(i + 1, len(runs)):
-            if key in runs[j].args:
+        for j in range(i + 1, len(self.runs)):
+            if key in self.runs[j].args:
                 found.append(j)
-            if key in runs[j].results:
+            if key in self.runs[j].results:
                 break
         return found
 
-    frame: list[Any] = []  # the forward results the Python frame holds until the forward returns
-    engine: dict[int, list[Any]] = {}  # per backward run: the gradients the engine holds for its call
-    kept: list[Any] = []  # the step's outputs, held by the caller to the end
-    retained: list[Any] = []  # gradients that outlive the step
-    root: list[Any] = []  # the loss's gradient: held until the last backward returns
-    for i, run in enumerate(runs):
+    def run(self, i: int, run: SplitRun) -> None:
+        """One graph run: its inputs, its graph, then where each of its results goes."""
         vals = _placeholders(run.gm)
         if len(vals) != len(run.args):
             raise ModelError(f"graph run {i}: {len(vals)} placeholders, {len(run.args)} arguments")
-        inputs: list[Any] = []
-        for key, val in zip(run.args, vals):
-            if key is None or not isinstance(val, torch.Tensor):
-                inputs.append(None)
-            elif key in values:
-                inputs.append(values[key])
-            elif key in caller and not run.backward:
-                inputs.append(values.setdefault(key, builder.caller_input(val, f"input {key}")))
-            elif run.backward and val.dim() > 0:  # a gradient eager autograd made: eager code's backward ran
-                eager_made.append(key)
-                inputs.append(values.setdefault(key, builder.caller_input(val, f"eager {key}")))
-            elif run.backward:  # a gradient the engine made (the loss's root, zeros for an unused output)
-                tangent = builder.new_storage(storage_nbytes(val, builder.symbols), f"bw{i}:tangent", "tangent",
-                                              val, "tangent")
-                builder.acquire(tangent)  # the program's (handed over)
-                builder.acquire(tangent)  # the engine's grad_outputs, held for the call
-                (root if val.dim() == 0 else engine.setdefault(i, [])).append(tangent)
-                inputs.append(tangent)
-            elif val.dim() == 0:  # a scalar the eager code made (Dynamo's wrapped float or int): the frame's
-                scalar = builder.new_storage(storage_nbytes(val, builder.symbols), f"fw{i}:eager scalar", "scalar",
-                                             val, "intermediate")
-                builder.acquire(scalar)
-                frame.append(scalar)
-                inputs.append(values.setdefault(key, scalar))
-            else:  # made by eager code between the graphs: not sized here
-                eager_made.append(key)
-                inputs.append(values.setdefault(key, builder.caller_input(val, f"eager {key}")))
+        inputs = [self.input(i, run, key, val) for key, val in zip(run.args, vals)]
         prefix = f"{'bw' if run.backward else 'fw'}{i}:"
-        outputs = walker.run_graph(run.gm, inputs, prefix, CallingConvention(donated=run.backward))
-        builder.release(engine.pop(i, []))
+        outputs = self.walker.run_graph(run.gm, inputs, prefix, CallingConvention(donated=run.backward))
+        self.builder.release(self.engine.pop(i, []))
         if len(outputs) != len(run.results):
             raise ModelError(f"graph run {i}: {len(outputs)} results modelled, {len(run.results)} returned")
         for key, out, oval in zip(run.results, outputs, _output_vals(run.gm)):
             if out is None or key is None or not any(True for _ in storages_in(out)):
-                builder.release(out)
-                continue
-            if key in run.args or key in caller:  # an input returned (saved as it is): the caller's value
-                builder.release(out)
-                continue
-            later = readers(i, key)
-            if run.backward:
-                nxt = [j for j in later if runs[j].backward]
-                if nxt:  # a gradient handed to the next backward: the engine holds it for that call too
-                    builder.acquire(out)
-                    engine.setdefault(nxt[0], []).append(out)
-                    values[key] = out
-                elif gradients is None or key in gradients:
-                    retained.append(out)
-                else:
-                    builder.release(out)
-                continue
-            values[key] = out
-            saved = any(runs[j].backward for j in later)
-            frame_keeps = any(not runs[j].backward for j in later)
-            if saved and frame_keeps:
-                builder.acquire(out)
-            if frame_keeps:
-                frame.append(out)
-            elif not saved:  # read by no later graph: the step's output, or a value eager code reads
-                kept.append(out)
-                if returned is not None and key not in returned and isinstance(oval, torch.Tensor) and oval.dim():
-                    eager_made.append(key)  # a tensor eager code reads: what that code makes is not composed
-        if i == last_forward:
-            builder.release(frame)
-            frame = []
-    builder.release(root)
-    return SplitModel(builder.finish([*kept, *retained], set(range(len(kept), len(kept) + len(retained)))),
-                      eager_made)
+                self.builder.release(out)
+            elif key in run.args or key in self.caller:  # an input returned (saved as it is): the caller's value
+                self.builder.release(out)
+            elif run.backward:
+                self.backward_result(i, key, out)
+            else:
+                self.forward_result(i, key, out, oval)
+
+    def input(self, i: int, run: SplitRun, key: int | None, val: Any) -> Any:
+        """The value a graph run reads for argument ``key``: an earlier run's, the caller's, or one made outside
+        the graphs (by the autograd engine, or by eager code)."""
+        builder = self.builder
+        if key is None or not isinstance(val, torch.Tensor):
+            return None
+        if key in self.values:
+            return self.values[key]
+        if key in self.caller and not run.backward:
+            return self.values.setdefault(key, builder.caller_input(val, f"input {key}"))
+        if run.backward and val.dim() > 0:  # a gradient eager autograd made: eager code's backward ran
+            self.eager_made.append(key)
+            return self.values.setdefault(key, builder.caller_input(val, f"eager {key}"))
+        if run.backward:  # a gradient the engine made (the loss's root, zeros for an unused output)
+            tangent = builder.new_storage(storage_nbytes(val, builder.symbols), f"bw{i}:tangent", "tangent",
+                                          val, "tangent")
+            builder.acquire(tangent)  # the program's (handed over)
+            builder.acquire(tangent)  # the engine's grad_outputs, held for the call
+            (self.root if val.dim() == 0 else self.engine.setdefault(i, [])).append(tangent)
+            return tangent
+        if val.dim() == 0:  # a scalar the eager code made (Dynamo's wrapped float or int): the frame's
+            scalar = builder.new_storage(storage_nbytes(val, builder.symbols), f"fw{i}:eager scalar", "scalar",
+                                         val, "intermediate")
+            builder.acquire(scalar)
+            self.frame.append(scalar)
+            return self.values.setdefault(key, scalar)
+        # made by eager code between the graphs: not sized here
+        self.eager_made.append(key)
+        return self.values.setdefault(key, builder.caller_input(val, f"eager {key}"))
+
+    def backward_result(self, i: int, key: int, out: Any) -> None:
+        """A gradient: handed to the next backward that reads it (the engine holds it for that call too),
+        else kept in ``.grad`` past the step or dropped when its backward returns."""
+        nxt = [j for j in self.readers(i, key) if self.runs[j].backward]
+        if nxt:
+            self.builder.acquire(out)
+            self.engine.setdefault(nxt[0], []).append(out)
+            self.values[key] = out
+        elif self.gradients is None or key in self.gradients:
+            self.retained.append(out)
+        else:
+            self.builder.release(out)
+
+    def forward_result(self, i: int, key: int, out: Any, oval: Any) -> None:
+        """A forward's result: saved for a backward, held by the frame for a later forward, or the step's output
+        (or a value eager code reads)."""
+        self.values[key] = out
+        later = self.readers(i, key)
+        saved = any(self.runs[j].backward for j in later)
+        frame_keeps = any(not self.runs[j].backward for j in later)
+        if saved and frame_keeps:
+            self.builder.acquire(out)
+        if frame_keeps:
+            self.frame.append(out)
+        elif not saved:  # read by no later graph: the step's output, or a value eager code reads
+            self.kept.append(out)
+            if (self.returned is not None and key not in self.returned and isinstance(oval, torch.Tensor)
+                    and oval.dim()):
+                self.eager_made.append(key)  # a tensor eager code reads: what that code makes is not composed
+
+    def finish(self) -> SplitModel:
+        self.builder.release(self.root)
+        kept, retained = self.kept, self.retained
+        return SplitModel(self.builder.finish([*kept, *retained], set(range(len(kept), len(kept) + len(retained)))),
+                          self.eager_made)
 
 
 class StorageKeys:
