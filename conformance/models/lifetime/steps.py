@@ -111,13 +111,8 @@ def model_forward_backward(
     crossing = _crossing(builder, forward, backward, fw_outputs, fw_program, updates)
     bw_inputs, tangents = _backward_inputs(builder, backward, crossing.saved)
     donated = saved_inputs == "donated"
-    if bw_program is not None:
-        bw_vals = [v for _, v in _placeholder_vals(backward)]
-        bw_layouts = [crossing.layouts.get(name) for name, _ in _placeholder_vals(backward)]
-        bw_outputs = bw_program.model(builder, bw_inputs, bw_vals, "bw:", donated=donated, input_layouts=bw_layouts)
-    else:
-        bw_convention = CallingConvention(donated, staged, results_at_start)
-        bw_outputs = walker.run_graph(backward, bw_inputs, "bw:", bw_convention)
+    bw_outputs = _model_backward(builder, walker, backward, bw_program, bw_inputs, crossing, donated,
+                                 CallingConvention(donated, staged, results_at_start))
     root = _release_backward_inputs(builder, backward, bw_inputs, tangents, donated)
     bw_outputs = _gradients(builder, forward, backward, bw_program, bw_outputs, results_at_start)
     builder.release(root)
@@ -187,6 +182,18 @@ def _backward_inputs(builder: ModelBuilder, backward: torch.fx.GraphModule, save
     tangents = [v for v in bw_inputs if isinstance(v, Storage) and v.role == "tangent"]
     builder.acquire(tangents)
     return bw_inputs, tangents
+
+
+def _model_backward(builder: ModelBuilder, walker: GraphWalker, backward: torch.fx.GraphModule,
+                    program: GraphProgram | None, inputs: list[Any], crossing: _Crossing, donated: bool,
+                    convention: CallingConvention) -> list[Any]:
+    """The backward's outputs: by its program's own references (its saved inputs in the layouts the forward's
+    program returned them in) where there is one, else by the walker."""
+    if program is not None:
+        vals = [v for _, v in _placeholder_vals(backward)]
+        layouts = [crossing.layouts.get(name) for name, _ in _placeholder_vals(backward)]
+        return program.model(builder, inputs, vals, "bw:", donated=donated, input_layouts=layouts)
+    return walker.run_graph(backward, inputs, "bw:", convention)
 
 
 def _release_backward_inputs(builder: ModelBuilder, backward: torch.fx.GraphModule, bw_inputs: list[Any],
