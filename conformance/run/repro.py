@@ -170,61 +170,69 @@ def shrink(case: Case, backend: Backend, db_dir: Path = DEFAULT_DB, max_runs: in
     key = f"conformance-shrink:{case.id}@{backend.name}".encode()
     # The secondary corpus: replayed, and shrunk (a primary entry counts as already shrunk).
     db.save(key + b".secondary", choices_to_bytes(tuple(choices)))
-    runs = 0
-    crashes: list[str] = []
-    last: dict[str, Any] = {}
-
-    # memoised: Hypothesis replays the saved example first and the minimal one at the end; the
-    # saved one is the original, whose verdict is known
-    verdicts: dict[str, bool] = {repr(program): True}
-    last[repr(program)] = (case, original)
-    want = (original.raw_status or original.status, failing_check(original))
-    best = _n_ops(program)
-
-    def report(improved: bool) -> None:
-        if progress is not None and (improved or runs % PROGRESS_EVERY == 0):
-            progress(f"shrinking {case.id} on {backend.name}: run {runs}/{max_runs}, {plural(best, 'op')} left"
-                     + (" (smaller program still fails)" if improved else ""))
-
-    def still_fails(candidate: generated.Program) -> bool:
-        nonlocal runs, best
-        key_ = repr(candidate)
-        if key_ in verdicts:
-            return verdicts[key_]
-        if runs >= max_runs or len(crashes) >= MAX_CANDIDATE_CRASHES:  # out of budget: nothing new counts
-            return False
-        runs += 1
-        shrunk_case = generated.case_from_program(candidate, f"{case.id}-shrunk", case.seed)
-        try:
-            result = run(shrunk_case)
-        except Exception:  # a candidate the reference itself cannot run is not our failure
-            verdicts[key_] = False
-            report(False)
-            return False
-        status = result.raw_status or result.status
-        if status in (Status.CRASH, Status.TIMEOUT) and status != want[0]:
-            crashes.append(result.reason)
-        verdicts[key_] = (status, failing_check(result)) == want
-        improved = verdicts[key_] and _n_ops(candidate) < best
-        if verdicts[key_]:
-            last[key_] = (shrunk_case, result)
-            best = min(best, _n_ops(candidate))
-        report(improved)
-        return verdicts[key_]
-
+    shrinker = _Shrinker(case, backend, run, original, program, max_runs, progress)
     settings = Settings(database=db, phases=[Phase.reuse, Phase.shrink], max_examples=1, deadline=None,
                         suppress_health_check=list(HealthCheck))
+    crashes = shrinker.crashes
     try:
-        minimal = find(generated.programs(program.family, program.train), still_fails, settings=settings,
+        minimal = find(generated.programs(program.family, program.train), shrinker.still_fails, settings=settings,
                        database_key=key)
     except NoSuchExample:  # the saved choices did not replay (should not happen): keep the original
-        return Shrunk(case, original, original, runs, False, len(crashes), crashes[0] if crashes else "")
-    shrunk_case, result = last.get(repr(minimal)) or (case, original)
+        return Shrunk(case, original, original, shrinker.runs, False, len(crashes), crashes[0] if crashes else "")
+    shrunk_case, result = shrinker.last.get(repr(minimal)) or (case, original)
     if shrunk_case is not case:
         shrunk_case = generated.case_from_program(minimal, f"{case.id}-shrunk", case.seed,
                                                   f"shrunk from {case.id}: " + shrunk_case.description)
-    return Shrunk(shrunk_case, result, original, runs, minimal != program, len(crashes),
+    return Shrunk(shrunk_case, result, original, shrinker.runs, minimal != program, len(crashes),
                   crashes[0] if crashes else "")
+
+
+class _Shrinker:
+    """Hypothesis's test while it shrinks: whether a candidate program fails as the original did, run within
+    the budget and memoised (Hypothesis replays the saved example first and the minimal one at the end; the
+    saved one is the original, whose verdict is known)."""
+
+    def __init__(self, case: Case, backend: Backend, run: RunCase, original: Result, program: Any, max_runs: int,
+                 progress: Callable[[str], None] | None) -> None:
+        self.case, self.backend, self.run, self.max_runs, self.progress = case, backend, run, max_runs, progress
+        self.runs = 0
+        self.crashes: list[str] = []
+        self.verdicts: dict[str, bool] = {repr(program): True}
+        self.last: dict[str, tuple[Case, Result]] = {repr(program): (case, original)}
+        self.want = (original.raw_status or original.status, failing_check(original))
+        self.best = _n_ops(program)
+
+    def report(self, improved: bool) -> None:
+        if self.progress is not None and (improved or self.runs % PROGRESS_EVERY == 0):
+            self.progress(f"shrinking {self.case.id} on {self.backend.name}: run {self.runs}/{self.max_runs}, "
+                          f"{plural(self.best, 'op')} left" + (" (smaller program still fails)" if improved else ""))
+
+    def still_fails(self, candidate: Any) -> bool:
+        from conformance.cases import generated
+
+        key_ = repr(candidate)
+        if key_ in self.verdicts:
+            return self.verdicts[key_]
+        if self.runs >= self.max_runs or len(self.crashes) >= MAX_CANDIDATE_CRASHES:  # out of budget: nothing new
+            return False
+        self.runs += 1
+        shrunk_case = generated.case_from_program(candidate, f"{self.case.id}-shrunk", self.case.seed)
+        try:
+            result = self.run(shrunk_case)
+        except Exception:  # a candidate the reference itself cannot run is not our failure
+            self.verdicts[key_] = False
+            self.report(False)
+            return False
+        status = result.raw_status or result.status
+        if status in (Status.CRASH, Status.TIMEOUT) and status != self.want[0]:
+            self.crashes.append(result.reason)
+        self.verdicts[key_] = (status, failing_check(result)) == self.want
+        improved = self.verdicts[key_] and _n_ops(candidate) < self.best
+        if self.verdicts[key_]:
+            self.last[key_] = (shrunk_case, result)
+            self.best = min(self.best, _n_ops(candidate))
+        self.report(improved)
+        return self.verdicts[key_]
 
 
 def candidate_timeout_s(original: Result, timeout_s: float) -> float:
