@@ -943,11 +943,7 @@ def probed_step(
     files = boundary.files(compiled.program_files())
     kept: dict[str, torch.Tensor] = {}
     native = native_heap.NativeHeapProbe() if seen is not None and native_heap.unavailable_reason() is None else None
-    # the caller's own tensors (parameters, buffers, this call's inputs): a result in their memory (a view
-    # of an input, an input returned) is the caller's, made before the call, whatever allocated it
-    callers = [*model.parameters(), *model.buffers(),
-               *(t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))]
-    known = {_data_ptr(t) for t in callers} - {0} if seen is not None else set()
+    known = _callers_addresses(model, inputs) if seen is not None else set()
     with make_probe() as probe, contextlib.ExitStack() as stack:
         for extra in extras:
             stack.enter_context(extra)
@@ -971,14 +967,28 @@ def probed_step(
         held.append(sum(nbytes for weak, nbytes in dropped_outputs if not weak.expired()))
     main = attribute(probe.trace, statements.spans) if probe.domain == CpuAllocatorProbe.domain else probe.trace
     if seen is not None and native is not None:
-        if seen.outside:
-            seen.outside = native.pooled(seen.outside)
-            # a result in a pool occupies its bytes while the caller holds it: outputs to their drop,
-            # gradients to the optimizer's zero_grad (or past the window)
-            native.count_pooled([(s, returned, dropped if s.what.startswith("output") else stepped)
-                                 for s in seen.outside if s.pool is not None])
-        seen.native, seen.native_lost = native.trace, native.lost
+        _native_evidence(seen, native, returned, dropped, stepped)
     return [main, *(extra.trace for extra in extras)], kept
+
+
+def _callers_addresses(model: torch.nn.Module, inputs: Sequence[Any]) -> set[int]:
+    """The addresses of the caller's own tensors (parameters, buffers, this call's inputs): a result in their
+    memory (a view of an input, an input returned) is the caller's, made before the call, whatever allocated it."""
+    callers = [*model.parameters(), *model.buffers(),
+               *(t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))]
+    return {_data_ptr(t) for t in callers} - {0}
+
+
+def _native_evidence(seen: StepEvidence, native: native_heap.NativeHeapProbe, returned: int, dropped: int,
+                     stepped: int | None) -> None:
+    """The native domain's trace into ``seen``, with the results torch's allocator did not make placed in the
+    pools that hold them: a result in a pool occupies its bytes while the caller holds it (outputs to their
+    drop, gradients to the optimizer's zero_grad, or past the window)."""
+    if seen.outside:
+        seen.outside = native.pooled(seen.outside)
+        native.count_pooled([(s, returned, dropped if s.what.startswith("output") else stepped)
+                             for s in seen.outside if s.pool is not None])
+    seen.native, seen.native_lost = native.trace, native.lost
 
 
 @dataclass
