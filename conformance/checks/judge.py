@@ -168,6 +168,18 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
     counts no kernel's workspace, and the peak compared is the program's.  What was set apart is
     reported (``op_transient_peak_bytes``)."""
     traces = {id(s): without_op_transients(s.trace) if program_held else s.trace for s in steps}
+    worst = _peak_worst(steps, traces, exact)
+    trace = traces[id(worst)]
+    figures = _peak_figures(steps, worst, trace, exact, slack, source)
+    contract = _peak_contract(worst, trace.peak_bytes, exact, slack, source)
+    if not contract.violated:
+        return Check(CheckName.PEAK, Status.PASS, "", figures, contract=contract)
+    return _peak_failure(steps, worst, trace, figures, contract, exact, slack, source, program_held, held_by)
+
+
+def _peak_worst(steps: Sequence[ProbedStep], traces: dict[int, MemoryTrace], exact: bool) -> ProbedStep:
+    """The call judged: the most over its model; for an exact backend, the furthest from it either way (every
+    call equals its own model: a call's shapes may differ from the others')."""
 
     def over(s: ProbedStep) -> int:
         return traces[id(s)].peak_bytes - s.model.peak_bytes
@@ -178,10 +190,13 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
         measured = traces[id(s)].peak_bytes
         return over(s) if measured > s.model.peak_bytes else min(measured - low, 0)
 
-    worst = max(steps, key=over)
-    if exact:  # every call equals its own model (a call's shapes may differ from the others')
-        worst = max(steps, key=lambda s: (abs(off(s)), off(s)))
-    trace = traces[id(worst)]
+    if exact:
+        return max(steps, key=lambda s: (abs(off(s)), off(s)))
+    return max(steps, key=over)
+
+
+def _peak_figures(steps: Sequence[ProbedStep], worst: ProbedStep, trace: MemoryTrace, exact: bool, slack: int,
+                  source: str) -> dict[str, Any]:
     measured, model = trace.peak_bytes, worst.model.peak_bytes
     figures: dict[str, Any] = {"measured_peak_bytes": measured, "model_peak_bytes": model, "model_source": source,
                                "contract": "equal" if exact else f"<= model + {slack}", "call": worst.call}
@@ -196,19 +211,28 @@ def judge_peak(steps: Sequence[ProbedStep], exact: bool, slack: int, source: str
     if worst.model_low is not None:
         figures["model_low_peak_bytes"] = worst.model_low.peak_bytes
         figures["contract"] = "within [model low, model]" if exact else figures["contract"]
+    return figures
+
+
+def _peak_contract(worst: ProbedStep, measured: int, exact: bool, slack: int, source: str) -> Contract:
+    model = worst.model.peak_bytes
     if exact:
         low = worst.model_low.peak_bytes if worst.model_low is not None else model
         rule = (f"measured peak within [model low {low} B, model {model} B] ({source})"
                 if worst.model_low is not None
                 else f"measured peak == model peak {model} B ({source})")
-        contract = Contract("measured peak", measured, low, model, f"{rule}; measured {measured} B", worst.call)
-    else:
-        contract = Contract("measured peak", measured, None, model + slack,
-                            f"measured peak <= model peak {model} B ({source}) + slack {slack} B; "
-                            f"measured {measured} B",
-                            worst.call)
-    if not contract.violated:
-        return Check(CheckName.PEAK, Status.PASS, "", figures, contract=contract)
+        return Contract("measured peak", measured, low, model, f"{rule}; measured {measured} B", worst.call)
+    return Contract("measured peak", measured, None, model + slack,
+                    f"measured peak <= model peak {model} B ({source}) + slack {slack} B; "
+                    f"measured {measured} B",
+                    worst.call)
+
+
+def _peak_failure(steps: Sequence[ProbedStep], worst: ProbedStep, trace: MemoryTrace, figures: dict[str, Any],
+                  contract: Contract, exact: bool, slack: int, source: str, program_held: bool,
+                  held_by: dict[int, list[str]] | None) -> Check:
+    """A peak off its contract: above it, what is alive past its modelled death; below it, no culprit."""
+    measured, model = trace.peak_bytes, worst.model.peak_bytes
     above = measured > model
     last = worst is steps[-1]
     blamed = blame_peak(worst.model, trace, held_by=held_by if last else None) if above else []  # below: no culprit
@@ -245,7 +269,42 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     with_program = [s for s in steps if s.program is not None]
     if not with_program:
         return None
-    step = with_program[-1]
+    found = _program_findings(with_program[-1])
+    if exact_domain:
+        _compare_timelines(with_program, found)
+    figures = found.figures
+    figures["call"] = found.call
+    if found.measured is not None:
+        figures["measured_peak_bytes"] = found.measured
+    rule = ("frees every storage at its last use and the measured timeline follows it" if exact_domain
+            else "frees every storage at its last use")
+    excess = found.excess
+    contract = Contract("generated program's excess (bytes held past their last use x statements run meanwhile, "
+                        "plus bytes the measured timeline departs by)", excess, 0, 0,
+                        f"generated program {rule}: excess {excess} B, 0 B allowed", found.call)
+    if not found.sentences:
+        return Check(CheckName.PROGRAM, Status.PASS, "", figures, contract=contract)
+    return _program_failure(found, contract)
+
+
+@dataclass
+class _ProgramFindings:
+    """What the program check found so far: its figures, blamed entries and sentences, the excess and each
+    cause part's share of it, the call judged and its measured peak, and the measured peak over the program's."""
+
+    figures: dict[str, Any]
+    blamed: list[dict[str, Any]]
+    sentences: list[str]
+    excess: int
+    shares: dict[str, int]
+    call: int
+    measured: int | None
+    peak_over: int = 0  # where the timeline is compared (no entry names it)
+
+
+def _program_findings(step: ProbedStep) -> _ProgramFindings:
+    """The last call's program: the storages it keeps past their last use and the references that block reuse,
+    the largest first (what a maintainer looks at first)."""
     program = step.program
     assert program is not None
     late = late_releases(program.events, program.storages, program.work_events)
@@ -258,7 +317,7 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
         "late_references": len(refs),
         "timeline": "not compared (the allocator does not report every allocation)",
     }
-    late.sort(key=lambda f: -f.storage.nbytes)  # the largest first: what a maintainer looks at first
+    late.sort(key=lambda f: -f.storage.nbytes)
     refs.sort(key=lambda r: -sum(s.nbytes for s in r.blocked))
     blamed = ([{**f.describe(program.events), "explains_bytes": _held_late([f], program)} for f in late]
               + [{**r.describe(program.events), "explains_bytes": sum(s.nbytes for s in r.blocked)} for r in refs])
@@ -269,45 +328,45 @@ def judge_program(steps: Sequence[ProbedStep], exact_domain: bool) -> Check | No
     for entry in blamed:
         part = program_part(entry)
         shares[part] = shares.get(part, 0) + share(entry)
-    call, measured = step.call, getattr(step.trace, "peak_bytes", None)  # a step judged on its program alone has none
-    peak_over = 0  # the measured peak over the program's, where the timeline is compared (no entry names it)
-    if exact_domain:
-        diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
-        bad = [(s, d) for s, d in diffs if not d.exact]
-        last = diffs[-1][1]
-        figures["timeline"] = "exact" if not bad else "differs"
-        figures["measured_peak_bytes"] = measured = last.measured_peak
-        figures["op_transient_bytes"] = sum(a.nbytes for a in last.op_transients)
-        figures["op_transients_in"] = sorted({a.transient_in or "" for a in last.op_transients})
-        if bad:
-            s, d = bad[0]
-            assert s.program is not None
-            sentences.insert(0, f"measured timeline of call {s.call} departs from the program's: {d.sentence()}")
-            blamed = [{**e, "explains_bytes": e["bytes"] if e.get("finding") in _TIMELINE_EXCESS else 0}
-                      for e in d.blamed(s.program)] + blamed
-            excess += d.excess_bytes()
-            peak_over = max(d.measured_peak - d.model_peak, 0)
-            shares[TIMELINE_PART] = shares.get(TIMELINE_PART, 0) + d.excess_bytes()
-            call, measured = s.call, d.measured_peak
-            figures["program_peak_bytes"] = d.model_peak
-    figures["call"] = call
-    if measured is not None:
-        figures["measured_peak_bytes"] = measured
-    rule = ("frees every storage at its last use and the measured timeline follows it" if exact_domain
-            else "frees every storage at its last use")
-    contract = Contract("generated program's excess (bytes held past their last use x statements run meanwhile, "
-                        "plus bytes the measured timeline departs by)", excess, 0, 0,
-                        f"generated program {rule}: excess {excess} B, 0 B allowed", call)
-    if not sentences:
-        return Check(CheckName.PROGRAM, Status.PASS, "", figures, contract=contract)
+    measured = getattr(step.trace, "peak_bytes", None)  # a step judged on its program alone has none
+    return _ProgramFindings(figures, blamed, sentences, excess, shares, step.call, measured)
+
+
+def _compare_timelines(with_program: Sequence[ProbedStep], found: _ProgramFindings) -> None:
+    """Every call's measured timeline against its program's; the first that departs leads the findings."""
+    figures = found.figures
+    diffs = [(s, compare_timeline(s.program, s.trace)) for s in with_program if s.program is not None]
+    bad = [(s, d) for s, d in diffs if not d.exact]
+    last = diffs[-1][1]
+    figures["timeline"] = "exact" if not bad else "differs"
+    figures["measured_peak_bytes"] = found.measured = last.measured_peak
+    figures["op_transient_bytes"] = sum(a.nbytes for a in last.op_transients)
+    figures["op_transients_in"] = sorted({a.transient_in or "" for a in last.op_transients})
+    if not bad:
+        return
+    s, d = bad[0]
+    assert s.program is not None
+    found.sentences.insert(0, f"measured timeline of call {s.call} departs from the program's: {d.sentence()}")
+    found.blamed = [{**e, "explains_bytes": e["bytes"] if e.get("finding") in _TIMELINE_EXCESS else 0}
+                    for e in d.blamed(s.program)] + found.blamed
+    found.excess += d.excess_bytes()
+    found.peak_over = max(d.measured_peak - d.model_peak, 0)
+    found.shares[TIMELINE_PART] = found.shares.get(TIMELINE_PART, 0) + d.excess_bytes()
+    found.call, found.measured = s.call, d.measured_peak
+    figures["program_peak_bytes"] = d.model_peak
+
+
+def _program_failure(found: _ProgramFindings, contract: Contract) -> Check:
+    """The failing check: its cause parts and their shares, the first ten findings, what they leave unnamed."""
+    figures, blamed, excess, sentences = found.figures, found.blamed, found.excess, found.sentences
     figures[PARTS_KEY] = program_parts(blamed, figures["timeline"] == "differs")  # from every finding
-    figures[SHARES_KEY] = {part: shares.get(part, 0) for part in figures[PARTS_KEY]}
+    figures[SHARES_KEY] = {part: found.shares.get(part, 0) for part in figures[PARTS_KEY]}
     shown = blamed[:10]
     rest = unexplained(shown, excess)
     if rest:
         why = [f"{len(blamed) - len(shown)} more finding(s) not listed"] if len(blamed) > len(shown) else []
-        if peak_over:
-            why.append(f"the measured peak is {peak_over} B over the program's")
+        if found.peak_over:
+            why.append(f"the measured peak is {found.peak_over} B over the program's")
         figures.update(blame_unexplained_bytes=rest,
                        blame_note=f"{rest} B of the {excess} B excess not in the blamed entries: "
                                   + ("; ".join(why) or "findings without a storage"))
