@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -418,9 +418,9 @@ def validate(values: Values) -> dict[str, Any]:
 CHECKED_KEY = "conformance_checked_options"
 
 
-def hand_over(workerinput: dict[str, Any], checked: dict[str, Any]) -> None:
+def hand_over(workerinput: MutableMapping[str, object], checked: Mapping[str, object]) -> None:
     """Give an xdist worker the controller's checked options (:data:`CHECKED_KEY`)."""
-    workerinput[CHECKED_KEY] = pickle.dumps(checked)
+    workerinput[CHECKED_KEY] = pickle.dumps(dict(checked))
 
 
 def handed(config: Any) -> dict[str, Any] | None:
