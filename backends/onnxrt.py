@@ -14,7 +14,9 @@ Memory: ONNX Runtime allocates with its own code and hands results back in numpy
 torch's allocator; the pair is held on the native domain (no probe of ours).  The session's CPU
 arena is turned off (``enable_cpu_mem_arena=False``): with it, a call's intermediates come from
 chunks the arena kept from earlier calls, which no window sees allocated, so the step's transient
-memory would go unmeasured.
+memory would go unmeasured.  One intra-op thread: a thread pool's workers make state of their own the
+first time each runs work, in whichever call that happens to be.  What a session keeps from its third
+run on (24 B, once per session: docs/findings/onnxrt-repro-third-run-state.py) is in the manifest.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def export_session(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     program.save(model)  # type: ignore[arg-type]  # onnx.save takes a file object too
     options = onnxruntime.SessionOptions()
     options.enable_cpu_mem_arena = False
+    # one thread: a pool's worker threads make their own state the first time each works, in whichever call
+    options.intra_op_num_threads = 1
     options.log_severity_level = 3
     return onnxruntime.InferenceSession(model.getvalue(), options, providers=PROVIDERS)
 
