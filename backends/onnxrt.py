@@ -78,6 +78,9 @@ def session_call(session: Any, gm: torch.fx.GraphModule) -> Any:
     The exported model has no output for a ``None`` result of ``gm`` (a backward's gradient of an input that
     needs none): those are put back where ``gm`` returns them."""
     names = [i.name for i in session.get_inputs()]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(names) != len(placeholders):  # inputs are matched by position: one the exporter dropped shifts them
+        raise ValueError(f"the exported model takes {len(names)} inputs, the graph {len(placeholders)}")
     returned = list(next(n for n in gm.graph.nodes if n.op == "output").args[0])
     absent = [r is None for r in returned]
 
