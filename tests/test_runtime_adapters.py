@@ -106,11 +106,11 @@ def test_runtimes_in_one_worker_change_no_other_backends_verdict(pool: WorkerPoo
     among them, stay its own; ONNX Runtime's mod-Conv2d-train was a fail-run with OpenVINO's gradient shape)."""
     case = "mod-Conv2d-train"
     together = {b: pool.run(case, b, 300) for b in (OPENVINO, ONNXRT, "eager")}
-    for backend, result in together.items():
+    for backend in (OPENVINO, ONNXRT):
         with WorkerPool() as fresh:
             alone = fresh.run(case, backend, 300)
-        assert _judged(alone) == _judged(result), (backend, alone.reason, result.reason)
-    eager = together["eager"]
+        assert _judged(alone) == _judged(together[backend]), (backend, alone.reason, together[backend].reason)
+    eager = together["eager"]  # alone it is byte-exact: a pass is the same verdict
     assert eager.status == Status.PASS, eager.reason
 
 
