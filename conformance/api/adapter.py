@@ -68,6 +68,31 @@ class Capabilities:
                 *(f"{DTYPE_REQUIREMENT}{d}" for d in self.dtypes)]
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """A part of the step the backend handed to another runner than its own (``CompiledStep.fallbacks``).
+
+    A runtime that runs what it cannot take in PyTorch (OpenVINO's partitioner, an export that fails) still
+    gets right values, so no check sees it: the record says who ran what (``Result.fallbacks``)."""
+
+    #: the part of the step, in the backend's words (``forward graph 0``, ``backward graph 1 fused_0``)
+    part: str
+    #: what ran it instead: ``pytorch`` (eager kernels), ``inductor``
+    ran_in: str
+    #: the ATen ops that ran there, where known
+    ops: tuple[str, ...] = ()
+    #: why the backend did not run it (its error, or its partitioner's rule)
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"part": self.part, "ran_in": self.ran_in, "ops": list(self.ops), "why": self.why}
+
+    def describe(self) -> str:
+        ops = f" ({', '.join(self.ops[:8])}{', ...' if len(self.ops) > 8 else ''})" if self.ops else ""
+        said = f"{self.part} ran in {self.ran_in}{ops}"
+        return f"{said}: {self.why}" if self.why else said
+
+
 class CompileError(RuntimeError):
     """Raised by an adapter when its backend fails to compile, even lazily at the first run."""
 
@@ -160,6 +185,11 @@ class CompiledStep(ABC):
     def notes(self) -> list[str]:
         """Lines the backend wants on the pair's record (``result.notes``): what it did that a reader
         of the verdict should know (a fallback taken, a route chosen, a figure it could not read)."""
+        return []
+
+    def fallbacks(self) -> list[Fallback]:
+        """The parts of the step the backend did not run itself (:class:`Fallback`), asked after the last call:
+        recorded on the pair (``Result.fallbacks``) and named in a note.  Empty: the backend ran all of it."""
         return []
 
     def extra_probes(self) -> list[MemoryProbe]:

@@ -158,6 +158,9 @@ class Result:
     repro: str = ""
     repro_file: str = ""  # a repro script for a failing pair (a generated case shrunk first)
     notes: list[str] = field(default_factory=list)
+    #: the parts of the step the backend handed to another runner (PyTorch, inductor) than its own, as its
+    #: ``CompiledStep.fallbacks()`` said after the last call: ``part``, ``ran_in``, ``ops``, ``why``
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
     #: the checks the verdict was combined from (conformance.api.verdict.combine), each with its figures
     checks: list[Check] = field(default_factory=list)
     #: how far the deciding memory check is over its contract (what a manifest's ``excess`` compares)

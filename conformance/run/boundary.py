@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from conformance.api.adapter import Fallback
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check, Status
 from conformance.models.lifetime import LifetimeModel
@@ -39,6 +40,17 @@ def notes(value: object, hook: str = "CompiledStep.notes()") -> list[str]:
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise HookError(f"{hook} returned a list whose item {i} is {_shown(item)}, not a str")
+    return list(value)
+
+
+def fallbacks(value: object, hook: str = "CompiledStep.fallbacks()") -> list[Fallback]:
+    """A list of :class:`conformance.api.adapter.Fallback` whose fields are strings."""
+    if not isinstance(value, list | tuple):
+        raise HookError(f"{hook} returned {_shown(value)}, not a list of Fallback")
+    for i, item in enumerate(value):
+        if not isinstance(item, Fallback) or not all(isinstance(op, str) for op in item.ops) \
+                or not all(isinstance(v, str) for v in (item.part, item.ran_in, item.why)):
+            raise HookError(f"{hook} returned a list whose item {i} is {_shown(item)}, not a Fallback of str")
     return list(value)
 
 

@@ -537,6 +537,9 @@ def _judge(backend: Backend, compiled: CompiledStep, result: Result, steps: list
            source: str, traces: list[tuple[int, list[MemoryTrace]]], parity: dict[int, ParityReport],
            domains: DomainPlan | None = None, kept: KeptOutputs | None = None) -> Result:
     result.notes.extend(boundary.notes(compiled.notes()))
+    fallbacks = boundary.fallbacks(compiled.fallbacks())
+    result.fallbacks = [f.to_json() for f in fallbacks]
+    result.notes.extend(f"fallback: {f.describe()}" for f in fallbacks)
     if any(t.domain == CpuAllocatorProbe.domain for _, ts in traces for t in ts) and (why := fallback_reason()):
         result.notes.append(f"CPU allocator recorded by the profiler, not the native observer: {why}")
     held_by = _held_by(steps)

@@ -322,6 +322,34 @@ EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *tag) {
   return p;
 }
 
+// The aligned operator new (C++17: a runtime's tensor buffers, ONNX Runtime's and OpenVINO's): recorded with
+// the caller of new, as above.  libstdc++'s own would call aligned_alloc from inside libstdc++, and libstdc++
+// is excluded code (its own calls are the std::string and locale bookkeeping of whichever library called it).
+typedef void *(*aligned_new_fn)(size_t, size_t);
+
+static void *aligned_new(size_t n, size_t alignment, const char *real_name, int nothrow, void *caller) {
+  void *p = __libc_memalign(alignment, n ? n : 1);
+  if (p == NULL && !nothrow) {
+    aligned_new_fn real = (aligned_new_fn)dlsym(RTLD_NEXT, real_name);
+    p = real(n, alignment);
+  }
+  note_alloc(p, n ? n : 1, caller);
+  return p;
+}
+
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return aligned_new(n, a, "_ZnwmSt11align_val_t", 0, CALLER); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return aligned_new(n, a, "_ZnamSt11align_val_t", 0, CALLER); }
+
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *tag) {
+  (void)tag;
+  return aligned_new(n, a, "", 1, CALLER);
+}
+
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *tag) {
+  (void)tag;
+  return aligned_new(n, a, "", 1, CALLER);
+}
+
 static void *mmap_call(void *addr, size_t n, int prot, int flags, int fd, off_t offset, void *caller) {
   void *p = (void *)syscall(SYS_mmap, addr, n, prot, flags, fd, offset);
   if (p != MAP_FAILED && (flags & MAP_ANONYMOUS)) {
