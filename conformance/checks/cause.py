@@ -33,7 +33,7 @@ from typing import Any
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
-from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
+from conformance.checks.mechanisms import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 from conformance.util.text import without_escapes
 
 #: joins a cause's parts into its signature

@@ -1,0 +1,169 @@
+"""A runtime's own buffers (IREE's HAL): saved inputs held by the call, packed result buffers, a call's own
+transients.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from conformance.checks.mechanisms.evidence import BLAMED_BYTES, Evidence, blamed_bytes
+from conformance.checks.mechanisms.registry import mechanism
+
+#: the docs line its mechanisms share
+_DOCS_1 = ("the backward-input watch's verdict, `held-for-call` or `released-late` (a runtime's packed result "
+           'buffer), as the deciding check or beside a peak that blames no storage; `result-buffer-packing` is '
+           'bounded by the saved activations the watch measured dropped but still allocated (`Mechanism.bound`)')
+
+
+def _watch(ev: Evidence, verdict: str) -> bool:
+    """The backward-input watch gave ``verdict``: as the deciding check, or beside a peak over the
+    model that blame could not pin on any storage (the held inputs are the runtime's own buffers)."""
+    if ev.source == "backward-inputs":
+        return ev.figures.get("verdict") == verdict
+    return ev.source == "peak" and not ev.finding and ev.runtime.get("backward_inputs") == verdict
+
+
+def saved_still_allocated(ev: Evidence) -> int:
+    """The bytes of saved activations the watch saw dropped but still allocated: all this mechanism can keep."""
+    if ev.source == "backward-inputs":
+        return int(ev.figures.get("still_allocated_bytes") or 0)
+    staging = ev.runtime.get("backward_inputs_staging")
+    return int(staging.get("still_allocated_bytes") or 0) if isinstance(staging, Mapping) else 0
+
+
+_RETAINED_PACK = re.compile(r"result buffer(?: \d+ of \d+)? \(\d+ B allocated, \d+ B of it the retained results'; "
+                            r"(?:the model has freed |the rest is its slots' alignment)")
+
+
+def pack_beyond_retained(ev: Evidence) -> int:
+    """The most a retained result pack can keep beyond the retained results: its results' slots as the runtime packs
+    them (each rounded up to the 64-byte alignment; blame's ``slot_bytes``) less the retained results' own bytes.
+    Computed from the results' sizes, not from the allocation measured: a buffer larger than its slots, or a
+    result packed farther apart, is more than this."""
+    slots, retained = ev.finding.get("slot_bytes"), ev.finding.get("retained_bytes")
+    if slots is None or retained is None:
+        return 0
+    return max(0, int(slots) - int(retained))
+
+
+_SHARED_RESULT_BUFFER = re.compile(r"result buffer(?: \d+ of \d+)? \((\d+) B allocated; alive in it when call "
+                                  r"\d+/\d+ started: [^;]*; the model has freed (?!none of it)")
+
+
+_HAL_TRANSIENTS = re.compile(r"iree-hal call \d+/\d+'s transients: (\d+) B allocated inside the call, (\d+) B of "
+                             r"intermediates in the model's schedule of it; its compiled program allocates (\d+) B "
+                             r"of its own")
+
+
+def program_transients_over_model(ev: Evidence) -> int:
+    """The most a call's own buffers can put over the model: what its compiled program allocates of its own
+    beyond the intermediates the model's schedule of the call has."""
+    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
+    return max(0, int(m[3]) - int(m[2])) if m else 0
+
+
+@mechanism(
+    'backward-inputs-held',
+    140,
+    "the compiled backward holds its saved inputs for the whole call",
+    _DOCS_1,
+)
+def backward_inputs_held(ev: Evidence) -> str | None:
+    """The compiled backward keeps its saved inputs for its whole call (its argument list never cleared)."""
+    return "saved activations outlive the backward call" if _watch(ev, "held-for-call") else None
+
+
+@mechanism(
+    'result-buffer-packing',
+    150,
+    "a call's results share one runtime buffer that keeps dropped ones "
+        "allocated",
+    _DOCS_1,
+    bound=saved_still_allocated,
+    formula='the saved activations the backward-input watch measured dropped but still allocated',
+)
+def result_buffer_packing(ev: Evidence) -> str | None:
+    """A call's results packed into one runtime buffer, which live results keep allocated after the
+    saved inputs among them were dropped (IREE's HAL result buffer)."""
+    return "saved activations dropped but still allocated" if _watch(ev, "released-late") else None
+
+
+@mechanism(
+    'retained-result-pack',
+    160,
+    "a result the caller drops shares one runtime buffer with the results it "
+        "keeps (a loss packed with the gradients) or pads them to its slots' alignment, so it stays allocated "
+        "with them",
+    ('a residual whose blamed bytes are in the runtime buffer of the results the caller keeps, beyond their own '
+     "bytes (`result buffer (N B allocated, M B of it the retained results'; the model has freed ... \\| the rest is "
+     "its slots' alignment; its K results' 64-byte slots take S B)`: IREE's loss packed with the gradients, each "
+     'gradient in a 64-byte slot); bounded by its evidence, S - M'),
+    bound=pack_beyond_retained,
+    formula="the results' 64-byte slots less the retained results' bytes",
+)
+def retained_result_pack(ev: Evidence) -> str | None:
+    """A residual whose blamed bytes are in the runtime buffer of the results the caller keeps, beyond their own bytes:
+    results the model frees (IREE packs a call's results into one allocation: a loss beside the gradients stays
+    with them) or the padding of each retained result's slot to the pack's 64-byte alignment."""
+    producer = str(ev.finding.get("producer") or "")
+    if ev.source != "residual" or not _RETAINED_PACK.search(producer):
+        return None
+    if "the model has freed " in producer:
+        return "a freed result shares the retained results' buffer"
+    return "the retained results' buffer keeps their slots' 64-byte alignment"
+
+
+@mechanism(
+    'shared-result-buffer',
+    380,
+    "results the model frees stay allocated in their call's one result buffer "
+        "while another result in it is alive",
+    ("a peak blame on an earlier call's result buffer that holds results the model has freed beside one still alive "
+     "(`iree-hal call 1/2's result buffer (N B allocated; alive in it when call 2/2 started: fw:add_2 4 B; the model"
+     " has freed fw:add 4 B)`): IREE packs a call's results into one HAL allocation, so the loss keeps the forward's"
+     ' other results allocated through the backward. Bounded by the bytes blame puts on that buffer '
+     '(`Mechanism.bound`): an excess it does not account for still fails'),
+    bound=blamed_bytes,
+    formula=BLAMED_BYTES,
+)
+def shared_result_buffer(ev: Evidence) -> str | None:
+    """A peak over the model made by an earlier call's result buffer: the results the model frees stay allocated
+    while another result in the same buffer is alive (IREE packs a call's results into one HAL allocation; the
+    loss beside the saved activations keeps them all through the backward)."""
+    m = _SHARED_RESULT_BUFFER.search(str(ev.finding.get("producer") or ""))
+    if ev.source != "peak" or m is None:
+        return None
+    return f"freed results stay allocated in their call's {m[1]} B result buffer beside a live one"
+
+
+@mechanism(
+    'lowering-transients',
+    390,
+    "a compiled call's own buffers (its lowering's intermediates) beyond the "
+        "intermediates the graph has, within what its compiled program declares",
+    ("a peak blame on a compiled call's own buffers beyond the intermediates of the model's schedule of it, at or "
+     "under what its compiled program allocates of its own (`iree-hal call k/n's transients: X B allocated inside "
+     'the call, Y B of intermediates ...; its compiled program allocates T B of its own (stream IR)`, Y < X <= T): '
+     "IREE's lowering splits an op into dispatches whose intermediates its program allocates and frees itself "
+     '(addbmm: a transpose into a 512 B buffer, then a matmul). T is read from the stream IR of the source the call '
+     'ran (`stream.resource.alloca` freed by a `dealloca` in the same function, most bytes alive at once in program '
+     'order; `conformance.backends.iree_stream`), so the manifest entries give no percentage: each instance is '
+     'bounded by T - Y (`Mechanism.bound`), and a runtime allocating more than its program, or a size that is not '
+     'static, stays unexpected'),
+    bound=program_transients_over_model,
+    formula=("what the call's compiled program allocates of its own (stream IR) less the model's intermediates of "
+             "the call"),
+)
+def lowering_transients(ev: Evidence) -> str | None:
+    """A peak over the model made by a compiled call's own buffers beyond the intermediates the graph has,
+    at or under what its compiled program declares: IREE lowers an op the graph holds as one into several
+    dispatches (addbmm: a transpose into a transient, then a matmul; a constant: a copy of it), whose
+    intermediates the program allocates and frees itself (``stream.resource.alloca``/``dealloca`` in its
+    stream IR, :mod:`conformance.backends.iree_stream`).  More than the program declares is not this."""
+    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
+    if ev.source != "peak" or m is None or int(m[1]) <= int(m[2]) or int(m[1]) > int(m[3]):
+        return None
+    return (f"the call's own buffers ({m[1]} B) are its compiled program's (it allocates {m[3]} B of them), "
+            f"beyond the graph's intermediates ({m[2]} B)")
+
