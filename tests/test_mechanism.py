@@ -22,6 +22,14 @@ from torch import nn
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status
 from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part
+from conformance.checks.facts import (
+    CallTransients,
+    ResultPack,
+    SharedResultBuffer,
+    program_buffer_fields,
+    release_fields,
+    runtime_fields,
+)
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.checks.mechanism import (
     GRAPH_BREAK_NOTE,
@@ -127,7 +135,7 @@ def _peak_record(case: str, statements: list[str], blamed: list[dict[str, Any]],
 
 
 def _made(name: str, statement: str, op: str, nbytes: int, role: str = "intermediate") -> dict[str, Any]:
-    return {"bytes": nbytes, "measured_op": "(outside any operator)", "producer": f"{name} (made at {statement})",
+    return {"bytes": nbytes, "measured_op": "(outside any operator)", **program_buffer_fields(name, statement),
             "op": op, "role": role, "model": "generated program"}
 
 
@@ -348,10 +356,10 @@ CONV_BACKWARD = [
 
 
 def test_an_extern_kernels_channels_last_result_item_is_the_layout_copy() -> None:
-    item = {"producer": "buf2[1] (made at bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, "
-                        "primals_3, pri…)", "bytes": 720, "shape": [5, 4, 3, 3]}
+    made = "bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, primals_3, pri…"
+    item = {**program_buffer_fields("buf2[1]", made), "bytes": 720, "shape": [5, 4, 3, 3]}
     assert "result item, channels-last" in str(layout_copy(_ev("peak", item, CONV_BACKWARD)))
-    bias = {**item, "producer": item["producer"].replace("buf2[1]", "buf2[2]"), "shape": [5]}
+    bias = {**item, **program_buffer_fields("buf2[2]", made), "shape": [5]}
     assert layout_copy(_ev("peak", bias, CONV_BACKWARD)) is None  # a row-major item: no layout
     row_major = [s.replace("(36, 1, 12, 4)", "(36, 9, 3, 1)") for s in CONV_BACKWARD]
     assert layout_copy(_ev("peak", item, row_major)) is None
@@ -455,34 +463,35 @@ def test_a_tensor_cast_error_that_is_not_the_refusal_names_no_mechanism() -> Non
 def test_a_call_s_transients_beyond_the_graph_s_intermediates_are_lowering_transients() -> None:
     """IREE lowers addbmm into a transpose into a transient and a matmul (its stream IR): the call's own buffers,
     which no graph-level model holds, are the whole excess, and exactly what its compiled program allocates."""
-    producer = "iree-hal call 1/1's transients: {} B allocated inside the call, {} B of intermediates in the model's " \
-               "schedule of it; its compiled program allocates {} B of its own (stream IR)"
-    finding = {"bytes": 512, "producer": producer.format(512, 0, 512), "identified_by": "runtime call's buffers"}
+    call = "iree-hal call 1/1"
+    finding = {"bytes": 512, **runtime_fields(CallTransients(call, 512, 0, 512)),
+               "identified_by": "runtime call's buffers"}
     assert lowering_transients(_ev("peak", finding)) == "the call's own buffers (512 B) are its compiled program's " \
                                                         "(it allocates 512 B of them), beyond the graph's " \
                                                         "intermediates (0 B)"
-    within = {**finding, "producer": producer.format(256, 256, 512)}
+    within = {**finding, **runtime_fields(CallTransients(call, 256, 256, 512))}
     assert lowering_transients(_ev("peak", within)) is None  # the model's schedule holds them: not this
-    beyond = {**finding, "producer": producer.format(1024, 0, 512)}
+    beyond = {**finding, **runtime_fields(CallTransients(call, 1024, 0, 512))}
     assert lowering_transients(_ev("peak", beyond)) is None  # more than the program asks for: unexplained
-    unread = {**finding, "producer": producer.format(512, 0, 512).split("; its")[0] + "; its compiled program's own "
-                                                                                   "could not be read"}
+    unread = {**finding, **runtime_fields(CallTransients(call, 512, 0, None, program_unreadable=True))}
     assert lowering_transients(_ev("peak", unread)) is None  # no figure to hold them to
     assert lowering_transients(_ev("residual", finding)) is None  # transients die with the call
 
 
-def _hal_peak(excess: int, blamed: list[tuple[int, str]]) -> Result:
+def _hal_peak(excess: int, blamed: list[tuple[int, SharedResultBuffer | CallTransients]]) -> Result:
     check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "received-graphs"},
-                  [{"bytes": n, "producer": text, "identified_by": "runtime call's buffers"} for n, text in blamed],
+                  [{"bytes": n, **runtime_fields(fact), "identified_by": "runtime call's buffers"}
+                   for n, fact in blamed],
                   excess)
     memory = MemoryFigures(model_peak_bytes=1000, model_source="received-graphs")
     return Result("op-x-0-train", "iree-boxed", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
 
 
-TRANSIENTS = ("iree-hal call 2/2's transients: {} B allocated inside the call, 16 B of intermediates in the model's "
-              "schedule of it; its compiled program allocates 192 B of its own (stream IR)")
-PACK = ("iree-hal call 1/2's result buffer (128 B allocated; alive in it when call 2/2 started: fw:add_2 4 B; the "
-        "model has freed fw:add 4 B)")
+def _transients(allocated: int) -> CallTransients:
+    return CallTransients("iree-hal call 2/2", allocated, 16, 192)
+
+
+PACK = SharedResultBuffer("iree-hal call 1/2's result buffer", 128, "2/2", (("fw:add_2", 4),), (("fw:add", 4),))
 
 
 def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(tmp_path: Path) -> None:
@@ -493,16 +502,16 @@ def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(t
     path.write_text('[[expect]]\nmechanism = "lowering-transients"\nstatus = "fail-peak"\nreason = "r"\n\n'
                     '[[expect]]\nmechanism = "shared-result-buffer"\nstatus = "fail-peak"\nreason = "r"\n')
     manifest = load_manifest("iree-boxed", path)
-    both = apply(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]), manifest)
+    both = apply(_hal_peak(112, [(64, PACK), (48, _transients(64))]), manifest)
     assert both.status == Status.XFAIL, both.reason
-    cause = cause_of(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]))
+    cause = cause_of(_hal_peak(112, [(64, PACK), (48, _transients(64))]))
     assert cause is not None and cause.evidence_bound("peak: lowering-transients") == 192 - 16
     assert cause.evidence_bound("peak: shared-result-buffer") == 64
     unexplained = apply(_hal_peak(64 + 500, [(64, PACK)]), manifest)  # 500 B more than the buffer accounts for
     assert unexplained.status == Status.FAIL_PEAK and "beyond its bound" in unexplained.reason, unexplained.reason
-    whole_program = apply(_hal_peak(176, [(176, TRANSIENTS.format(192))]), manifest)
+    whole_program = apply(_hal_peak(176, [(176, _transients(192))]), manifest)
     assert whole_program.status == Status.XFAIL, whole_program.reason
-    beyond = apply(_hal_peak(200, [(176, TRANSIENTS.format(192))]), manifest)  # 24 B no program buffer holds
+    beyond = apply(_hal_peak(200, [(176, _transients(192))]), manifest)  # 24 B no program buffer holds
     assert beyond.status == Status.FAIL_PEAK, beyond.reason
     with pytest.raises(ManifestError, match="needs its bound"):  # any other memory mechanism still needs one
         path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
@@ -715,7 +724,7 @@ def test_an_early_gradient_is_a_returned_backward_buffer_blamed_at_the_peak() ->
     blamed = _made("buf24", program[0], "extern_kernels.mm", 147456)
     ev = _ev("peak", blamed, program)
     assert recognise(ev) is not None and recognise(ev).mechanism == "early-gradient"  # type: ignore[union-attr]
-    not_returned = _ev("peak", {**blamed, "producer": f"buf30 (made at {program[2]})"}, program)
+    not_returned = _ev("peak", {**blamed, **program_buffer_fields("buf30", program[2])}, program)
     assert recognise(not_returned) is None
 
 
@@ -781,13 +790,12 @@ def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -
     nothing retained keeps (a leak of results), or the same words from the peak, do not."""
     from conformance.checks.mechanism import Evidence, recognise
 
-    kept = ("iree-hal call 1/1's result buffer (320 B allocated, 256 B of it the retained results'; the model has "
-            "freed add_3 4 B in it)")
-    found = recognise(Evidence("residual", "still alive: result buffer", {"producer": kept, "bytes": 64}))
+    kept = runtime_fields(ResultPack("iree-hal call 1/1's result buffer", 320, 256, 320, 5, 64, (("add_3", 4),)))
+    found = recognise(Evidence("residual", "still alive: result buffer", {**kept, "bytes": 64}))
     assert found is not None and found.mechanism == "retained-result-pack"
     leak = "iree-hal call 1/1's result buffer (256 B allocated; alive in it: fw:addmm_2 256 B)"
     assert recognise(Evidence("residual", "still alive: result buffer", {"producer": leak, "bytes": 256})) is None
-    assert recognise(Evidence("peak", "alive past modelled death", {"producer": kept, "bytes": 64})) is None
+    assert recognise(Evidence("peak", "alive past modelled death", {**kept, "bytes": 64})) is None
 
 
 def _extern_copy(kernel: str, excess: int, call: str = "alpha=1, beta=1, out=buf1)", between: str = "") -> Result:
@@ -841,7 +849,7 @@ def _tangent_peak(name: str, excess: int) -> Result:
                "bw:line 148 cpp_fused_mul_0(tangents_1, mul_1, buf0)", "bw:line 149 del mul_1",
                "bw:line 150 del tangents_1", "bw:line 151 return (buf0, None, )"]
     made = {"bytes": 4, "measured_op": "(outside any operator)", "role": "tangent", "model": "generated program",
-            "producer": f"{name} (made at bw:line 145 primals_2, mul_1, tangents_1 = args)", "op": "cpp_fused_mul_0"}
+            **program_buffer_fields(name, "bw:line 145 primals_2, mul_1, tangents_1 = args"), "op": "cpp_fused_mul_0"}
     return _peak_record("my-own-train", program, [made], excess, peak=64)
 
 
@@ -903,9 +911,9 @@ def _read_late(after_kernel: list[str], excess: int, reads: str = "saved_1") -> 
                "bw:line 205 del buf0", *after_kernel, "bw:line 210 del saved_1",
                "bw:line 211 buf2 = torch.ops.aten.linalg_matrix_exp.default(buf1)", "bw:line 212 return (buf2, )"]
     made = {"bytes": 100, "measured_op": "aten::empty", "role": "saved", "model": "generated program",
-            "producer": "buf3 (made at fw:line 148 buf3 = torch.ops.aten.linalg_matrix_exp.default(buf2))",
+            **program_buffer_fields("buf3", "fw:line 148 buf3 = torch.ops.aten.linalg_matrix_exp.default(buf2)"),
             "op": "torch.ops.aten.linalg_matrix_exp.default", "measured_death": "alive at measured peak",
-            "model_death": "after bw:line 210 del saved_1 (event 42)"}
+            **release_fields("bw:line 210 del saved_1", 42)}
     return _peak_record("my-own-train", program, [made], excess, peak=808)
 
 
@@ -940,7 +948,7 @@ def _read_late_to_return(excess: int, after_kernel: tuple[str, ...] = (), return
                "fw:line 307 del arg0_1", *after_kernel, ret]
     made = {**_made("buf0", "fw:line 299 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
                     "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
-            "model_death": f"after {ret} (event 10)"}
+            **release_fields(ret, 10)}
     return _peak_record("my-own-infer", program, [made], excess, peak=168)
 
 
@@ -1027,7 +1035,7 @@ def _seeds_and_fused_sample(excess: int, exact: bool = True) -> Result:
                ("fw:line 134 del buf0", 160), ("fw:line 135 del buf1", 96), ("fw:line 136 return (buf2, buf3, )", 96)]
     seeds = {**_made("buf0", "fw:line 121 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
                      "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
-             "model_death": "after fw:line 134 del buf0 (event 13)"}
+             **release_fields("fw:line 134 del buf0", 13)}
     return _exact_program_record(program, [seeds], excess, exact)  # passed, its timeline followed exactly or not
 
 
@@ -1126,7 +1134,7 @@ def _fused_ahead_of_an_op(excess: int, deleted: str = "", exact: bool = True, re
     pivots = {**_made("buf1[1]", "fw:line 149 buf1 = torch.ops.aten.linalg_lu_factor_ex.default(buf0)",
                       "torch.ops.aten.linalg_lu_factor_ex.default (aten.mul, aten.linalg_lu_factor_ex)", 12,
                       role="saved"), "measured_death": "alive at measured peak",
-              "model_death": "after bw:line 286 del getitem_1 (event 40)"}
+              **release_fields("bw:line 286 del getitem_1", 40)}
     output = {**_made("buf6", "fw:line 164 buf6 = empty_strided_cpu((), (), torch.float64)",
                       "cpp_fused_add_mean_pow_1", 8, role="output"), "measured_death": "alive at measured peak",
               "model_death": "when the caller drops the step's outputs"}
@@ -1159,13 +1167,12 @@ def test_a_fused_kernel_ahead_of_the_op_making_the_peak_is_fusion_though_blame_n
         assert judged.status == Status.FAIL_PEAK, judged.reason
 
 
-def _pack_residual(excess: int, allocated: int, slots: int, retained: int, freed: str = "") -> Result:
+def _pack_residual(excess: int, allocated: int, slots: int, retained: int,
+                   freed: tuple[tuple[str, int], ...] = ()) -> Result:
     """A residual whose blame names the retained results' runtime buffer (the gradients of a backward call), its
     ``slots`` the results' 64-byte slots as blame computes them from their sizes."""
-    rest = f"the model has freed {freed} in it" if freed else "the rest is its slots' alignment"
-    producer = (f"iree-hal call 4/4's result buffer ({allocated} B allocated, {retained} B of it the retained "
-                f"results'; {rest}; its 3 results' 64-byte slots take {slots} B)")
-    blamed = [{"bytes": allocated - retained, "producer": producer, "identified_by": "runtime call's buffers",
+    pack = ResultPack("iree-hal call 4/4's result buffer", allocated, retained, slots, 3, 64, freed)
+    blamed = [{"bytes": allocated - retained, **runtime_fields(pack), "identified_by": "runtime call's buffers",
                "slot_bytes": slots, "retained_bytes": retained}]
     check = Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL, "residual over model", {"model_source": "user-graph"},
                   blamed, excess)
@@ -1187,7 +1194,8 @@ def test_a_retained_result_pack_is_held_to_its_results_slots() -> None:
     assert padded.status == Status.XFAIL and padded.cause_parts == ["residual: retained-result-pack"], padded.reason
     cause = cause_of(_pack_residual(132, 192, 192, 60))
     assert cause is not None and cause.evidence_bound("residual: retained-result-pack") == 192 - 60
-    with_loss = apply(_pack_residual(68, 256, 256, 188, freed="fw:add_1 4 B"), manifest)  # a loss's slot beside them
+    loss = (("fw:add_1", 4),)
+    with_loss = apply(_pack_residual(68, 256, 256, 188, freed=loss), manifest)  # a loss's slot beside them
     assert with_loss.status == Status.XFAIL, with_loss.reason
     planted = apply(_pack_residual(196, 256, 192, 60), manifest)  # 64 B the slots do not account for
     assert planted.status == Status.FAIL_RESIDUAL and "beyond its bound" in planted.reason, planted.reason

@@ -15,8 +15,8 @@ import pytest
 
 import conformance.checks.mechanisms as mechanisms
 from conformance.checks import manifest
+from conformance.checks.facts import parse_event
 from conformance.checks.mechanisms import registry
-from conformance.checks.mechanisms.events import parse_event
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 

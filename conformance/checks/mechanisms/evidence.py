@@ -7,7 +7,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.checks.mechanisms.events import parse_event
+from conformance.checks.facts import (
+    CallTransients,
+    ProgramBuffer,
+    ProgramPart,
+    Release,
+    ResultPack,
+    SharedResultBuffer,
+    parse_event,
+)
 from conformance.checks.mechanisms.program import Program
 
 #: a result note that says Dynamo broke the step, followed by the break's reason (one note per reason)
@@ -22,6 +30,10 @@ EAGER_ROUNDING = "eager_rounding"
 #: to be wrong as ATen's kernels (:meth:`conformance.api.adapter.CompiledStep.lowering_fallbacks`):
 #: ``{"outcome": "pass" | "fail" | "error", "lowering": the known defect, ...}``
 LOWERING_FALLBACK = "lowering_fallback"
+
+
+#: a program model storage's name: its phase and the generated program's name for it (``fw:buf3``, ``buf3``)
+_STORAGE_NAME = re.compile(r"^(?:(\w+):)?(\w+)$")
 
 
 def graph_breaks_of(notes: Sequence[str]) -> tuple[str, ...]:
@@ -55,17 +67,42 @@ class Evidence:
     #: the bytes of every value the user-level model makes in the call, each counted once (0: not recorded)
     model_made_bytes: int = 0
 
+    #: the program-check finding's shape-free facts (its cause part's, also where the record kept no entry for it)
+    held: ProgramPart | None = None
+
+    @property
+    def program_buffer(self) -> ProgramBuffer | None:
+        """The blamed buffer as the generated program names it (blame's typed fact)."""
+        return ProgramBuffer.from_entry(self.finding)
+
     @property
     def buffer(self) -> tuple[str, str] | None:
-        """The blamed buffer as (phase, name) in the generated program, when it is one of its."""
-        producer = str(self.finding.get("producer") or "")
-        made = re.match(r"^(\w+(?:\[\d+\])?) \(made at (?:(\w+):)?", producer)  # an extern kernel's item too
-        if made:
-            return made.group(2) or "", made.group(1)
-        named = re.match(r"^(?:(\w+):)?(\w+)$", producer)
-        if named and self.finding.get("finding"):
-            return named.group(1) or "", named.group(2)
+        """The blamed buffer as (phase, name) in the generated program, when it is one of its: blame's typed fact,
+        or a program finding's storage, which the program model names ``phase:name`` (``fw:buf3``)."""
+        named = self.program_buffer
+        if named is not None:
+            return named.phase, named.name
+        storage = _STORAGE_NAME.match(str(self.finding.get("producer") or ""))
+        if storage and self.finding.get("finding"):
+            return storage.group(1) or "", storage.group(2)
         return None
+
+    @property
+    def release(self) -> Release | None:
+        """The program statement after which the model frees the blamed buffer (blame's typed fact)."""
+        return Release.from_entry(self.finding)
+
+    @property
+    def result_pack(self) -> ResultPack | None:
+        return ResultPack.from_entry(self.finding)
+
+    @property
+    def shared_buffer(self) -> SharedResultBuffer | None:
+        return SharedResultBuffer.from_entry(self.finding)
+
+    @property
+    def transients(self) -> CallTransients | None:
+        return CallTransients.from_entry(self.finding)
 
     def statement(self, key: str) -> str:
         """The statement text of one of the finding's event labels (``last_use``, ``freed_after``)."""

@@ -108,11 +108,9 @@ def fused_buffers_bytes(ev: Evidence) -> int:
     return sum(ev.program.allocated_bytes(phase, n) for n in together)
 
 
-_RELEASED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) del ([\w, ]+?)(?: \(event \d+\))?$")
-
-
-#: a release at the program's ``return``: a local inductor never ``del``s because its last reader is the last kernel
-_RETURNED_AT = re.compile(r"^after (\w+):(?:line \d+|[\w.]+#\d+:\d+) (return\b.*?)(?: \(event \d+\))?$")
+#: the generated program's ``del`` of names, and its ``return`` (inductor's wrapper text)
+_DEL = re.compile(r"del [\w, ]+")
+_RETURN = re.compile(r"return\b")
 
 
 def _release(ev: Evidence) -> tuple[str, list[str], int] | None:
@@ -120,14 +118,17 @@ def _release(ev: Evidence) -> tuple[str, list[str], int] | None:
     index): its ``del``, or the ``return`` of a program whose last kernel read it (inductor writes no ``del`` for
     a buffer whose last use is the last kernel: the return drops it), when the return does not hand it out and the
     program has no ``del`` of it (one the model holds to the return past its ``del`` is held by something else)."""
-    death = str(ev.finding.get("model_death") or "")
-    if (m := _RELEASED_AT.match(death)) is not None:
-        phase, names = m.group(1), [n.strip() for n in m.group(2).split(",")]
+    release = ev.release
+    if release is None or not release.phase or release.trip is not None:
+        return None
+    phase = release.phase
+    if _DEL.fullmatch(release.statement):
+        names = [n.strip() for n in release.statement.removeprefix("del ").split(",")]
         at = [i for i, s in enumerate(ev.program.statements) if s.phase == phase and s.text.startswith("del ")
               and [n.strip() for n in s.text.removeprefix("del ").split(",")] == names]
-    elif (m := _RETURNED_AT.match(death)) is not None and ev.buffer is not None and ev.buffer[0] == m.group(1):
-        phase, names = m.group(1), [ev.buffer[1]]
-        at = [i for i, s in enumerate(ev.program.statements) if s.phase == phase and s.text == m.group(2)]
+    elif _RETURN.match(release.statement) and ev.buffer is not None and ev.buffer[0] == phase:
+        names = [ev.buffer[1]]
+        at = [i for i, s in enumerate(ev.program.statements) if s.phase == phase and s.text == release.statement]
         if not at or names[0] in ev.program.statements[at[0]].names():
             return None  # returned: an output, not a release
         if any(s.phase == phase and s.text.startswith("del ") and names[0] in s.names() for s in ev.program.statements):

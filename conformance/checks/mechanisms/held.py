@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.checks.mechanisms.events import parse_event
+from conformance.checks.facts import parse_event
 from conformance.checks.mechanisms.evidence import BLAMED_BYTES, Evidence, blamed_bytes
 from conformance.checks.mechanisms.program import ALLOC, CUT_UNPACK, UNPACK
 from conformance.checks.mechanisms.registry import mechanism
@@ -79,7 +79,7 @@ def result_tuple_held(ev: Evidence) -> str | None:
     use (the class of pytorch/pytorch#163227)."""
     if ev.source == "program" and ev.finding.get("held_in") == "tuple":
         return "held by an op's result tuple past its last use"
-    if ev.source == "program" and not ev.finding and "a result tuple" in ev.part:
+    if ev.source == "program" and not ev.finding and ev.held is not None and ev.held.container == "a result tuple":
         return "held by an op's result tuple past its last use"
     return None
 
@@ -120,8 +120,8 @@ def tangent_held_by_call(ev: Evidence) -> str | None:
     where = ev.buffer
     if where is None or ev.source != "peak" or where[0] != "bw" or not re.fullmatch(r"tangents_\d+", where[1]):
         return None
-    made = re.search(r"\(made at (?:\w+:)?line \d+ (.*)\)$", str(ev.finding.get("producer") or ""))
-    if made is None or not (UNPACK.match(made.group(1)) or CUT_UNPACK.match(made.group(1))):  # a graph input
+    made = ev.program_buffer
+    if made is None or not (UNPACK.match(made.made_by) or CUT_UNPACK.match(made.made_by)):  # a graph input
         return None
     return f"{where[1]}, a gradient the backward receives, is held by the call's grad_outputs until it returns"
 

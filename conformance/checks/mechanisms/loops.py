@@ -77,12 +77,15 @@ def while_loop_host_code(ev: Evidence) -> str | None:
                 and ev.program.initial_carry(*ev.buffer) and ev.program.after_host_loop(freed):
             return "an initial carry the wrapper put in the carry list, its name deleted only after the loop"
         return None
-    part = ev.part
-    if "held by the carry list" in part or "held by a list" in part or "reference by the carry list" in part:
+    held = ev.held  # a finding whose entry the record cut: its part's facts
+    if held is None:
+        return None
+    if (held.kind == "held" and held.container in ("the carry list", "a list")) \
+            or (held.kind == "reference" and held.container == "the carry list"):
         return "held by the loop's carry list"
-    if "bool scalar held by a name" in part:
+    if held.kind == "held" and held.what.endswith("bool scalar") and held.container == "a name":
         return "the loop predicate, held by should_loop"
-    if "scalar" in part and part.endswith("(del)"):
+    if "scalar" in held.what and held.statement == "del":
         return "the trip counter, deleted only after the loop"
     return None
 

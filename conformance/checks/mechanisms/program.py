@@ -4,7 +4,7 @@ model ran them (``memory.program_timeline``).
 The patterns here read the generated program's own text (inductor's wrapper code: ``empty_strided_cpu``,
 ``assert_size_stride``, a kernel's call), never a sentence the harness wrote; each is tested on real wrapper
 lines (``tests/test_mechanism_registry.py``).  The program model's event label around a statement
-(``fw:line 163 [trip 0] ...``) is read by :mod:`conformance.checks.mechanisms.events`, its one grammar.
+(``fw:line 163 [trip 0] ...``) is read by :func:`conformance.checks.facts.parse_event`, its one grammar.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from conformance.checks.mechanisms.events import parse_event
+from conformance.checks.facts import parse_event
 
 ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)(?:, torch\.(\w+))?")
 _ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")

@@ -4,7 +4,6 @@ transients.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from conformance.checks.mechanisms.evidence import BLAMED_BYTES, Evidence, blamed_bytes
@@ -32,35 +31,20 @@ def saved_still_allocated(ev: Evidence) -> int:
     return int(staging.get("still_allocated_bytes") or 0) if isinstance(staging, Mapping) else 0
 
 
-_RETAINED_PACK = re.compile(r"result buffer(?: \d+ of \d+)? \(\d+ B allocated, \d+ B of it the retained results'; "
-                            r"(?:the model has freed |the rest is its slots' alignment)")
-
-
 def pack_beyond_retained(ev: Evidence) -> int:
     """The most a retained result pack can keep beyond the retained results: its results' slots as the runtime packs
     them (each rounded up to the 64-byte alignment; blame's ``slot_bytes``) less the retained results' own bytes.
     Computed from the results' sizes, not from the allocation measured: a buffer larger than its slots, or a
     result packed farther apart, is more than this."""
-    slots, retained = ev.finding.get("slot_bytes"), ev.finding.get("retained_bytes")
-    if slots is None or retained is None:
-        return 0
-    return max(0, int(slots) - int(retained))
-
-
-_SHARED_RESULT_BUFFER = re.compile(r"result buffer(?: \d+ of \d+)? \((\d+) B allocated; alive in it when call "
-                                  r"\d+/\d+ started: [^;]*; the model has freed (?!none of it)")
-
-
-_HAL_TRANSIENTS = re.compile(r"iree-hal call \d+/\d+'s transients: (\d+) B allocated inside the call, (\d+) B of "
-                             r"intermediates in the model's schedule of it; its compiled program allocates (\d+) B "
-                             r"of its own")
+    pack = ev.result_pack
+    return max(0, pack.slot_bytes - pack.retained_bytes) if pack is not None else 0
 
 
 def program_transients_over_model(ev: Evidence) -> int:
     """The most a call's own buffers can put over the model: what its compiled program allocates of its own
     beyond the intermediates the model's schedule of the call has."""
-    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
-    return max(0, int(m[3]) - int(m[2])) if m else 0
+    t = ev.transients
+    return max(0, t.program_bytes - t.model_bytes) if t is not None and t.program_bytes is not None else 0
 
 
 @mechanism(
@@ -106,10 +90,10 @@ def retained_result_pack(ev: Evidence) -> str | None:
     """A residual whose blamed bytes are in the runtime buffer of the results the caller keeps, beyond their own bytes:
     results the model frees (IREE packs a call's results into one allocation: a loss beside the gradients stays
     with them) or the padding of each retained result's slot to the pack's 64-byte alignment."""
-    producer = str(ev.finding.get("producer") or "")
-    if ev.source != "residual" or not _RETAINED_PACK.search(producer):
+    pack = ev.result_pack
+    if ev.source != "residual" or pack is None:
         return None
-    if "the model has freed " in producer:
+    if pack.freed:
         return "a freed result shares the retained results' buffer"
     return "the retained results' buffer keeps their slots' 64-byte alignment"
 
@@ -131,10 +115,10 @@ def shared_result_buffer(ev: Evidence) -> str | None:
     """A peak over the model made by an earlier call's result buffer: the results the model frees stay allocated
     while another result in the same buffer is alive (IREE packs a call's results into one HAL allocation; the
     loss beside the saved activations keeps them all through the backward)."""
-    m = _SHARED_RESULT_BUFFER.search(str(ev.finding.get("producer") or ""))
-    if ev.source != "peak" or m is None:
+    shared = ev.shared_buffer
+    if ev.source != "peak" or shared is None or not shared.freed:
         return None
-    return f"freed results stay allocated in their call's {m[1]} B result buffer beside a live one"
+    return f"freed results stay allocated in their call's {shared.allocated_bytes} B result buffer beside a live one"
 
 
 @mechanism(
@@ -161,9 +145,10 @@ def lowering_transients(ev: Evidence) -> str | None:
     dispatches (addbmm: a transpose into a transient, then a matmul; a constant: a copy of it), whose
     intermediates the program allocates and frees itself (``stream.resource.alloca``/``dealloca`` in its
     stream IR, :mod:`conformance.backends.iree_stream`).  More than the program declares is not this."""
-    m = _HAL_TRANSIENTS.search(str(ev.finding.get("producer") or ""))
-    if ev.source != "peak" or m is None or int(m[1]) <= int(m[2]) or int(m[1]) > int(m[3]):
+    t = ev.transients
+    if ev.source != "peak" or t is None or t.program_bytes is None or not t.model_bytes < t.allocated_bytes \
+            or t.allocated_bytes > t.program_bytes:
         return None
-    return (f"the call's own buffers ({m[1]} B) are its compiled program's (it allocates {m[3]} B of them), "
-            f"beyond the graph's intermediates ({m[2]} B)")
+    return (f"the call's own buffers ({t.allocated_bytes} B) are its compiled program's (it allocates "
+            f"{t.program_bytes} B of them), beyond the graph's intermediates ({t.model_bytes} B)")
 
