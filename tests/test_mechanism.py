@@ -21,7 +21,7 @@ from torch import nn
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status
-from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part
+from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part, program_part_facts
 from conformance.checks.facts import (
     CallTransients,
     ResultPack,
@@ -100,15 +100,16 @@ def test_a_users_own_convnet_is_the_known_layout_copy(user_runs: dict[str, Resul
 
 
 def test_growth_beyond_the_mechanisms_bound_still_fails(user_runs: dict[str, Result]) -> None:
-    """The layout copy's bound is a share of the model peak and the graph inputs it copies: twice that
-    excess (more copies, or copies of more) fails."""
+    """The layout copy's bound is the bytes of the layout copies the generated program makes (its channels-last
+    buffers and the row-major copies of them), read from the program: the measured excess is within it, and one
+    byte planted beyond it fails."""
     grown = copy.deepcopy(user_runs["clean"])
-    assert grown.memory is not None and grown.memory.model_peak_bytes and grown.excess_bytes
     cause = cause_of(grown)
-    assert cause is not None and cause.scale("peak: layout-copy") > 0  # the convolutions' input and weights
-    excess = 2 * (grown.memory.model_peak_bytes + cause.scale("peak: layout-copy")) + 1
+    assert cause is not None and grown.excess_bytes is not None
+    bound = cause.evidence_bound("peak: layout-copy")
+    assert bound is not None and 0 < grown.excess_bytes <= bound, (grown.excess_bytes, bound)
     peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
-    grown.excess_bytes = peak.excess_bytes = excess
+    grown.excess_bytes = peak.excess_bytes = bound + 1
     r = apply(grown, load_manifest("inductor"))
     assert r.status == Status.FAIL_PEAK and not r.ok
     assert r.reason.startswith("known cause beyond its bound: 'peak: layout-copy'"), r.reason
@@ -198,19 +199,25 @@ def test_an_unbatched_convolutions_result_copied_out_squeezed_is_the_layout_copy
     assert cause is not None and "peak: layout-copy" not in cause.parts, cause
 
 
-def test_a_layout_copy_is_bounded_by_the_graph_inputs_it_copies_not_the_model_peak_alone(tmp_path: Path) -> None:
-    """A convolution whose output is small beside its input and weight copies more than the model's
-    peak holds: the layout-copy bound's percentage covers the graph's inputs too (1124 B here), so one
-    copy of each is the known mechanism and a second copy of each still fails."""
-    path = tmp_path / "inductor.toml"  # the shipped entry's bound, on any torch release
-    path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\nmax_excess_pct = 100\n')
+def test_a_layout_copy_is_bounded_by_the_copies_its_program_makes_not_the_model_peak(tmp_path: Path) -> None:
+    """A convolution whose output is small beside its input and weight copies more than the model's peak holds: the
+    layout-copy bound is the bytes of the channels-last buffers the generated program allocates (384 B of input and
+    720 B of weight here, its graph inputs not counted), so the entry gives no bound; each copy the program makes
+    counts, and bytes the program's copies do not account for fail."""
+    path = tmp_path / "inductor.toml"  # the shipped entry: no bound of its own
+    path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
     manifest = load_manifest("inductor", path)
     once = apply(_small_output_conv(), manifest)
     assert once.status == Status.XFAIL and "layout-copy" in once.reason, once.reason
-    twice = apply(_small_output_conv(copies=2), manifest)
-    assert twice.status == Status.FAIL_PEAK and "beyond its bound" in twice.reason, twice.reason
     cause = cause_of(_small_output_conv())
-    assert cause is not None and cause.scale("peak: layout-copy") == (180 + 5 + 96) * 4
+    assert cause is not None and cause.evidence_bound("peak: layout-copy") == 384 + 720
+    twice = cause_of(_small_output_conv(copies=2))  # a program that copies each twice names twice the bytes
+    assert twice is not None and twice.evidence_bound("peak: layout-copy") == 2 * (384 + 720)
+    planted = _small_output_conv()
+    peak = next(c for c in planted.checks if c.name == CheckName.PEAK)
+    planted.excess_bytes = peak.excess_bytes = 384 + 720 + 4  # 4 B no copy in the program accounts for
+    beyond = apply(planted, manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
 
 
 def test_fused_kernel_outputs_is_bounded_by_the_bytes_allocated_together() -> None:
@@ -514,7 +521,7 @@ def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(t
     beyond = apply(_hal_peak(200, [(176, _transients(192))]), manifest)  # 24 B no program buffer holds
     assert beyond.status == Status.FAIL_PEAK, beyond.reason
     with pytest.raises(ManifestError, match="needs its bound"):  # any other memory mechanism still needs one
-        path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
+        path.write_text('[[expect]]\nmechanism = "early-gradient"\nstatus = "fail-peak"\nreason = "r"\n')
         load_manifest("iree-boxed", path)
 
 
@@ -1280,3 +1287,62 @@ def test_a_held_result_tuple_is_bounded_by_its_items_bytes_over_the_programs_own
     assert apply(moved, manifest).status == Status.FAIL_PEAK
     unnamed = apply(_tuple_held(320, [("fw:line 1 return ()", 0)]), manifest)  # no statement named: no bound read
     assert unnamed.status == Status.FAIL_PEAK, unnamed.reason
+
+
+# --------------------------------------------------------------------------- the loops' derived bounds
+
+
+def _eager_loop_autograd(excess: int) -> Result:
+    """A training step with a while_loop held to its user-level graph (inductor cannot compile the loop's
+    backward: eager's WhileLoopAutogradOp keeps the stacked carries), two trips of 512 B carries."""
+    timeline = [("fw:mm", 512), ("fw:while_loop_stack_output.cond0:lt", 513),
+                ("fw:while_loop_stack_output.body0:mm", 1017), ("fw:while_loop_stack_output.body0:add", 1529),
+                ("fw:while_loop_stack_output.cond1:lt", 1018), ("fw:while_loop_stack_output.body1:mm", 1522),
+                ("fw:while_loop_stack_output.body1:add", 2034), ("fw:cat", 3058), ("bw:mm_1", 2546)]
+    stacked = {"bytes": 1024, "measured_op": "aten::cat", "producer": "1024 B made by aten::cat",
+               "op": "aten::cat", "shape": None, "model_death": "not in model", "identified_by": "not identified"}
+    check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "user-graph"},
+                  [stacked], excess)
+    memory = MemoryFigures(model_peak_bytes=3058, model_source="user-graph", model_timeline=timeline)
+    return Result("my-loop-train", "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
+
+
+def test_the_eager_loop_autograd_is_bounded_by_what_the_loops_trips_make() -> None:
+    """The bound is the bytes the user-level model's loop makes over its trips (the rise at each
+    while_loop_stack_output event: 1, then 504 + 512 per trip), read from the model the pair is held to; an
+    excess within it is the known mechanism, a byte planted beyond it fails."""
+    within = _eager_loop_autograd(1500)
+    cause = cause_of(within)
+    assert cause is not None and cause.parts == ("peak: while-loop-backward-eager",), cause
+    assert cause.evidence_bound("peak: while-loop-backward-eager") == 1 + 2 * (504 + 512)
+    manifest = load_manifest("inductor")
+    assert apply(within, manifest).status == Status.XFAIL
+    beyond = apply(_eager_loop_autograd(1 + 2 * (504 + 512) + 1), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def test_a_host_loops_bound_is_what_its_program_holds_counted_per_part() -> None:
+    """The host loop's bound is what the program check counts its names holding over the generated program (each
+    held item's bytes x the work statements until its release), recorded per part with the part's facts: a part
+    whose entries the record cut is still held to it, and a share planted beyond it fails."""
+    counter = {"finding": "late", "shape": [], "dtype": "torch.int64", "held_in": "name", "held_by": "buf0",
+               "in_loop": True, "bytes": 8, "explains_bytes": 24,
+               "last_use": "fw:while_loop_body_graph_0#1:142 cpp_fused_add_0(while_loop_body_graph_0_arg1_1, …",
+               "freed_after": "fw:line 12 del buf0"}
+    part = program_part(counter)
+    recorded = program_part_facts([counter, {**counter, "explains_bytes": 16}])  # two findings of the part
+    assert recorded[part]["held_statement_bytes"] == 40
+
+    def record(share: int) -> Result:
+        figures = {PARTS_KEY: [part], SHARES_KEY: {part: share}, "cause_part_facts": recorded, "timeline": "exact"}
+        check = Check(CheckName.PROGRAM, Status.FAIL_PEAK, "generated program holds", figures, [], share)
+        memory = MemoryFigures(model_peak_bytes=1000, program_timeline=[(s, 0) for s in LOOP_PROGRAM])
+        return Result("my-loop", "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=share, memory=memory)
+
+    cause = cause_of(record(40))  # its entries cut: recognised and bounded from the part's facts
+    assert cause is not None and cause.parts == ("program: while-loop-host-code",), cause
+    assert cause.evidence_bound("program: while-loop-host-code") == 40
+    manifest = load_manifest("inductor")
+    assert apply(record(40), manifest).status == Status.XFAIL
+    beyond = apply(record(41), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason

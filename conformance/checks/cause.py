@@ -33,6 +33,7 @@ from typing import Any
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
+from conformance.checks.blame import share
 from conformance.checks.facts import ProgramPart, parse_event
 from conformance.checks.mechanisms import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 from conformance.util.text import without_escapes
@@ -418,14 +419,15 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     if not events and check is not None:  # no timeline recorded: the statements the findings name
         events = [str(b[k]) for b in check.blamed if isinstance(b, dict)
                   for k in ("last_use", "should_die_before", "freed_after") if b.get(k)]
-    graphs = tuple(_events(memory.model_timeline)) if memory is not None else ()
+    graphs = tuple(_held(memory.model_timeline)) if memory is not None else ()
     figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
     runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
     program = next((c for c in result.checks if c.name == CheckName.PROGRAM), None)
     exact = program is not None and program.status == Status.PASS and isinstance(program.figures, dict) \
         and program.figures.get("timeline") == "exact"
-    return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
+    return Evidence(source, "", {}, Program.from_events(events), tuple(e for e, _ in graphs),
+                    tuple(b for _, b in graphs), model_source,
                     figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes), program_exact=exact,
                     model_made_bytes=_made_bytes(memory))
 
@@ -449,13 +451,6 @@ def _held(timeline: object) -> list[tuple[str, int | None]]:
         return []
     return [(str(p[0]), p[1] if len(p) > 1 and isinstance(p[1], int) and not isinstance(p[1], bool) else None)
             for p in timeline if isinstance(p, (list, tuple)) and p]
-
-
-def _events(timeline: object) -> list[str]:
-    """The event labels of a ``(event, bytes)`` timeline (a record from outside may hold anything)."""
-    if not isinstance(timeline, (list, tuple)):
-        return []
-    return [str(p[0]) for p in timeline if isinstance(p, (list, tuple)) and p]
 
 
 def cause_of(result: Result) -> Cause | None:
@@ -486,21 +481,28 @@ def cause_of(result: Result) -> Cause | None:
     why: dict[str, str] = {}
     scales: dict[str, int] = {}
     bounds: dict[str, int] = {}
+    once: dict[tuple[str, str], int] = {}
     for f in found:
-        held = None if source != CheckName.PROGRAM.value else part_facts(f.entry) if f.entry else recorded.get(f.detail)
+        held = None if source != CheckName.PROGRAM.value else \
+            recorded.get(f.detail) or (part_facts(f.entry) if f.entry else None)
         seen = recognise(replace(base, part=f.detail, finding=f.entry or {}, held=held))
         part = f"{source}: {seen.mechanism if seen else f.detail}"
         if seen and part not in why:
             why[part] = seen.why
         if seen and seen.scale:
             scales[part] = max(scales.get(part, 0), seen.scale)
-        if seen and seen.bound is not None:
-            bounds[part] = max(bounds.get(part, 0), seen.bound) if seen.bound_per_pair \
-                else bounds.get(part, 0) + seen.bound
+        if seen and seen.bound is not None and seen.bound_per_pair:
+            # once per pair; for the program check once per finding part (its words), as the check counts its shares
+            key = (part, f.detail if source == CheckName.PROGRAM.value else "")
+            once[key] = max(once.get(key, 0), seen.bound)
+        elif seen and seen.bound is not None:
+            bounds[part] = bounds.get(part, 0) + seen.bound
         if f.share is not None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
             parts.setdefault(part, None)
+    for (part, _), bound in once.items():
+        bounds[part] = bounds.get(part, 0) + bound
     shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())),
@@ -510,7 +512,13 @@ def cause_of(result: Result) -> Cause | None:
 def program_part_facts(findings: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each program part's facts by its words (the check records them: a part whose entries its blamed list cut
     is recognised from these, never from its words)."""
-    return {facts.words(): facts.to_json() for facts in (part_facts(f) for f in findings if f.get("finding"))}
+    held: dict[str, int] = {}
+    for f in findings:
+        if f.get("finding"):
+            words = part_facts(f).words()
+            held[words] = held.get(words, 0) + share(f)
+    return {facts.words(): replace(facts, held_statement_bytes=held[facts.words()]).to_json()
+            for facts in (part_facts(f) for f in findings if f.get("finding"))}
 
 
 def _recorded_part_facts(check: Check) -> dict[str, ProgramPart]:

@@ -187,6 +187,9 @@ class ProgramPart:
     span: str = ""
     statement: str = ""
     timeline_finding: str = ""  # a measured-timeline finding's kind and maker (``kind == "timeline"``)
+    #: what the part's findings hold, as the program check counts it over the generated program: each held item's
+    #: bytes x the work statements from its last use to its release (``None``: not counted, a part read from words)
+    held_statement_bytes: int | None = None
 
     def words(self) -> str:
         return part_words(self)

@@ -54,6 +54,8 @@ class Evidence:
     finding: Mapping[str, Any] = field(default_factory=dict)  # the blamed entry behind it ({} when none)
     program: Program = field(default_factory=Program)
     graph_events: tuple[str, ...] = ()  # the events of the model the pair is held to
+    #: the bytes that model holds at each of those events (``None`` where the record gave no figure)
+    graph_live: tuple[int | None, ...] = ()
     model_source: str = ""
     error: str = ""  # an error verdict's exception line and traceback
     figures: Mapping[str, Any] = field(default_factory=dict)  # the deciding check's figures

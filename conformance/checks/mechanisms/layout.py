@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.checks.mechanisms.evidence import Evidence
-from conformance.checks.mechanisms.program import ITEMSIZE, channels_last
+from conformance.checks.mechanisms.program import GRAPH_INPUT, ITEMSIZE, channels_last
 from conformance.checks.mechanisms.registry import mechanism
 
 
@@ -15,12 +15,32 @@ def _squeezed(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(n for n in shape if n != 1)
 
 
-def graph_input_bytes(ev: Evidence) -> int:
-    """The bytes of the forward graph's inputs (the step's inputs and parameters, as the generated
-    program asserts them), in the blamed buffer's dtype: what a layout copy copies.  A convolution
-    whose output is small beside its input and weight copies more than the model's peak holds."""
-    itemsize = ITEMSIZE.get(str(ev.finding.get("dtype") or "").removeprefix("torch."), 4)
-    return ev.program.input_numel("fw") * itemsize
+def extent_bytes(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
+    """The bytes a buffer of ``shape`` and ``strides`` spans (0 for an empty one)."""
+    return (1 + sum((n - 1) * st for n, st in zip(shape, strides))) * itemsize if all(shape) else 0
+
+
+def layout_copies_bytes(ev: Evidence) -> int:
+    """The bytes of every layout copy the generated program makes, read from its own statements: each buffer it
+    allocates or asserts channels-last (its graph inputs excepted: the caller's tensors in their own layout), and
+    each row-major buffer a kernel writes while reading a channels-last one of the same shape (the copy for the
+    caller).  An assert names no dtype: the blamed buffer's, else float32."""
+    blamed = str(ev.finding.get("dtype") or "").removeprefix("torch.")
+    total = 0
+    for phase in sorted({s.phase for s in ev.program.statements}):
+        buffers = ev.program.layouts(phase)
+        copies = {name: (shape, strides, dtype) for name, shape, strides, dtype in buffers
+                  if channels_last(shape, strides) and not GRAPH_INPUT.match(name)}
+        for name, shape, strides, dtype in buffers:
+            if name in copies or GRAPH_INPUT.match(name):
+                copied = name in copies
+            else:
+                copied = any(_squeezed(shape) == _squeezed(copies[src][0])
+                             for i in ev.program.writers(phase, name)
+                             for src in ev.program.statements[i].names()[1:] if src in copies and src != name)
+            if copied:
+                total += extent_bytes(shape, strides, ITEMSIZE.get(dtype or blamed, 4))
+    return total
 
 
 @mechanism(
@@ -33,7 +53,11 @@ def graph_input_bytes(ev: Evidence) -> int:
      ' batch of one) that a kernel writes while reading such a buffer (the copy for the caller), or an extern '
      "kernel's result item (`buf2[1]`) that the name taking it asserts channels-last (a convolution backward's "
      'weight gradient)'),
-    scale=graph_input_bytes,
+    bound=layout_copies_bytes,
+    bound_per_pair=True,
+    formula=("the bytes of every layout copy the generated program makes (`layout_copies_bytes`): each buffer it "
+             "allocates or asserts channels-last, its graph inputs excepted, and each row-major buffer a kernel writes "
+             "from a channels-last one of the same shape, at their allocated extent, once per pair"),
 )
 def layout_copy(ev: Evidence) -> str | None:
     """A buffer in another layout than the graphs' (inductor's channels-last convolution inputs,

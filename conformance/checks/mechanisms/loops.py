@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from conformance.checks.mechanisms.evidence import Evidence, as_int
+from conformance.checks.mechanisms.held import held_in_program
 from conformance.checks.mechanisms.registry import mechanism
 
 #: a model event or storage made by a ``while_loop``'s condition graph (``fw:while_loop.cond2:lt``)
@@ -20,6 +21,22 @@ def loop_predicate_bytes(ev: Evidence) -> int:
 _PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
 
 
+def loop_values_made(ev: Evidence) -> int | None:
+    """What the eager ``WhileLoopAutogradOp`` can keep beyond the user-level graph's schedule: at most the values the
+    loop's trips make (it saves every trip's carries, stacked by ``cat``, and the body values its backward reads), read
+    from the user-level model the pair is held to as the rise in the bytes it holds at each ``while_loop_stack_output``
+    event (``None``: the record has no figures of that model)."""
+    total, before, figures = 0, 0, False
+    for event, live in zip(ev.graph_events, ev.graph_live):
+        if live is None:
+            continue
+        figures = True
+        if "while_loop_stack_output" in event:
+            total += max(0, live - before)
+        before = live
+    return total if figures else None
+
+
 @mechanism(
     'while-loop-backward-eager',
     20,
@@ -28,6 +45,12 @@ _PREDICATE = re.compile(r"\bshould_loop\b|_cond_result\b")
     ('a peak or residual failure held to the user-level graph (`model_source = user-graph`) whose events hold '
      "`while_loop_stack_output`, blaming storage that graph does not have (the eager `WhileLoopAutogradOp`'s stacked"
      ' carries)'),
+    bound=loop_values_made,
+    bound_per_pair=True,
+    formula=("the bytes the user-level model's `while_loop` makes over all its trips (each trip's condition and body "
+             "values: the rise in the bytes it holds at each of its `while_loop_stack_output` events), once per pair: "
+             "the eager loop autograd saves at most what the trips made (their carries, stacked by `cat`, and the "
+             "body values it keeps for the backward)"),
 )
 def while_loop_backward_eager(ev: Evidence) -> str | None:
     """The loop's autograd running in eager PyTorch (inductor cannot compile a ``while_loop``
@@ -42,6 +65,15 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
     return "held to the user-level graph of a while_loop under autograd; blamed storage is not in that graph"
 
 
+def loop_holds_bytes(ev: Evidence) -> int | None:
+    """What the host loop's names hold past their last use, as the program check counts it over the generated
+    program (each held item's bytes x the work statements from its last use to its release, summed over the part's
+    findings and recorded with the part's facts); a finding read alone: :func:`held_in_program`."""
+    if ev.held is not None and ev.held.held_statement_bytes is not None:
+        return ev.held.held_statement_bytes
+    return held_in_program(ev)
+
+
 @mechanism(
     'while-loop-host-code',
     30,
@@ -52,6 +84,12 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
      'referencing it) released by its `del` after the loop; or an initial carry the wrapper put in the carry list '
      '(`buf1[0] = buf0`) whose name is deleted only after the loop (a loop that runs no trip shows it). A name '
      'released at the `return` instead of its `del` is not this (a dropped free)'),
+    bound=loop_holds_bytes,
+    bound_per_pair=True,
+    formula=("what the loop's carry list, predicate and trip counter hold past their last use, as the program check "
+             "counts it over the generated program: each held item's bytes x the work statements from its last use to "
+             "the statement releasing it (the list's item assignment, `should_loop`'s rebinding, the counter's `del`), "
+             "summed over the part's findings, once per part"),
 )
 def while_loop_host_code(ev: Evidence) -> str | None:
     """The wrapper's host ``while`` loop, as inductor writes it: its carry list holds the previous

@@ -9,7 +9,6 @@ lines (``tests/test_mechanism_registry.py``).  The program model's event label a
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from conformance.checks.facts import parse_event
 
 ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\(\(([^()]*)\), \(([^()]*)\)(?:, torch\.(\w+))?")
 _ASSERT = re.compile(r"^assert_size_stride\((\w+), \(([^()]*)\), \(([^()]*)\)")
-_GRAPH_INPUT = re.compile(r"^(?:arg\d+_\d+|primals_\d+)$")  # a graph input's name in inductor's wrapper
+GRAPH_INPUT = re.compile(r"^(?:arg\d+_\d+|primals_\d+)$")  # a graph input's name in inductor's wrapper
 _CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\((.*)$")
 #: a call the program model cut short inside its callee's name (a long fused kernel's: ``cpp_fused_…_view…``)
 _CUT_CALL = re.compile(r"^(?:[\w\[\], ()]+ = )?([\w.]+)\u2026$")
@@ -161,16 +160,19 @@ class Program:
                 return extent * ITEMSIZE.get(m.group(4) or "float32", 4)
         return 0
 
-    def input_numel(self, phase: str) -> int:
-        """Elements of the graph inputs ``phase`` asserts (``arg0_1``, ``primals_1``), each counted once."""
-        sizes: dict[str, int] = {}
+    def layouts(self, phase: str) -> list[tuple[str, tuple[int, ...], tuple[int, ...], str | None]]:
+        """(name, shape, strides, dtype) of each buffer ``phase`` allocates or asserts (an extern kernel's result), its
+        first statement only (graph inputs too; ``dtype`` ``None`` where an assert does not say), static sizes only."""
+        found: dict[str, tuple[str, tuple[int, ...], tuple[int, ...], str | None]] = {}
         for s in self.statements:
-            m = _ASSERT.match(s.text)
-            if s.phase == phase and m and _GRAPH_INPUT.match(m.group(1)):
-                shape = _ints(m.group(2))
-                if shape is not None:
-                    sizes[m.group(1)] = math.prod(shape)
-        return sum(sizes.values())
+            m = ALLOC.match(s.text) or _ASSERT.match(s.text)
+            if s.phase != phase or m is None or m.group(1) in found:
+                continue
+            shape, strides = _ints(m.group(2)), _ints(m.group(3))
+            if shape is not None and strides is not None:
+                dtype = (m.group(4) or "float32") if m.re is ALLOC else None
+                found[m.group(1)] = (m.group(1), shape, strides, dtype)
+        return list(found.values())
 
     def channels_last_buffers(self, phase: str) -> set[str]:
         found = set()
