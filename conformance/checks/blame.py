@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from conformance.checks.facts import (
+    NOT_IN_MODEL,
     CallTransients,
     ProgramBuffer,
     Release,
@@ -151,7 +152,7 @@ def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_deat
                 candidates = tuple(same[:10])
             elif held:
                 producer = f"{op}{held}"
-        return Blamed(a.nbytes, producer, op, measured_death, a.seq, "not in model",
+        return Blamed(a.nbytes, producer, op, measured_death, a.seq, NOT_IN_MODEL,
                       "node" if a.label else "not identified", tuple(holders), None, candidates)
     producer = s.producer
     if holders and not a.label:  # matched by size only: what holds the storage, beside the model's name for it
@@ -334,7 +335,7 @@ def _result_name(k: int, n: int, j: int, r: dict[str, Any]) -> str:
 
 def _model_death(s: Storage | None, model: LifetimeModel) -> str:
     if s is None:
-        return "not in model"
+        return NOT_IN_MODEL
     if s.death is None:
         return "outlives the step" if s.role != "output" else "when the caller drops the step's outputs"
     return death_sentence(model.events[s.death], s.death)

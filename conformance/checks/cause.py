@@ -34,7 +34,7 @@ from typing import Any
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
 from conformance.checks.blame import share
-from conformance.checks.facts import ProgramPart, parse_event
+from conformance.checks.facts import NOT_IN_MODEL, ProgramPart, parse_event
 from conformance.checks.mechanisms import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 from conformance.util.text import without_escapes
 
@@ -241,7 +241,7 @@ def program_parts(findings: Iterable[dict[str, Any]], timeline_differs: bool = F
 def _buffer_words(b: dict[str, Any]) -> str:
     """A blamed buffer in words free of kernel and op names, sizes and roles: who made it."""
     op = str(b.get("op") or b.get("measured_op") or "")
-    if b.get("model_death") == "not in model":
+    if b.get("model_death") == NOT_IN_MODEL:
         return "storage the model does not have"
     return f"buffer made by {_maker(op)}"
 

@@ -46,6 +46,10 @@ def parse_event(label: object) -> ProgramEvent | None:
     return ProgramEvent(m.group(1) or "", m.group(2), int(m.group(3)) if m.group(3) else None, m.group(4).strip())
 
 
+#: a blamed entry's ``model_death`` for an allocation no model storage is (blame writes it, the mechanisms compare it)
+NOT_IN_MODEL = "not in model"
+
+
 _F = TypeVar("_F")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from conformance.checks.facts import NOT_IN_MODEL
 from conformance.checks.mechanisms.evidence import Evidence
 from conformance.checks.mechanisms.registry import mechanism
 
@@ -92,7 +93,7 @@ def extern_kernel_workspace(ev: Evidence) -> str | None:
     no graph model counts."""
     f = ev.finding
     op = str(f.get("measured_op") or "")
-    if ev.source != "peak" or f.get("model_death") != "not in model" or not op.startswith("aten::"):
+    if ev.source != "peak" or f.get("model_death") != NOT_IN_MODEL or not op.startswith("aten::"):
         return None
     kernel = op.removeprefix("aten::")
     for s in ev.program.statements:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from conformance.checks.facts import NOT_IN_MODEL
 from conformance.checks.mechanisms.evidence import Evidence, as_int
 from conformance.checks.mechanisms.held import held_in_program
 from conformance.checks.mechanisms.registry import mechanism
@@ -60,7 +61,7 @@ def while_loop_backward_eager(ev: Evidence) -> str | None:
         return None
     if not any("while_loop_stack_output" in e for e in ev.graph_events):
         return None
-    if ev.finding and ev.finding.get("model_death") not in (None, "not in model"):
+    if ev.finding and ev.finding.get("model_death") not in (None, NOT_IN_MODEL):
         return None
     return "held to the user-level graph of a while_loop under autograd; blamed storage is not in that graph"
 
@@ -160,10 +161,10 @@ def while_loop_dense_predicate(ev: Evidence) -> str | None:
     if not ev.finding:
         return "the dense while_loop kernel holds a trip's predicate while the next body runs (nothing else blamed)"
     producer = str(ev.finding.get("producer") or "")
-    if _LOOP_CONDITION.search(producer) and ev.finding.get("model_death") != "not in model":
+    if _LOOP_CONDITION.search(producer) and ev.finding.get("model_death") != NOT_IN_MODEL:
         return f"{producer}, a while_loop condition's value, is held while the next body runs (the dense kernel)"
     candidates = [str(c) for c in ev.finding.get("candidates") or ()]  # the model's storages of its size
-    if ev.finding.get("model_death") == "not in model" and candidates and all(
+    if ev.finding.get("model_death") == NOT_IN_MODEL and candidates and all(
             _LOOP_CONDITION.search(c) for c in candidates):
         return "an allocation the model cannot name, of the size of a while_loop condition's values only"
     return None
