@@ -120,7 +120,7 @@ def test_a_cause_entry_may_be_narrowed_to_cases_and_versions(tmp_path: Path, kno
     ('cause = "program: x"\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\nmax_excess = 4',
      "'cause' or 'mechanism', not both"),
     ('mechanism = "conv-magic"\nstatus = "fail-peak"\nreason = "r"\nmax_excess = 4', "not a known mechanism"),
-    ('mechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"', "needs its bound per instance"),
+    ('mechanism = "early-gradient"\nstatus = "fail-peak"\nreason = "r"', "needs its bound per instance"),
 ])
 def test_bad_cause_entries_are_one_line_errors(tmp_path: Path, entry: str, message: str) -> None:
     with pytest.raises(ManifestError, match=message):

@@ -21,7 +21,15 @@ from torch import nn
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import Check, CheckName, Status
-from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part
+from conformance.checks.cause import PARTS_KEY, SHARES_KEY, cause_of, fill_cause, program_part, program_part_facts
+from conformance.checks.facts import (
+    CallTransients,
+    ResultPack,
+    SharedResultBuffer,
+    program_buffer_fields,
+    release_fields,
+    runtime_fields,
+)
 from conformance.checks.manifest import Manifest, ManifestError, apply, load_manifest
 from conformance.checks.mechanism import (
     GRAPH_BREAK_NOTE,
@@ -92,15 +100,16 @@ def test_a_users_own_convnet_is_the_known_layout_copy(user_runs: dict[str, Resul
 
 
 def test_growth_beyond_the_mechanisms_bound_still_fails(user_runs: dict[str, Result]) -> None:
-    """The layout copy's bound is a share of the model peak and the graph inputs it copies: twice that
-    excess (more copies, or copies of more) fails."""
+    """The layout copy's bound is the bytes of the layout copies the generated program makes (its channels-last
+    buffers and the row-major copies of them), read from the program: the measured excess is within it, and one
+    byte planted beyond it fails."""
     grown = copy.deepcopy(user_runs["clean"])
-    assert grown.memory is not None and grown.memory.model_peak_bytes and grown.excess_bytes
     cause = cause_of(grown)
-    assert cause is not None and cause.scale("peak: layout-copy") > 0  # the convolutions' input and weights
-    excess = 2 * (grown.memory.model_peak_bytes + cause.scale("peak: layout-copy")) + 1
+    assert cause is not None and grown.excess_bytes is not None
+    bound = cause.evidence_bound("peak: layout-copy")
+    assert bound is not None and 0 < grown.excess_bytes <= bound, (grown.excess_bytes, bound)
     peak = next(c for c in grown.checks if c.name == CheckName.PEAK)
-    grown.excess_bytes = peak.excess_bytes = excess
+    grown.excess_bytes = peak.excess_bytes = bound + 1
     r = apply(grown, load_manifest("inductor"))
     assert r.status == Status.FAIL_PEAK and not r.ok
     assert r.reason.startswith("known cause beyond its bound: 'peak: layout-copy'"), r.reason
@@ -127,7 +136,7 @@ def _peak_record(case: str, statements: list[str], blamed: list[dict[str, Any]],
 
 
 def _made(name: str, statement: str, op: str, nbytes: int, role: str = "intermediate") -> dict[str, Any]:
-    return {"bytes": nbytes, "measured_op": "(outside any operator)", "producer": f"{name} (made at {statement})",
+    return {"bytes": nbytes, "measured_op": "(outside any operator)", **program_buffer_fields(name, statement),
             "op": op, "role": role, "model": "generated program"}
 
 
@@ -190,19 +199,25 @@ def test_an_unbatched_convolutions_result_copied_out_squeezed_is_the_layout_copy
     assert cause is not None and "peak: layout-copy" not in cause.parts, cause
 
 
-def test_a_layout_copy_is_bounded_by_the_graph_inputs_it_copies_not_the_model_peak_alone(tmp_path: Path) -> None:
-    """A convolution whose output is small beside its input and weight copies more than the model's
-    peak holds: the layout-copy bound's percentage covers the graph's inputs too (1124 B here), so one
-    copy of each is the known mechanism and a second copy of each still fails."""
-    path = tmp_path / "inductor.toml"  # the shipped entry's bound, on any torch release
-    path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\nmax_excess_pct = 100\n')
+def test_a_layout_copy_is_bounded_by_the_copies_its_program_makes_not_the_model_peak(tmp_path: Path) -> None:
+    """A convolution whose output is small beside its input and weight copies more than the model's peak holds: the
+    layout-copy bound is the bytes of the channels-last buffers the generated program allocates (384 B of input and
+    720 B of weight here, its graph inputs not counted), so the entry gives no bound; each copy the program makes
+    counts, and bytes the program's copies do not account for fail."""
+    path = tmp_path / "inductor.toml"  # the shipped entry: no bound of its own
+    path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
     manifest = load_manifest("inductor", path)
     once = apply(_small_output_conv(), manifest)
     assert once.status == Status.XFAIL and "layout-copy" in once.reason, once.reason
-    twice = apply(_small_output_conv(copies=2), manifest)
-    assert twice.status == Status.FAIL_PEAK and "beyond its bound" in twice.reason, twice.reason
     cause = cause_of(_small_output_conv())
-    assert cause is not None and cause.scale("peak: layout-copy") == (180 + 5 + 96) * 4
+    assert cause is not None and cause.evidence_bound("peak: layout-copy") == 384 + 720
+    twice = cause_of(_small_output_conv(copies=2))  # a program that copies each twice names twice the bytes
+    assert twice is not None and twice.evidence_bound("peak: layout-copy") == 2 * (384 + 720)
+    planted = _small_output_conv()
+    peak = next(c for c in planted.checks if c.name == CheckName.PEAK)
+    planted.excess_bytes = peak.excess_bytes = 384 + 720 + 4  # 4 B no copy in the program accounts for
+    beyond = apply(planted, manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
 
 
 def test_fused_kernel_outputs_is_bounded_by_the_bytes_allocated_together() -> None:
@@ -348,10 +363,10 @@ CONV_BACKWARD = [
 
 
 def test_an_extern_kernels_channels_last_result_item_is_the_layout_copy() -> None:
-    item = {"producer": "buf2[1] (made at bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, "
-                        "primals_3, pri…)", "bytes": 720, "shape": [5, 4, 3, 3]}
+    made = "bw:line 107 buf2 = torch.ops.aten.convolution_backward.default(buf1, primals_3, pri…"
+    item = {**program_buffer_fields("buf2[1]", made), "bytes": 720, "shape": [5, 4, 3, 3]}
     assert "result item, channels-last" in str(layout_copy(_ev("peak", item, CONV_BACKWARD)))
-    bias = {**item, "producer": item["producer"].replace("buf2[1]", "buf2[2]"), "shape": [5]}
+    bias = {**item, **program_buffer_fields("buf2[2]", made), "shape": [5]}
     assert layout_copy(_ev("peak", bias, CONV_BACKWARD)) is None  # a row-major item: no layout
     row_major = [s.replace("(36, 1, 12, 4)", "(36, 9, 3, 1)") for s in CONV_BACKWARD]
     assert layout_copy(_ev("peak", item, row_major)) is None
@@ -455,34 +470,35 @@ def test_a_tensor_cast_error_that_is_not_the_refusal_names_no_mechanism() -> Non
 def test_a_call_s_transients_beyond_the_graph_s_intermediates_are_lowering_transients() -> None:
     """IREE lowers addbmm into a transpose into a transient and a matmul (its stream IR): the call's own buffers,
     which no graph-level model holds, are the whole excess, and exactly what its compiled program allocates."""
-    producer = "iree-hal call 1/1's transients: {} B allocated inside the call, {} B of intermediates in the model's " \
-               "schedule of it; its compiled program allocates {} B of its own (stream IR)"
-    finding = {"bytes": 512, "producer": producer.format(512, 0, 512), "identified_by": "runtime call's buffers"}
+    call = "iree-hal call 1/1"
+    finding = {"bytes": 512, **runtime_fields(CallTransients(call, 512, 0, 512)),
+               "identified_by": "runtime call's buffers"}
     assert lowering_transients(_ev("peak", finding)) == "the call's own buffers (512 B) are its compiled program's " \
                                                         "(it allocates 512 B of them), beyond the graph's " \
                                                         "intermediates (0 B)"
-    within = {**finding, "producer": producer.format(256, 256, 512)}
+    within = {**finding, **runtime_fields(CallTransients(call, 256, 256, 512))}
     assert lowering_transients(_ev("peak", within)) is None  # the model's schedule holds them: not this
-    beyond = {**finding, "producer": producer.format(1024, 0, 512)}
+    beyond = {**finding, **runtime_fields(CallTransients(call, 1024, 0, 512))}
     assert lowering_transients(_ev("peak", beyond)) is None  # more than the program asks for: unexplained
-    unread = {**finding, "producer": producer.format(512, 0, 512).split("; its")[0] + "; its compiled program's own "
-                                                                                   "could not be read"}
+    unread = {**finding, **runtime_fields(CallTransients(call, 512, 0, None, program_unreadable=True))}
     assert lowering_transients(_ev("peak", unread)) is None  # no figure to hold them to
     assert lowering_transients(_ev("residual", finding)) is None  # transients die with the call
 
 
-def _hal_peak(excess: int, blamed: list[tuple[int, str]]) -> Result:
+def _hal_peak(excess: int, blamed: list[tuple[int, SharedResultBuffer | CallTransients]]) -> Result:
     check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "received-graphs"},
-                  [{"bytes": n, "producer": text, "identified_by": "runtime call's buffers"} for n, text in blamed],
+                  [{"bytes": n, **runtime_fields(fact), "identified_by": "runtime call's buffers"}
+                   for n, fact in blamed],
                   excess)
     memory = MemoryFigures(model_peak_bytes=1000, model_source="received-graphs")
     return Result("op-x-0-train", "iree-boxed", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
 
 
-TRANSIENTS = ("iree-hal call 2/2's transients: {} B allocated inside the call, 16 B of intermediates in the model's "
-              "schedule of it; its compiled program allocates 192 B of its own (stream IR)")
-PACK = ("iree-hal call 1/2's result buffer (128 B allocated; alive in it when call 2/2 started: fw:add_2 4 B; the "
-        "model has freed fw:add 4 B)")
+def _transients(allocated: int) -> CallTransients:
+    return CallTransients("iree-hal call 2/2", allocated, 16, 192)
+
+
+PACK = SharedResultBuffer("iree-hal call 1/2's result buffer", 128, "2/2", (("fw:add_2", 4),), (("fw:add", 4),))
 
 
 def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(tmp_path: Path) -> None:
@@ -493,19 +509,19 @@ def test_a_mechanism_whose_evidence_declares_its_bound_needs_none_in_its_entry(t
     path.write_text('[[expect]]\nmechanism = "lowering-transients"\nstatus = "fail-peak"\nreason = "r"\n\n'
                     '[[expect]]\nmechanism = "shared-result-buffer"\nstatus = "fail-peak"\nreason = "r"\n')
     manifest = load_manifest("iree-boxed", path)
-    both = apply(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]), manifest)
+    both = apply(_hal_peak(112, [(64, PACK), (48, _transients(64))]), manifest)
     assert both.status == Status.XFAIL, both.reason
-    cause = cause_of(_hal_peak(112, [(64, PACK), (48, TRANSIENTS.format(64))]))
+    cause = cause_of(_hal_peak(112, [(64, PACK), (48, _transients(64))]))
     assert cause is not None and cause.evidence_bound("peak: lowering-transients") == 192 - 16
     assert cause.evidence_bound("peak: shared-result-buffer") == 64
     unexplained = apply(_hal_peak(64 + 500, [(64, PACK)]), manifest)  # 500 B more than the buffer accounts for
     assert unexplained.status == Status.FAIL_PEAK and "beyond its bound" in unexplained.reason, unexplained.reason
-    whole_program = apply(_hal_peak(176, [(176, TRANSIENTS.format(192))]), manifest)
+    whole_program = apply(_hal_peak(176, [(176, _transients(192))]), manifest)
     assert whole_program.status == Status.XFAIL, whole_program.reason
-    beyond = apply(_hal_peak(200, [(176, TRANSIENTS.format(192))]), manifest)  # 24 B no program buffer holds
+    beyond = apply(_hal_peak(200, [(176, _transients(192))]), manifest)  # 24 B no program buffer holds
     assert beyond.status == Status.FAIL_PEAK, beyond.reason
     with pytest.raises(ManifestError, match="needs its bound"):  # any other memory mechanism still needs one
-        path.write_text('[[expect]]\nmechanism = "layout-copy"\nstatus = "fail-peak"\nreason = "r"\n')
+        path.write_text('[[expect]]\nmechanism = "early-gradient"\nstatus = "fail-peak"\nreason = "r"\n')
         load_manifest("iree-boxed", path)
 
 
@@ -715,7 +731,7 @@ def test_an_early_gradient_is_a_returned_backward_buffer_blamed_at_the_peak() ->
     blamed = _made("buf24", program[0], "extern_kernels.mm", 147456)
     ev = _ev("peak", blamed, program)
     assert recognise(ev) is not None and recognise(ev).mechanism == "early-gradient"  # type: ignore[union-attr]
-    not_returned = _ev("peak", {**blamed, "producer": f"buf30 (made at {program[2]})"}, program)
+    not_returned = _ev("peak", {**blamed, **program_buffer_fields("buf30", program[2])}, program)
     assert recognise(not_returned) is None
 
 
@@ -781,13 +797,12 @@ def test_a_freed_result_in_the_retained_results_runtime_buffer_is_recognised() -
     nothing retained keeps (a leak of results), or the same words from the peak, do not."""
     from conformance.checks.mechanism import Evidence, recognise
 
-    kept = ("iree-hal call 1/1's result buffer (320 B allocated, 256 B of it the retained results'; the model has "
-            "freed add_3 4 B in it)")
-    found = recognise(Evidence("residual", "still alive: result buffer", {"producer": kept, "bytes": 64}))
+    kept = runtime_fields(ResultPack("iree-hal call 1/1's result buffer", 320, 256, 320, 5, 64, (("add_3", 4),)))
+    found = recognise(Evidence("residual", "still alive: result buffer", {**kept, "bytes": 64}))
     assert found is not None and found.mechanism == "retained-result-pack"
     leak = "iree-hal call 1/1's result buffer (256 B allocated; alive in it: fw:addmm_2 256 B)"
     assert recognise(Evidence("residual", "still alive: result buffer", {"producer": leak, "bytes": 256})) is None
-    assert recognise(Evidence("peak", "alive past modelled death", {"producer": kept, "bytes": 64})) is None
+    assert recognise(Evidence("peak", "alive past modelled death", {**kept, "bytes": 64})) is None
 
 
 def _extern_copy(kernel: str, excess: int, call: str = "alpha=1, beta=1, out=buf1)", between: str = "") -> Result:
@@ -841,7 +856,7 @@ def _tangent_peak(name: str, excess: int) -> Result:
                "bw:line 148 cpp_fused_mul_0(tangents_1, mul_1, buf0)", "bw:line 149 del mul_1",
                "bw:line 150 del tangents_1", "bw:line 151 return (buf0, None, )"]
     made = {"bytes": 4, "measured_op": "(outside any operator)", "role": "tangent", "model": "generated program",
-            "producer": f"{name} (made at bw:line 145 primals_2, mul_1, tangents_1 = args)", "op": "cpp_fused_mul_0"}
+            **program_buffer_fields(name, "bw:line 145 primals_2, mul_1, tangents_1 = args"), "op": "cpp_fused_mul_0"}
     return _peak_record("my-own-train", program, [made], excess, peak=64)
 
 
@@ -903,9 +918,9 @@ def _read_late(after_kernel: list[str], excess: int, reads: str = "saved_1") -> 
                "bw:line 205 del buf0", *after_kernel, "bw:line 210 del saved_1",
                "bw:line 211 buf2 = torch.ops.aten.linalg_matrix_exp.default(buf1)", "bw:line 212 return (buf2, )"]
     made = {"bytes": 100, "measured_op": "aten::empty", "role": "saved", "model": "generated program",
-            "producer": "buf3 (made at fw:line 148 buf3 = torch.ops.aten.linalg_matrix_exp.default(buf2))",
+            **program_buffer_fields("buf3", "fw:line 148 buf3 = torch.ops.aten.linalg_matrix_exp.default(buf2)"),
             "op": "torch.ops.aten.linalg_matrix_exp.default", "measured_death": "alive at measured peak",
-            "model_death": "after bw:line 210 del saved_1 (event 42)"}
+            **release_fields("bw:line 210 del saved_1", 42)}
     return _peak_record("my-own-train", program, [made], excess, peak=808)
 
 
@@ -940,7 +955,7 @@ def _read_late_to_return(excess: int, after_kernel: tuple[str, ...] = (), return
                "fw:line 307 del arg0_1", *after_kernel, ret]
     made = {**_made("buf0", "fw:line 299 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
                     "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
-            "model_death": f"after {ret} (event 10)"}
+            **release_fields(ret, 10)}
     return _peak_record("my-own-infer", program, [made], excess, peak=168)
 
 
@@ -1027,7 +1042,7 @@ def _seeds_and_fused_sample(excess: int, exact: bool = True) -> Result:
                ("fw:line 134 del buf0", 160), ("fw:line 135 del buf1", 96), ("fw:line 136 return (buf2, buf3, )", 96)]
     seeds = {**_made("buf0", "fw:line 121 buf0 = empty_strided_cpu((1, ), (1, ), torch.int64)",
                      "aten.randint.low_out ()", 8), "measured_death": "alive at measured peak",
-             "model_death": "after fw:line 134 del buf0 (event 13)"}
+             **release_fields("fw:line 134 del buf0", 13)}
     return _exact_program_record(program, [seeds], excess, exact)  # passed, its timeline followed exactly or not
 
 
@@ -1126,7 +1141,7 @@ def _fused_ahead_of_an_op(excess: int, deleted: str = "", exact: bool = True, re
     pivots = {**_made("buf1[1]", "fw:line 149 buf1 = torch.ops.aten.linalg_lu_factor_ex.default(buf0)",
                       "torch.ops.aten.linalg_lu_factor_ex.default (aten.mul, aten.linalg_lu_factor_ex)", 12,
                       role="saved"), "measured_death": "alive at measured peak",
-              "model_death": "after bw:line 286 del getitem_1 (event 40)"}
+              **release_fields("bw:line 286 del getitem_1", 40)}
     output = {**_made("buf6", "fw:line 164 buf6 = empty_strided_cpu((), (), torch.float64)",
                       "cpp_fused_add_mean_pow_1", 8, role="output"), "measured_death": "alive at measured peak",
               "model_death": "when the caller drops the step's outputs"}
@@ -1159,13 +1174,12 @@ def test_a_fused_kernel_ahead_of_the_op_making_the_peak_is_fusion_though_blame_n
         assert judged.status == Status.FAIL_PEAK, judged.reason
 
 
-def _pack_residual(excess: int, allocated: int, slots: int, retained: int, freed: str = "") -> Result:
+def _pack_residual(excess: int, allocated: int, slots: int, retained: int,
+                   freed: tuple[tuple[str, int], ...] = ()) -> Result:
     """A residual whose blame names the retained results' runtime buffer (the gradients of a backward call), its
     ``slots`` the results' 64-byte slots as blame computes them from their sizes."""
-    rest = f"the model has freed {freed} in it" if freed else "the rest is its slots' alignment"
-    producer = (f"iree-hal call 4/4's result buffer ({allocated} B allocated, {retained} B of it the retained "
-                f"results'; {rest}; its 3 results' 64-byte slots take {slots} B)")
-    blamed = [{"bytes": allocated - retained, "producer": producer, "identified_by": "runtime call's buffers",
+    pack = ResultPack("iree-hal call 4/4's result buffer", allocated, retained, slots, 3, 64, freed)
+    blamed = [{"bytes": allocated - retained, **runtime_fields(pack), "identified_by": "runtime call's buffers",
                "slot_bytes": slots, "retained_bytes": retained}]
     check = Check(CheckName.RESIDUAL, Status.FAIL_RESIDUAL, "residual over model", {"model_source": "user-graph"},
                   blamed, excess)
@@ -1187,7 +1201,8 @@ def test_a_retained_result_pack_is_held_to_its_results_slots() -> None:
     assert padded.status == Status.XFAIL and padded.cause_parts == ["residual: retained-result-pack"], padded.reason
     cause = cause_of(_pack_residual(132, 192, 192, 60))
     assert cause is not None and cause.evidence_bound("residual: retained-result-pack") == 192 - 60
-    with_loss = apply(_pack_residual(68, 256, 256, 188, freed="fw:add_1 4 B"), manifest)  # a loss's slot beside them
+    loss = (("fw:add_1", 4),)
+    with_loss = apply(_pack_residual(68, 256, 256, 188, freed=loss), manifest)  # a loss's slot beside them
     assert with_loss.status == Status.XFAIL, with_loss.reason
     planted = apply(_pack_residual(196, 256, 192, 60), manifest)  # 64 B the slots do not account for
     assert planted.status == Status.FAIL_RESIDUAL and "beyond its bound" in planted.reason, planted.reason
@@ -1272,3 +1287,62 @@ def test_a_held_result_tuple_is_bounded_by_its_items_bytes_over_the_programs_own
     assert apply(moved, manifest).status == Status.FAIL_PEAK
     unnamed = apply(_tuple_held(320, [("fw:line 1 return ()", 0)]), manifest)  # no statement named: no bound read
     assert unnamed.status == Status.FAIL_PEAK, unnamed.reason
+
+
+# --------------------------------------------------------------------------- the loops' derived bounds
+
+
+def _eager_loop_autograd(excess: int) -> Result:
+    """A training step with a while_loop held to its user-level graph (inductor cannot compile the loop's
+    backward: eager's WhileLoopAutogradOp keeps the stacked carries), two trips of 512 B carries."""
+    timeline = [("fw:mm", 512), ("fw:while_loop_stack_output.cond0:lt", 513),
+                ("fw:while_loop_stack_output.body0:mm", 1017), ("fw:while_loop_stack_output.body0:add", 1529),
+                ("fw:while_loop_stack_output.cond1:lt", 1018), ("fw:while_loop_stack_output.body1:mm", 1522),
+                ("fw:while_loop_stack_output.body1:add", 2034), ("fw:cat", 3058), ("bw:mm_1", 2546)]
+    stacked = {"bytes": 1024, "measured_op": "aten::cat", "producer": "1024 B made by aten::cat",
+               "op": "aten::cat", "shape": None, "model_death": "not in model", "identified_by": "not identified"}
+    check = Check(CheckName.PEAK, Status.FAIL_PEAK, "measured peak over model", {"model_source": "user-graph"},
+                  [stacked], excess)
+    memory = MemoryFigures(model_peak_bytes=3058, model_source="user-graph", model_timeline=timeline)
+    return Result("my-loop-train", "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=excess, memory=memory)
+
+
+def test_the_eager_loop_autograd_is_bounded_by_what_the_loops_trips_make() -> None:
+    """The bound is the bytes the user-level model's loop makes over its trips (the rise at each
+    while_loop_stack_output event: 1, then 504 + 512 per trip), read from the model the pair is held to; an
+    excess within it is the known mechanism, a byte planted beyond it fails."""
+    within = _eager_loop_autograd(1500)
+    cause = cause_of(within)
+    assert cause is not None and cause.parts == ("peak: while-loop-backward-eager",), cause
+    assert cause.evidence_bound("peak: while-loop-backward-eager") == 1 + 2 * (504 + 512)
+    manifest = load_manifest("inductor")
+    assert apply(within, manifest).status == Status.XFAIL
+    beyond = apply(_eager_loop_autograd(1 + 2 * (504 + 512) + 1), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason
+
+
+def test_a_host_loops_bound_is_what_its_program_holds_counted_per_part() -> None:
+    """The host loop's bound is what the program check counts its names holding over the generated program (each
+    held item's bytes x the work statements until its release), recorded per part with the part's facts: a part
+    whose entries the record cut is still held to it, and a share planted beyond it fails."""
+    counter = {"finding": "late", "shape": [], "dtype": "torch.int64", "held_in": "name", "held_by": "buf0",
+               "in_loop": True, "bytes": 8, "explains_bytes": 24,
+               "last_use": "fw:while_loop_body_graph_0#1:142 cpp_fused_add_0(while_loop_body_graph_0_arg1_1, …",
+               "freed_after": "fw:line 12 del buf0"}
+    part = program_part(counter)
+    recorded = program_part_facts([counter, {**counter, "explains_bytes": 16}])  # two findings of the part
+    assert recorded[part]["held_statement_bytes"] == 40
+
+    def record(share: int) -> Result:
+        figures = {PARTS_KEY: [part], SHARES_KEY: {part: share}, "cause_part_facts": recorded, "timeline": "exact"}
+        check = Check(CheckName.PROGRAM, Status.FAIL_PEAK, "generated program holds", figures, [], share)
+        memory = MemoryFigures(model_peak_bytes=1000, program_timeline=[(s, 0) for s in LOOP_PROGRAM])
+        return Result("my-loop", "inductor", Status.FAIL_PEAK, checks=[check], excess_bytes=share, memory=memory)
+
+    cause = cause_of(record(40))  # its entries cut: recognised and bounded from the part's facts
+    assert cause is not None and cause.parts == ("program: while-loop-host-code",), cause
+    assert cause.evidence_bound("program: while-loop-host-code") == 40
+    manifest = load_manifest("inductor")
+    assert apply(record(40), manifest).status == Status.XFAIL
+    beyond = apply(record(41), manifest)
+    assert beyond.status == Status.FAIL_PEAK and "beyond its bound" in beyond.reason, beyond.reason

@@ -21,6 +21,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from conformance.checks.facts import (
+    NOT_IN_MODEL,
+    CallTransients,
+    ProgramBuffer,
+    Release,
+    ResultPack,
+    SharedResultBuffer,
+    death_sentence,
+    made_at_sentence,
+    result_pack_sentence,
+    shared_buffer_sentence,
+    transients_sentence,
+)
 from conformance.models.lifetime import LifetimeModel, Storage
 from conformance.probes.cpu import Allocation, MemoryTrace
 
@@ -90,6 +103,10 @@ class Blamed:
     storage: dict[str, Any] | None = None
     candidates: tuple[str, ...] = ()  # the model's storages of its size, where it could not be identified
     model: str | None = None  # "generated program": named by the program's own statements
+    #: the buffer as the generated program names it (typed: what the mechanisms read, never ``producer``)
+    program_buffer: ProgramBuffer | None = None
+    #: the program statement after which the model frees it, where the model is a program's
+    released_by: Release | None = None
 
     @property
     def op(self) -> str:
@@ -112,6 +129,9 @@ class Blamed:
         entry.update(producer=self.producer, model_death=self.model_death)
         if self.model is not None:
             entry["model"] = self.model
+        for fact in (self.program_buffer, self.released_by):
+            if fact is not None:
+                entry[fact.KEY] = fact.to_json()
         return entry
 
 
@@ -132,19 +152,21 @@ def _entry(a: Allocation, s: Storage | None, model: LifetimeModel, measured_deat
                 candidates = tuple(same[:10])
             elif held:
                 producer = f"{op}{held}"
-        return Blamed(a.nbytes, producer, op, measured_death, a.seq, "not in model",
+        return Blamed(a.nbytes, producer, op, measured_death, a.seq, NOT_IN_MODEL,
                       "node" if a.label else "not identified", tuple(holders), None, candidates)
     producer = s.producer
     if holders and not a.label:  # matched by size only: what holds the storage, beside the model's name for it
         producer = f"{s.producer} (matched by size; held by {', '.join(holders[:2])})"
+    released = None
     if s.death is not None:
-        death = f"after {model.events[s.death]} (event {s.death})"
+        death = death_sentence(model.events[s.death], s.death)
+        released = Release.at(model.events[s.death])
     elif s.role == "output":
         death = "when the caller drops the step's outputs"
     else:
         death = "outlives the step"
     return Blamed(s.nbytes, producer, op, measured_death, a.seq, death, "node" if a.label else "size and order",
-                  tuple(holders), s.describe())
+                  tuple(holders), s.describe(), released_by=released)
 
 
 def blame_peak(model: LifetimeModel, trace: MemoryTrace, limit: int = 10,
@@ -227,7 +249,7 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
             made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
             held = f"alive at measured peak (the graphs save their input {p.copy_of_input} itself)"
             certain.append(replace(_entry(a, p, program, held), model="generated program",
-                                   producer=f"{p.producer.split(':')[-1]} (made at {made})"))
+                                   **_named_by_program(p, made)))
             continue
         s = in_graphs.get(a.seq)
         if s is not None and (s.death is None or s.death >= latest_birth):
@@ -237,8 +259,8 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
             candidates.append(_entry(a, s, model, "alive at measured peak"))
             continue
         made = program.events[p.birth] if 0 <= p.birth < len(program.events) else "?"
-        candidates.append(replace(_entry(a, p, program, "alive at measured peak"),
-                                  producer=f"{p.producer.split(':')[-1]} (made at {made})", model="generated program"))
+        candidates.append(replace(_entry(a, p, program, "alive at measured peak"), model="generated program",
+                                  **_named_by_program(p, made)))
     excess = trace.peak_bytes - model.peak_bytes
     if certain:  # extra bytes by the program's own correspondence: named first, even beyond the excess (an offset)
         return (certain + explaining(candidates, excess - sum(c.bytes for c in certain), limit))[:limit]
@@ -248,6 +270,13 @@ def blame_peak_in_program(model: LifetimeModel, program: LifetimeModel, trace: M
         # does not): the smallest that alone accounts for it
         chosen = [min((c for c in candidates if c.bytes >= excess), key=lambda c: c.bytes)]
     return chosen
+
+
+def _named_by_program(p: Storage, made: str) -> dict[str, Any]:
+    """A program storage's name and the statement that made it (``made``: its event label), as the typed fact and
+    the sentence a reader sees."""
+    name = p.producer.split(":")[-1]
+    return {"producer": made_at_sentence(name, made), "program_buffer": ProgramBuffer.made_at(name, made)}
 
 
 def share(entry: dict[str, Any]) -> int:
@@ -306,10 +335,10 @@ def _result_name(k: int, n: int, j: int, r: dict[str, Any]) -> str:
 
 def _model_death(s: Storage | None, model: LifetimeModel) -> str:
     if s is None:
-        return "not in model"
+        return NOT_IN_MODEL
     if s.death is None:
         return "outlives the step" if s.role != "output" else "when the caller drops the step's outputs"
-    return f"after {model.events[s.death]} (event {s.death})"
+    return death_sentence(model.events[s.death], s.death)
 
 
 def _runtime_entry(nbytes: int, producer: str, measured: str, model_death: str) -> dict[str, Any]:
@@ -402,18 +431,16 @@ def _residual_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -
                     pack.append((j, r))
             name = _buffer_name(k, n, g, allocations, results)
             if not pack and expected and kept_all > expected:  # results the model frees, in the buffer it retains
-                freed = [f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B" for j in members
-                         if j not in alive and ":stage:" not in f":{results[j].get('label') or ''}"]
+                freed = tuple((str(results[j].get('label') or f'result {j}'), int(results[j]['bytes'])) for j in members
+                              if j not in alive and ":stage:" not in f":{results[j].get('label') or ''}")
                 slots = _slot_bytes([int(results[j]["bytes"]) for j in members])
-                rest = (f"the model has freed {', '.join(freed)} in it" if freed else
-                        "the rest is its slots' alignment")
-                entry = _runtime_entry(kept_all - expected,
-                                       f"{name} ({kept_all} B allocated, {expected} B of it the retained "
-                                       f"results'; {rest}; its {len(members)} results' {PACK_ALIGNMENT}-byte "
-                                       f"slots take {slots} B)",
+                packed = ResultPack(name, kept_all, expected, slots, len(members), PACK_ALIGNMENT, freed)
+                entry = _runtime_entry(kept_all - expected, result_pack_sentence(packed),
                                        "still alive after the step (with the retained results)",
                                        "with its last use")
-                candidates.append({**entry, "slot_bytes": slots, "retained_bytes": expected})
+                # slot_bytes and retained_bytes as records have had them, beside the whole fact
+                candidates.append({**entry, "slot_bytes": slots, "retained_bytes": expected,
+                                   ResultPack.KEY: packed.to_json()})
             if pack:
                 kept = max(kept_all, sum(r["bytes"] for _, r in pack))
                 held = ", ".join(f"{r.get('label') or f'result {j}'} {r['bytes']} B" for j, r in pack)
@@ -473,15 +500,15 @@ def _peak_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> li
             model_held = [s for s in (held_by_model(r) for _, r in packed) if s is not None]
             over = kept_i - sum(s.nbytes for s in model_held)
             if over > 0:
-                live = ", ".join(f"{results[j].get('label') or f'result {j}'} {results[j]['bytes']} B"
-                                 for j, _ in packed if j in js)
-                freed = ", ".join(f"{r.get('label') or 'result'} {r['bytes']} B" for _, r in packed
-                                  if held_by_model(r) is None)
-                name = _buffer_name(i, n, g, allocations, results)
-                candidates.append(_runtime_entry(
-                    over, f"{name} ({kept_i} B allocated; alive in it when call {k + 1}/{n} started: {live}; "
-                          f"the model has freed {freed or 'none of it'})",
-                    f"alive when call {k + 1}/{n} started", "freed with its last result"))
+                live = tuple((str(results[j].get('label') or f'result {j}'), int(results[j]['bytes']))
+                             for j, _ in packed if j in js)
+                freed = tuple((str(r.get('label') or 'result'), int(r['bytes'])) for _, r in packed
+                              if held_by_model(r) is None)
+                shared = SharedResultBuffer(_buffer_name(i, n, g, allocations, results), kept_i, f"{k + 1}/{n}",
+                                            live, freed)
+                entry = _runtime_entry(over, shared_buffer_sentence(shared), f"alive when call {k + 1}/{n} started",
+                                       "freed with its last result")
+                candidates.append({**entry, SharedResultBuffer.KEY: shared.to_json()})
     kept = max(0, top["live_after"] - top["live_before"])
     transient = max(0, top["peak_rise"] - kept)
     up_front = [s for s in model.storages if results_event is not None and s.birth == results_event]
@@ -496,17 +523,16 @@ def _peak_buffers(invocations: list[dict[str, Any]], model: LifetimeModel) -> li
                        for j, r in enumerate(top["results"]) if "same_buffer_as" not in r)
     where = f"iree-hal call {k + 1}/{n}"
     declared = top.get("program_transients")
-    program = (f"; its compiled program allocates {declared} B of its own (stream IR)" if declared is not None
-               else "; its compiled program's own could not be read" if "program_transients" in top else "")
-    parts = [(transient, model_inner, f"{where}'s transients: {transient} B allocated inside the call, "
-                                      f"{model_inner} B of intermediates in the model's schedule of it{program}"),
+    transients = CallTransients(where, transient, model_inner, declared if isinstance(declared, int) else None,
+                                declared is None and "program_transients" in top)
+    parts = [(transient, model_inner, transients_sentence(transients), {CallTransients.KEY: transients.to_json()}),
              (kept, model_results, f"{where}'s results: {kept} B allocated for {values or 'none'}, "
-                                   f"{model_results} B in the model"),
-             (copies, model_copies, f"{where}'s input copies: {copies} B, {model_copies} B in the model")]
-    for measured, modelled, text in parts:
+                                   f"{model_results} B in the model", {}),
+             (copies, model_copies, f"{where}'s input copies: {copies} B, {model_copies} B in the model", {})]
+    for measured, modelled, text, fact in parts:
         if measured > modelled:
-            candidates.append(_runtime_entry(measured - modelled, text, "inside the call",
-                                             "the model's schedule of the call"))
+            candidates.append({**_runtime_entry(measured - modelled, text, "inside the call",
+                                                "the model's schedule of the call"), **fact})
     return candidates
 
 

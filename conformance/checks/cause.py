@@ -27,13 +27,15 @@ names (``buf12``, ``arg0_1``, ``add_4``) are stripped.  Manifests match parts
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
-from conformance.checks.mechanism import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
+from conformance.checks.blame import share
+from conformance.checks.facts import NOT_IN_MODEL, ProgramPart, parse_event
+from conformance.checks.mechanisms import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 from conformance.util.text import without_escapes
 
 #: joins a cause's parts into its signature
@@ -151,19 +153,17 @@ def op_kind(op: str | None) -> str:
 
 # --------------------------------------------------------------------------- the program check
 
-_EVENT_PREFIX = re.compile(r"^(?:\w+:)?(?:line \d+|[\w.]+#\d+:\d+)\s*(?:\[trip \d+\]\s*)?")
-_IN_LOOP = re.compile(r"\[trip \d+\]|while_loop\w*#\d+:")
-
-
-def _in_loop(event: str) -> bool:
-    return bool(_IN_LOOP.search(event or ""))
+def _in_loop(label: object) -> bool:
+    event = parse_event(label)
+    return event is not None and event.in_loop
 
 
 def statement_kind(event: str) -> str:
     """The kind of a program statement, from its event label (``fw:line 214 del buf0`` -> ``del``)."""
     if not event or event.startswith("never"):
         return "never freed"
-    stmt = _EVENT_PREFIX.sub("", event.strip())
+    parsed = parse_event(event.strip())
+    stmt = parsed.statement if parsed is not None else event.strip()
     if stmt.startswith("del "):
         return "del"
     if stmt.startswith("return"):
@@ -181,7 +181,7 @@ def statement_kind(event: str) -> str:
 _CONTAINER = {"list": "a list", "tuple": "a result tuple", "name": "a name"}
 
 
-def _what(finding: dict[str, Any]) -> str:
+def _what(finding: Mapping[str, Any]) -> str:
     """The held storage in shape-free words: ``bool scalar`` (a loop predicate), ``int64 scalar``, ``buffer``."""
     kinds = finding.get("holds_kinds")
     if isinstance(kinds, list) and kinds:
@@ -194,21 +194,26 @@ def _what(finding: dict[str, Any]) -> str:
 
 def program_part(finding: dict[str, Any]) -> str:
     """One program finding (an entry of the program check's ``blamed``) as a cause part."""
+    return part_facts(finding).words()
+
+
+def part_facts(finding: Mapping[str, Any]) -> ProgramPart:
+    """One program finding's shape-free facts (:class:`~conformance.checks.facts.ProgramPart`)."""
     kind = finding.get("finding", "")
     if kind == "never-used":
-        return "buffer allocated and never used"
+        return ProgramPart("never-used")
     if kind not in ("late", "late-reference", "outlives-step"):  # the measured timeline's findings
-        return f"measured timeline: {kind.replace('-', ' ')} ({_maker(str(finding.get('op') or ''))})"
+        return ProgramPart("timeline", timeline_finding=f"{str(kind).replace('-', ' ')} "
+                                                        f"({_maker(str(finding.get('op') or ''))})")
     held_in = str(finding.get("held_in") or "name")
     if "in_loop" in finding:  # recorded by the program model
         loop, freed_in_loop = bool(finding["in_loop"]), bool(finding.get("released_in_loop"))
-    else:  # a record from before: read the program model's event labels
-        loop = _in_loop(str(finding.get("last_use", ""))) or _in_loop(str(finding.get("should_die_before", "")))
-        freed_in_loop = _in_loop(str(finding.get("freed_after", "")))
+    else:  # a record from before: where the program model's event labels put the statements
+        loop = _in_loop(finding.get("last_use")) or _in_loop(finding.get("should_die_before"))
+        freed_in_loop = _in_loop(finding.get("freed_after"))
     container = _CONTAINER.get(held_in, held_in)
     if loop and held_in == "list":
         container = "the carry list"
-    where = "while_loop " if loop else ""
     freed = str(finding.get("freed_after", ""))
     if kind == "outlives-step" or freed.startswith("never"):
         span = "past the step"
@@ -218,16 +223,8 @@ def program_part(finding: dict[str, Any]) -> str:
         span = "until after the loop"
     else:
         span = "past its last use"
-    stmt = statement_kind(freed)
-    what = _what(finding)
-    if kind == "late-reference":
-        return f"{where}reference by {container} to {what} kept past its last use, released {_released(span)} ({stmt})"
-    return f"{where}{what} held by {container} {span} ({stmt})"
-
-
-def _released(span: str) -> str:
-    return {"across the loop body": "on the next trip", "until after the loop": "after the loop",
-            "past the step": "never", "past its last use": "later"}.get(span, span)
+    return ProgramPart("reference" if kind == "late-reference" else "held", _what(finding), container, loop, span,
+                       statement_kind(freed))
 
 
 def program_parts(findings: Iterable[dict[str, Any]], timeline_differs: bool = False) -> list[str]:
@@ -244,7 +241,7 @@ def program_parts(findings: Iterable[dict[str, Any]], timeline_differs: bool = F
 def _buffer_words(b: dict[str, Any]) -> str:
     """A blamed buffer in words free of kernel and op names, sizes and roles: who made it."""
     op = str(b.get("op") or b.get("measured_op") or "")
-    if b.get("model_death") == "not in model":
+    if b.get("model_death") == NOT_IN_MODEL:
         return "storage the model does not have"
     return f"buffer made by {_maker(op)}"
 
@@ -422,14 +419,15 @@ def _evidence(result: Result, source: str, check: Check | None) -> Evidence:
     if not events and check is not None:  # no timeline recorded: the statements the findings name
         events = [str(b[k]) for b in check.blamed if isinstance(b, dict)
                   for k in ("last_use", "should_die_before", "freed_after") if b.get(k)]
-    graphs = tuple(_events(memory.model_timeline)) if memory is not None else ()
+    graphs = tuple(_held(memory.model_timeline)) if memory is not None else ()
     figures = check.figures if check is not None and isinstance(check.figures, dict) else {}
     model_source = str(figures.get("model_source") or (memory.model_source if memory is not None else "") or "")
     runtime = memory.findings if memory is not None and isinstance(memory.findings, dict) else {}
     program = next((c for c in result.checks if c.name == CheckName.PROGRAM), None)
     exact = program is not None and program.status == Status.PASS and isinstance(program.figures, dict) \
         and program.figures.get("timeline") == "exact"
-    return Evidence(source, "", {}, Program.from_events(events), graphs, model_source,
+    return Evidence(source, "", {}, Program.from_events(events), tuple(e for e, _ in graphs),
+                    tuple(b for _, b in graphs), model_source,
                     figures=figures, runtime=runtime, graph_breaks=graph_breaks_of(result.notes), program_exact=exact,
                     model_made_bytes=_made_bytes(memory))
 
@@ -455,13 +453,6 @@ def _held(timeline: object) -> list[tuple[str, int | None]]:
             for p in timeline if isinstance(p, (list, tuple)) and p]
 
 
-def _events(timeline: object) -> list[str]:
-    """The event labels of a ``(event, bytes)`` timeline (a record from outside may hold anything)."""
-    if not isinstance(timeline, (list, tuple)):
-        return []
-    return [str(p[0]) for p in timeline if isinstance(p, (list, tuple)) and p]
-
-
 def cause_of(result: Result) -> Cause | None:
     """The cause of a failing verdict (before any manifest is applied); ``None`` for a pass or skip.
 
@@ -485,28 +476,56 @@ def cause_of(result: Result) -> Cause | None:
         found = _check_findings(deciding, result)
     if not error and deciding is not None:
         found = _unnamed_rest(deciding, base, found)
+    recorded = _recorded_part_facts(deciding) if not error and deciding is not None else {}
     parts: dict[str, int | None] = {}
     why: dict[str, str] = {}
     scales: dict[str, int] = {}
     bounds: dict[str, int] = {}
+    once: dict[tuple[str, str], int] = {}
     for f in found:
-        seen = recognise(replace(base, part=f.detail, finding=f.entry or {}))
+        held = None if source != CheckName.PROGRAM.value else \
+            recorded.get(f.detail) or (part_facts(f.entry) if f.entry else None)
+        seen = recognise(replace(base, part=f.detail, finding=f.entry or {}, held=held))
         part = f"{source}: {seen.mechanism if seen else f.detail}"
         if seen and part not in why:
             why[part] = seen.why
         if seen and seen.scale:
             scales[part] = max(scales.get(part, 0), seen.scale)
-        if seen and seen.bound is not None:
-            bounds[part] = max(bounds.get(part, 0), seen.bound) if seen.bound_per_pair \
-                else bounds.get(part, 0) + seen.bound
+        if seen and seen.bound is not None and seen.bound_per_pair:
+            # once per pair; for the program check once per finding part (its words), as the check counts its shares
+            key = (part, f.detail if source == CheckName.PROGRAM.value else "")
+            once[key] = max(once.get(key, 0), seen.bound)
+        elif seen and seen.bound is not None:
+            bounds[part] = bounds.get(part, 0) + seen.bound
         if f.share is not None:
             parts[part] = (parts.get(part) or 0) + f.share
         else:
             parts.setdefault(part, None)
+    for (part, _), bound in once.items():
+        bounds[part] = bounds.get(part, 0) + bound
     shares = {} if error else _split(deciding, parts)
     order = sorted(parts, key=lambda p: (-(shares.get(p) or 0), p))
     return Cause(source, tuple(order), tuple(sorted(shares.items())), tuple(sorted(why.items())),
                  tuple(sorted(scales.items())), tuple(sorted(bounds.items())))
+
+
+def program_part_facts(findings: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each program part's facts by its words (the check records them: a part whose entries its blamed list cut
+    is recognised from these, never from its words)."""
+    held: dict[str, int] = {}
+    for f in findings:
+        if f.get("finding"):
+            words = part_facts(f).words()
+            held[words] = held.get(words, 0) + share(f)
+    return {facts.words(): replace(facts, held_statement_bytes=held[facts.words()]).to_json()
+            for facts in (part_facts(f) for f in findings if f.get("finding"))}
+
+
+def _recorded_part_facts(check: Check) -> dict[str, ProgramPart]:
+    recorded = check.figures.get(ProgramPart.KEY) if isinstance(check.figures, dict) else None
+    if not isinstance(recorded, dict):
+        return {}
+    return {words: facts for words, value in recorded.items() if (facts := ProgramPart.from_json(value)) is not None}
 
 
 #: the words of the part of a peak's excess that blame's named storages leave over

@@ -15,7 +15,15 @@ from typing import Any
 from conformance.api.result import MemoryFigures
 from conformance.api.verdict import Check, CheckName, Contract, Status, passed
 from conformance.checks.blame import Blamed, blame_peak, blame_peak_in_program, blame_residual, share, unexplained
-from conformance.checks.cause import PARTS_KEY, SHARES_KEY, TIMELINE_PART, program_part, program_parts
+from conformance.checks.cause import (
+    PARTS_KEY,
+    SHARES_KEY,
+    TIMELINE_PART,
+    program_part,
+    program_part_facts,
+    program_parts,
+)
+from conformance.checks.facts import ProgramPart
 from conformance.checks.timeline import compare as compare_timeline
 from conformance.models.donation import DETAIL_KEY
 from conformance.models.lifetime import LifetimeModel, Observation
@@ -361,6 +369,7 @@ def _program_failure(found: _ProgramFindings, contract: Contract) -> Check:
     figures, blamed, excess, sentences = found.figures, found.blamed, found.excess, found.sentences
     figures[PARTS_KEY] = program_parts(blamed, figures["timeline"] == "differs")  # from every finding
     figures[SHARES_KEY] = {part: found.shares.get(part, 0) for part in figures[PARTS_KEY]}
+    figures[ProgramPart.KEY] = program_part_facts(blamed)  # what a part whose entries are cut below is
     shown = blamed[:10]
     rest = unexplained(shown, excess)
     if rest:

@@ -54,8 +54,8 @@ from packaging.utils import canonicalize_name
 from conformance.api.result import FAILURES, Result
 from conformance.api.verdict import Status
 from conformance.checks.cause import Cause, cause_of
-from conformance.checks.mechanism import NAMES as MECHANISMS
-from conformance.checks.mechanism import SELF_BOUNDED, mechanism_of
+from conformance.checks.mechanisms import NAMES as MECHANISMS
+from conformance.checks.mechanisms import SELF_BOUNDED, mechanism_of
 from conformance.util.paths import inside, safe_name
 from conformance.util.text import printable
 from conformance.util.writes import write_whole

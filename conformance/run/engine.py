@@ -44,7 +44,7 @@ from conformance.checks.blame import invocation_breakdown, runtime_buffers
 from conformance.checks.context import Judging
 from conformance.checks.domains import MEMORY_CHECKS, DomainPlan, plan
 from conformance.checks.judge import ProbedStep
-from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK, SPLIT_SOURCE
+from conformance.checks.mechanisms import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK, SPLIT_SOURCE
 from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import InputDigest, SharedReferences, reference_key
