@@ -48,6 +48,7 @@ from conformance.checks.mechanism import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWER
 from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
 from conformance.checks.references import (
+    REFERENCE_SOURCES,
     InputDigest,
     SharedReferences,
     cached_reference_key,
@@ -813,6 +814,15 @@ def _user_model(case: Case, call: int, found: dict[str, torch.Tensor] | None = N
 
 #: the result cache's kind of entry for the models of the case's own step
 USER_MODEL = "user-model"
+
+
+def warm_cache_keys() -> None:
+    """Read the code digests every result cache key holds (:func:`conformance.util.result_cache.source_digest`:
+    the sources of the models' and the references' code, parsed for their imports; seconds on a loaded machine)
+    once, in the fork server before any worker forks: each worker inherits them instead of reading them again."""
+    result_cache.source_digest(*cached_models.MODEL_SOURCES)
+    result_cache.source_digest(*REFERENCE_SOURCES)
+    result_cache.machine()
 
 
 def _case_graph(case: Case) -> str | None:
