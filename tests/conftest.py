@@ -2,7 +2,8 @@
 
 Hypothesis keeps a cache (``.hypothesis/``) in the current directory, which for a test
 run is the repository.  Point it, for this process and every subprocess it starts, at a
-temporary directory removed when the session ends.
+temporary directory removed when the session ends; so does the result cache (``$CONFORMANCE_RESULT_CACHE``:
+the references and models the runs a test starts keep).
 
 Each torch process of the session takes one intra-op thread: ``-n 2`` already runs two test
 workers on two cores, and every CLI run and isolation worker a test starts would add an
@@ -30,6 +31,9 @@ import pytest
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="conformance-tests-hypothesis-")
 os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes this one starts (xdist workers, CLI runs)
+# the runs a test starts keep references and models in a result cache of the session's own, never the user's
+_RESULT_CACHE = tempfile.mkdtemp(prefix="conformance-tests-results-")
+os.environ["CONFORMANCE_RESULT_CACHE"] = _RESULT_CACHE
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,6 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
+    shutil.rmtree(_RESULT_CACHE, ignore_errors=True)
 
 
 _TESTS = Path(__file__).parent

@@ -174,6 +174,10 @@ class Result:
     cause_parts: list[str] = field(default_factory=list)
     #: the parts no manifest entry knows (a failure whose cause is partly new)
     new_cause_parts: list[str] = field(default_factory=list)
+    #: the run's result cache (conformance.util.result_cache), per kind of entry (``reference``, ``user-model``,
+    #: ``received-model``, ``program-model``): how many the pair found (``hit``), made (``miss``) and made again
+    #: over an entry it could not trust (``rebuilt``); empty where the cache was off
+    cache: dict[str, dict[str, int]] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

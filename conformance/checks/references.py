@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,8 @@ import torch
 
 from conformance.api.case import Case
 from conformance.checks.parity import Noise
+from conformance.util import result_cache
+from conformance.util.result_cache import ResultCache
 
 #: bumped when what a stored reference holds changes shape
 FORMAT = 2
@@ -150,3 +154,62 @@ class SharedReferences:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             return False
+
+
+# --------------------------------------------------------------------------- across runs
+
+#: the result cache's kind of entry for a case's references
+KIND = "reference"
+#: the harness code a reference is made by (a case's step and optimizer, the references, the noise floor), with
+#: what it imports (:func:`conformance.util.result_cache.source_digest`)
+REFERENCE_SOURCES = ("conformance.checks.state",)
+
+
+def cached_reference_key(case: Case, calls: Sequence[int], inputs: str, graph: str) -> str:
+    """The key a case's references are kept under in the run's result cache (:mod:`conformance.util.result_cache`):
+    :func:`reference_key` (the case, the calls, torch, its settings, the inputs' values), the case's step as
+    traced (``graph``: :func:`conformance.models.lifetime.cached.graph_digest` of its user-level graph), the
+    sources of the module that builds the case and of the harness code that makes references, and the machine."""
+    return result_cache.digest(KIND, reference_key(case, calls, inputs), graph, _case_sources(case),
+                               result_cache.source_digest(*REFERENCE_SOURCES), result_cache.machine())
+
+
+def _case_sources(case: Case) -> str:
+    """A digest of the files of the modules that define the case's builder and its inputs."""
+    h = hashlib.sha256()
+    for fn in (case.builder, case.make_inputs):
+        fn = getattr(fn, "func", fn)  # a functools.partial: its function
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        path = getattr(module, "__file__", None)
+        h.update(f"{getattr(fn, '__module__', None)}:{getattr(fn, '__qualname__', None)}".encode())
+        if path:
+            try:
+                h.update(open(path, "rb").read())
+            except OSError:
+                h.update(os.urandom(16))  # unreadable: a key nothing stored matches
+    return h.hexdigest()
+
+
+def load_cached_references(cache: ResultCache, key: str) -> dict[int, CallReference] | None:
+    """The references kept under ``key`` (fresh tensors), or ``None`` (a miss; an entry that does not load is
+    counted rebuilt and made again)."""
+    body = cache.read(KIND, key)
+    if body is None:
+        return None
+    try:
+        refs = _from_file(torch.load(io.BytesIO(body), weights_only=True))
+    except Exception:
+        cache.rejected(KIND)
+        return None
+    cache.hit(KIND)
+    return refs
+
+
+def store_cached_references(cache: ResultCache, key: str, refs: Mapping[int, CallReference]) -> None:
+    """Keep ``refs`` under ``key``; references torch cannot save are not kept."""
+    buffer = io.BytesIO()
+    try:
+        torch.save(_to_file(refs), buffer)
+    except Exception:
+        return
+    cache.write(KIND, key, buffer.getvalue())

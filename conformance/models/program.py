@@ -177,6 +177,11 @@ class WrapperProgram:
             if stripped.startswith("# Topologically Sorted Source Nodes") or stripped.startswith("# Source Nodes"):
                 self.comments[i + 1] = stripped.lstrip("# ")
 
+    def cache_key(self) -> list[str]:
+        """What a model of this program depends on of it (its text and label): its part of the key a model is
+        kept under in the run's result cache (:mod:`conformance.models.lifetime.cached`)."""
+        return [self.label, self.source]
+
     def line(self, lineno: int) -> str:
         lines = self.source.splitlines()
         return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from conformance.api.result import STATUSES, Result, Status
 from conformance.util.phases import Breakdown
+from conformance.util.result_cache import HIT, KINDS, MISS, REBUILT
 from conformance.util.text import plural, printable
 
 STYLE: dict[str, str] = {
@@ -77,3 +78,17 @@ def profile_table(profile: Breakdown) -> None:
         share = f"{100 * seconds / whole:.0f}%" if whole > 0 else ""
         table.add_row(escape(printable(name)), f"{seconds:.2f}", share, escape(printable(what)))
     console.print(table)
+
+
+def cache_line(counts: dict[str, dict[str, int]]) -> str:
+    """``--profile-harness``: the result cache's hits and misses per kind over the run's pairs
+    (:mod:`conformance.util.result_cache`), one line; ``""`` where no pair used it."""
+    if not counts:
+        return ""
+    parts = []
+    for kind in [*KINDS, *sorted(set(counts) - set(KINDS))]:
+        outcomes = counts.get(kind)
+        if outcomes:
+            said = ", ".join(f"{outcomes[o]} {o}" for o in (HIT, MISS, REBUILT) if outcomes.get(o))
+            parts.append(f"{printable(kind)} {said}")
+    return "result cache: " + "; ".join(parts)

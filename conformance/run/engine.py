@@ -47,10 +47,19 @@ from conformance.checks.judge import ProbedStep
 from conformance.checks.mechanisms import EAGER_ROUNDING, GRAPH_BREAK_NOTE, LOWERING_FALLBACK, SPLIT_SOURCE
 from conformance.checks.outputs import KeptOutputs
 from conformance.checks.parity import ParityReport
-from conformance.checks.references import InputDigest, SharedReferences, reference_key
+from conformance.checks.references import (
+    REFERENCE_SOURCES,
+    InputDigest,
+    SharedReferences,
+    cached_reference_key,
+    load_cached_references,
+    reference_key,
+    store_cached_references,
+)
 from conformance.checks.state import CallReference, after_call, judge_calls, make_references, state_of
 from conformance.models.interpreter import GraphExecutor
-from conformance.models.lifetime import LifetimeModel, ModelError, Observation, model_graph
+from conformance.models.lifetime import LifetimeModel, ModelError, Observation, is_while_loop, model_graph
+from conformance.models.lifetime import cached as cached_models
 from conformance.models.optimizer import OptimizerSegment, with_optimizer_step
 from conformance.models.transients import KernelNotModelled
 from conformance.probes import native_heap
@@ -62,7 +71,9 @@ from conformance.run import boundary, pristine, reaper, shapes
 from conformance.run.boundary import HookError
 from conformance.run.options import RunOptions
 from conformance.run.rerun import rerun_command
+from conformance.util import result_cache
 from conformance.util.phases import PhaseClock
+from conformance.util.result_cache import ResultCache
 from conformance.util.text import clip, code_roots, traceback_tail, without_escapes
 
 
@@ -120,8 +131,10 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
         return _verdict(result, Status.SKIP, f"backend lacks capability: {', '.join(missing)}")
     clock = PhaseClock()
     t0 = time.perf_counter()
+    cache = ResultCache(Path(options.result_cache)) if options.result_cache is not None else None
     try:
-        return _run(case, backend, result, options, clock)
+        with result_cache.active(cache):
+            return _run(case, backend, result, options, clock)
     except Exception as exc:  # the harness's own error (a model, a reference, a check): a verdict naming its stage
         return _verdict(result, Status.FAIL_RUN, f"harness error in {stage_of(exc)}: {_one_line(exc)}",
                         traceback.format_exc())
@@ -131,6 +144,8 @@ def _run_case(case: Case, backend: Backend, options: RunOptions, spec: str | Non
             torch._dynamo.reset()
         result.timing.update(clock.timing())
         result.timing["pair_s"] = time.perf_counter() - t0
+        if cache is not None:
+            result.cache = cache.counts()
 
 
 class _Stopped(Exception):
@@ -194,7 +209,8 @@ def _build(case: Case, backend: Backend, models: _Models, options: RunOptions, c
     references are of these values only; None where the pair makes its own)."""
     with clock.phase("build"), harness_stage("build: the case's builder"):
         workload = case.build()
-    digest = InputDigest() if options.references is not None else None
+    # what the backend is given, call by call: the case's shared references are of these values only
+    digest = InputDigest() if options.references is not None or options.result_cache is not None else None
     if digest is not None:
         digest.add("call 0", state_of(workload))
     # the user-kernels model is of CPU kernels (oneDNN's, ATen's CPU composites): a step on another device
@@ -466,13 +482,24 @@ def _parity(case: Case, states: dict[int, dict[str, torch.Tensor]], options: Run
     else made here (and shared)."""
     shared = SharedReferences(Path(options.references)) if options.references is not None else None
     calls = sorted(states)
-    key = reference_key(case, calls, digest.hexdigest()) if shared is not None and digest is not None else ""
+    key = reference_key(case, calls, digest.hexdigest()) if digest is not None else ""
+    cache = result_cache.current()
+    kept = ""  # the key in the run's result cache, where the case's step could be traced (its graph is in it)
+    if cache is not None and digest is not None:
+        with clock.phase("parity"):
+            graph = _case_graph(case)
+        kept = cached_reference_key(case, calls, digest.hexdigest(), graph) if graph is not None else ""
     with clock.phase("parity"):
-        references = shared.load(key) if shared is not None else None
+        if kept:
+            references = load_cached_references(cache, kept) if cache is not None else None
+        else:
+            references = shared.load(key) if shared is not None else None
     if references is None:
         with clock.phase("reference"), harness_stage("reference: the float64 and float32 calls"):
             references = make_references(case, calls)
-            if shared is not None:
+            if kept and cache is not None:
+                store_cached_references(cache, kept, references)
+            elif shared is not None:
                 shared.store(key, references)
     with clock.phase("parity"), harness_stage("parity"):
         return judge_calls(references, {call: states[call] for call in calls}, case), references
@@ -877,11 +904,64 @@ def _user_model(case: Case, call: int, found: dict[str, torch.Tensor] | None = N
     built ones without), and whether its graph depends on the values (then it is this call's only)."""
     workload = _workload_of_call(case, call, found)
     gm, args, _ = _USER_TRACES.trace(case, workload)
+    retained = list(range(1, 1 + len(params_of(workload.model))) if case.trains else ())
+    cache, key = result_cache.current(), ""
+    depends = depends_on_data(gm)
+    if cache is not None:  # the graph, and where its loops' trip counts follow them, the values it runs on
+        values = None
+        if depends or any(is_while_loop(n) for m in gm.modules() if isinstance(m, torch.fx.GraphModule)
+                          for n in m.graph.nodes):
+            digest = InputDigest()
+            digest.add("args", list(args))
+            values = digest.hexdigest()
+        key = cached_models.model_key(USER_MODEL, cached_models.graph_digest(gm), values, retained)
+        kept = cached_models.load(cache, USER_MODEL, key)
+        if kept is not None:
+            model, extra = kept
+            return model, cached_models.decode_observation(extra["observation"]), bool(extra["depends"])
     executor = GraphExecutor(label_ranges=False)
     with torch.no_grad():
         executor.run(gm, list(args))
-    retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, executor.observation.copy(), retained), executor.observation, depends_on_data(gm)
+    model = model_graph(gm, executor.observation.copy(), retained, cache_as=None)
+    if cache is not None:
+        with contextlib.suppress(cached_models.NotCachable):
+            cached_models.store(cache, USER_MODEL, key, model,
+                                {"observation": cached_models.encode_observation(executor.observation),
+                                 "depends": depends})
+    return model, executor.observation, depends
+
+
+#: the result cache's kind of entry for the models of the case's own step
+USER_MODEL = "user-model"
+
+
+def warm_cache_keys() -> None:
+    """Read the code digests every result cache key holds (:func:`conformance.util.result_cache.source_digest`:
+    the sources of the models' and the references' code, parsed for their imports; seconds on a loaded machine)
+    once, in the fork server before any worker forks: each worker inherits them instead of reading them again."""
+    result_cache.source_digest(*cached_models.MODEL_SOURCES)
+    result_cache.source_digest(*REFERENCE_SOURCES)
+    result_cache.machine()
+
+
+def _case_graph(case: Case) -> str | None:
+    """A digest of the case's user-level step (its graph on call 0's inputs), what its references are kept in
+    the result cache under beside its inputs' values; ``None`` where the step cannot be traced (its references
+    are then made by every run).  Traced once per case and process (:data:`STEP_TRACES`), as its model is."""
+    kept = _CASE_GRAPHS.get(id(case))
+    if kept is not None and kept[0] is case:
+        return kept[1]
+    try:
+        gm, _, _ = _USER_TRACES.trace(case, _workload_of_call(case, 0, None))
+        graph: str | None = cached_models.graph_digest(gm)
+    except Exception:
+        graph = None
+    _CASE_GRAPHS[id(case)] = (case, graph)
+    return graph
+
+
+#: per case object (kept alive in the value, so its id is not reused): its step's graph digest
+_CASE_GRAPHS: dict[int, tuple[Case, str | None]] = {}
 
 
 _USER_TRACES = STEP_TRACES  # the user-level graphs, shared with the eager backend's steps
@@ -914,7 +994,7 @@ def user_kernels_model(case: Case, call: int, observation: Observation,
     workload = _workload_of_call(case, call, found)
     gm = trace_user_kernels(workload, case.trains, scopes=high)
     retained = range(1, 1 + len(params_of(workload.model))) if case.trains else ()
-    return model_graph(gm, observation.copy(), retained, high=high)
+    return model_graph(gm, observation.copy(), retained, high=high, cache_as=USER_MODEL)
 
 
 def probed_step(

@@ -232,10 +232,11 @@ def fork_server_main(control_fd: int, parent_pid: int, preload: list[str] | None
     import torch  # noqa: F401  (the import a worker pays for)
 
     from conformance.api.adapter import discover
-    from conformance.run import engine  # noqa: F401
+    from conformance.run import engine
 
     registry = discover()
     _import_quietly(WORKER_PRELOAD)
+    engine.warm_cache_keys()  # every worker's result cache keys hold them
     if preload is not None:  # the run's backends (every registered one for []) name the compilers' packages
         _preload(registry, preload)
     native_heap.rescan()  # torch's libraries, loaded since, are excluded code

@@ -40,13 +40,17 @@ class RunOptions:
     #: the run's directory of references shared by a case's pairs (:mod:`conformance.checks.references`);
     #: ``None``: each pair makes its own
     references: str | None = None
+    #: the result cache's folder (:mod:`conformance.util.result_cache`: references and models kept across
+    #: runs); ``None``: off (``--no-cache``)
+    result_cache: str | None = None
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, **({"references": self.references} if self.references is not None else {})}
+        return {"steps": self.steps, **({"references": self.references} if self.references is not None else {}),
+                **({"result_cache": self.result_cache} if self.result_cache is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
@@ -370,6 +374,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("history", "SQLite run history the report records this run in (default: DIR/history.sqlite)",
            "--history", type=path_arg, metavar="PATH", check=_history),
     Option("no_history", "do not record this run in the history", "--no-history", kind="flag"),
+    Option("no_cache", "make every reference and lifetime model again: do not read or write the result cache "
+                       "($XDG_CACHE_HOME/torch-conformance/results)",
+           "--no-cache", "--conformance-no-cache", "flag"),
 )
 
 BY_NAME: Mapping[str, Option] = {opt.name: opt for opt in OPTIONS}

@@ -63,6 +63,7 @@ from conformance.run.interrupts import watch_signals
 from conformance.run.options import RunOptions, hand_over
 from conformance.run.stats import RunStats
 from conformance.util.phases import pair_wall_s
+from conformance.util.result_cache import default_root, merge_counts
 from conformance.util.text import clip, plural, printable
 from conformance.util.writes import DiskFull, no_room
 
@@ -205,8 +206,10 @@ def activate(config: pytest.Config, values: dict[str, Any]) -> None:
         references = config.workerinput.get(REFERENCES_KEY)  # type: ignore[attr-defined]
     else:
         references = str(out / REFERENCES_DIR / uuid.uuid4().hex)
+    root = None if values["no_cache"] else default_root()
     state = RunState(values, bool(values["isolate"]), float(values["timeout"]),
-                     RunOptions(steps=values["steps"], references=references),
+                     RunOptions(steps=values["steps"], references=references,
+                                result_cache=str(root) if root is not None else None),
                      baseline, out if values["auto_repro"] else None)
     config.stash[RUN_KEY] = state
     _keep_hypothesis_in(out / ".hypothesis")
@@ -595,7 +598,7 @@ class ResultWriter:
 
     def _profile(self, wall: float) -> None:
         """``--profile-harness``: where the session's time went (the CLI adds its start-up and the report)."""
-        from conformance.output.summary import profile_table
+        from conformance.output.summary import cache_line, profile_table
         from conformance.run.isolation import startup_wait_s
         from conformance.util.phases import breakdown
 
@@ -605,6 +608,9 @@ class ResultWriter:
                       "repro": sum(r.timing.get("repro_s", 0.0) for r in self.results)}
         profile_table(breakdown([r.timing for r in self.results], wall, run_phases,
                                 workers=workers if isinstance(workers, int) else 2))
+        line = cache_line(merge_counts(r.cache for r in self.results))
+        if line:
+            _echo(line)
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -31,25 +31,34 @@ def key(name: str) -> str:
     return f"{PREFIX}{name}_s"
 
 
+def cpu_key(name: str) -> str:
+    """The timing key of a phase's CPU seconds (this process's, all its threads): on a loaded machine the wall
+    seconds say how long a phase waited, the CPU seconds what it cost."""
+    return f"{PREFIX}{name}_cpu_s"
+
+
 @dataclass
 class PhaseClock:
-    """Seconds per named phase; a phase entered twice adds up."""
+    """Seconds (wall and CPU) per named phase; a phase entered twice adds up."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.add(name, time.perf_counter() - t0)
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c0
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def timing(self) -> dict[str, float]:
-        return {key(name): s for name, s in self.seconds.items()}
+        return {**{key(name): s for name, s in self.seconds.items()},
+                **{cpu_key(name): s for name, s in self.cpu.items()}}
 
 
 def pair_wall_s(timing: dict[str, float]) -> float:

@@ -12,6 +12,7 @@ import torch.fx
 
 from conformance.models.lifetime.accumulate import Layout, accumulate_grads, dense_layout, layout_of
 from conformance.models.lifetime.aliasing import storages_in
+from conformance.models.lifetime.cached import NotCachable, cached, graph_digest, observation_parts
 from conformance.models.lifetime.graph import GraphWalker
 from conformance.models.lifetime.liveness import ModelBuilder
 from conformance.models.lifetime.model import LifetimeModel, Observation, Storage
@@ -37,6 +38,7 @@ def model_graph(
     results_at_start: int = 0,
     kernel_transients: bool = True,
     high: bool = True,
+    cache_as: str | None = "received-model",
 ) -> LifetimeModel:
     """Model a whole step traced as one graph (the user-level graph).
 
@@ -48,8 +50,18 @@ def model_graph(
     (:func:`conformance.models.transients.kernel_transient_bytes`): this graph is what eager runs op by op.
     The graphs a compiler received are modelled without them.  ``high``: a kernel whose workspace
     depends on the CPU (:func:`conformance.models.transients.kernel_transient_bounds`) counts its
-    upper bound; ``False``, its lower.
+    upper bound; ``False``, its lower.  ``cache_as``: the kind of entry the model is kept under in the run's
+    result cache (:mod:`conformance.models.lifetime.cached`); ``None``: not kept.
     """
+    retained = sorted(set(retained_outputs))
+    return cached(cache_as,
+                  lambda: ["graph", graph_digest(gm), observation_parts(observation), retained, staged,
+                           results_at_start, kernel_transients, high],
+                  lambda: _model_graph(gm, observation, retained, staged, results_at_start, kernel_transients, high))
+
+
+def _model_graph(gm: torch.fx.GraphModule, observation: Observation | None, retained_outputs: Iterable[int],
+                 staged: bool, results_at_start: int, kernel_transients: bool, high: bool) -> LifetimeModel:
     builder = ModelBuilder(observation or Observation())
     inputs = [builder.caller_input(v, name) for name, v in _placeholder_vals(gm)]
     convention = CallingConvention(staged=staged, results_at_start=results_at_start)
@@ -71,6 +83,7 @@ def model_forward_backward(
     results_at_start: int = 0,
     kernel_transients: bool = False,
     programs: Sequence[GraphProgram | None] = (),
+    cache_as: str | None = None,
 ) -> LifetimeModel:
     """Model an ``aot_autograd`` step: the partitioned forward, then the backward.
 
@@ -95,9 +108,38 @@ def model_forward_backward(
     with both tells which one a backend follows (:mod:`conformance.models.donation`).
     ``staged`` and ``results_at_start`` model a backend that copies each call's inputs and
     allocates its results up front (:class:`~conformance.models.lifetime.staging.CallingConvention`).
+
+    The model is kept in the run's result cache (:mod:`conformance.models.lifetime.cached`) as a
+    ``program-model`` where a program is given (one that names its own :meth:`cache_key`; any other is
+    modelled every time), else as a ``received-model``; ``cache_as`` names another kind.
     """
     if saved_inputs not in ("donated", "held"):
         raise ValueError(f"saved_inputs must be 'donated' or 'held', not {saved_inputs!r}")
+    kind = cache_as or ("program-model" if any(p is not None for p in programs) else "received-model")
+
+    def key() -> list[Any]:
+        return ["forward-backward", graph_digest(forward, backward), observation_parts(observation), saved_inputs,
+                staged, results_at_start, kernel_transients, [_program_key(p) for p in programs]]
+
+    return cached(kind, key, lambda: _model_forward_backward(forward, backward, observation, saved_inputs, staged,
+                                                             results_at_start, kernel_transients, programs))
+
+
+def _program_key(program: GraphProgram | None) -> Any:
+    """A program's part of a model's key: its own :meth:`cache_key` (its text); one without is not cached."""
+    if program is None:
+        return None
+    key = getattr(program, "cache_key", None)
+    if key is None:
+        raise NotCachable(f"{type(program).__name__} names no cache_key")
+    return [f"{type(program).__module__}.{type(program).__qualname__}", key()]
+
+
+def _model_forward_backward(
+    forward: torch.fx.GraphModule, backward: torch.fx.GraphModule | None, observation: Observation | None,
+    saved_inputs: str, staged: bool, results_at_start: int, kernel_transients: bool,
+    programs: Sequence[GraphProgram | None],
+) -> LifetimeModel:
     builder = ModelBuilder(observation or Observation())
     walker = GraphWalker(builder, kernel_transients)
     fw_program, bw_program = [*programs, None, None][:2]
