@@ -146,9 +146,24 @@ def test_the_matrix_spans_shards_backends_and_torch_releases(workflow: dict[str,
     assert {"eager", "inductor"} <= set(matrix["backend"]) and any(b.startswith("iree") for b in matrix["backend"])
     assert len(matrix["torch"]) >= 2 and _pinned_torch() in matrix["torch"]
     assert workflow["env"]["CASES"] == "op-*"
-    assert workflow["jobs"]["merge"]["needs"] == "sweep"
+    assert workflow["jobs"]["merge"]["needs"] == ["sweep", "runtimes"]
     names = {s.get("name") for job in workflow["jobs"].values() for s in job["steps"]}
     assert set(NOT_HERE) <= names, "a skipped step is no longer in the workflow: drop it from NOT_HERE"
+
+
+def test_the_vendor_runtimes_run_the_default_matrix_into_the_merge(workflow: dict[str, Any]) -> None:
+    """OpenVINO and ONNX Runtime run the default matrix (their manifests classify it; the op sweep has none for
+    them), on the sweep's torch releases, and their artifacts match the merge step's per-release pattern."""
+    job = workflow["jobs"]["runtimes"]
+    matrix = job["strategy"]["matrix"]
+    assert set(matrix["backend"]) == {"openvino", "onnxrt"}
+    assert matrix["torch"] == workflow["jobs"]["sweep"]["strategy"]["matrix"]["torch"]
+    run = next(s["run"] for s in job["steps"] if s.get("name") == "Run the default matrix")
+    assert "--case" not in run and '--backend "$BACKEND"' in run
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["name"].startswith("results-torch${{ matrix.torch }}-")
+    install = next(s["run"] for s in job["steps"] if s.get("name", "").startswith("Install"))
+    assert '".[$BACKEND]"' in install
 
 
 def test_two_shards_then_the_merge_report_and_history(played: tuple[Path, Path, list[str]]) -> None:
