@@ -13,6 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import conformance.cases.gen_ops  # noqa: F401  (registers conformance_gen::twin)
+import conformance.models.program as program_module
 from conformance.models.lifetime import Observation
 from conformance.models.program import ProgramError, WrapperProgram, late_references, late_releases, model_program
 
@@ -379,3 +380,35 @@ def test_the_compile_the_received_graphs_come_from_makes_kernel_storages() -> No
 
     with modelled_compile():
         assert [copied(), copied()] == [4 * 8 * F32] * 2
+
+
+def _all_kept(n: int) -> str:
+    """``n`` buffers each computed from the one before and all returned: every one is held past its last use
+    to the end, as a forward holds what it saves for its backward."""
+    body = ["arg0_1, = args", "args.clear()", "buf0 = empty_strided_cpu((4, ), (1, ), torch.float32)",
+            "cpp_fused_0(arg0_1, buf0)"]
+    for i in range(1, n):
+        body += [f"buf{i} = empty_strided_cpu((4, ), (1, ), torch.float32)", f"cpp_fused_0(buf{i - 1}, buf{i})"]
+    return "\n".join([*body, "return (" + "".join(f"buf{i}, " for i in range(n)) + ")"])
+
+
+def test_the_work_per_statement_stays_flat_as_the_program_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 59: the program model grows linearly with the program.  Counted, not timed: the tensors the
+    interpreter walks per statement, on a program twice as long.  Asking every live name at every kernel (what
+    it did before) walks a number that grows with the program: at twice the length, twice per statement at least."""
+    walked = [0]
+    tensors = program_module._tensors
+
+    def counting(value: object):  # type: ignore[no-untyped-def]
+        for t in tensors(value):
+            walked[0] += 1
+            yield t
+
+    monkeypatch.setattr(program_module, "_tensors", counting)
+    per_statement = []
+    for n in (40, 80):
+        walked[0] = 0
+        model, late, refs = findings(_all_kept(n), (4,))
+        assert late == [] and refs == []  # clean: each buffer is returned (its last use) and outlives the call
+        per_statement.append(walked[0] / len(model.events))
+    assert per_statement[1] <= 1.25 * per_statement[0], per_statement

@@ -130,6 +130,8 @@ class WrapperProgram:
     functions: dict[str, ast.FunctionDef] = field(init=False, repr=False)
     namespace: dict[str, Any] = field(init=False, repr=False)
     comments: dict[int, str] = field(init=False, repr=False)
+    #: the source's lines, split once (every statement's event is labelled with its line)
+    lines: list[str] = field(init=False, repr=False)
     #: the layouts of what the last modelled call returned (what ``AccumulateGrad`` checks a gradient's by)
     result_layouts: list[Layout | None] = field(init=False, repr=False, default_factory=list)
 
@@ -170,9 +172,9 @@ class WrapperProgram:
         namespace.update({name: _Bookkeeping(name) for name in _BOOKKEEPING})
         namespace["get_raw_stream"] = _Bookkeeping("get_raw_stream", 0)
         self.namespace = namespace
-        lines = self.source.splitlines()
+        self.lines = self.source.splitlines()
         self.comments = {}
-        for i, text in enumerate(lines, 1):  # the ATen ops a kernel line came from, for naming
+        for i, text in enumerate(self.lines, 1):  # the ATen ops a kernel line came from, for naming
             stripped = text.strip()
             if stripped.startswith("# Topologically Sorted Source Nodes") or stripped.startswith("# Source Nodes"):
                 self.comments[i + 1] = stripped.lstrip("# ")
@@ -183,8 +185,7 @@ class WrapperProgram:
         return [self.label, self.source]
 
     def line(self, lineno: int) -> str:
-        lines = self.source.splitlines()
-        return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+        return self.lines[lineno - 1].strip() if 0 < lineno <= len(self.lines) else ""
 
     def model(self, builder: ModelBuilder, inputs: Sequence[Any], input_vals: Sequence[Any], prefix: str,
               donated: bool, input_layouts: Sequence[Layout | None] = ()) -> list[Any]:
@@ -251,6 +252,19 @@ class _Frame:
     name: str
     env: dict[str, Any]
     bindings: dict[str, Binding] = field(default_factory=dict)
+    #: per bound name, what it reaches (:class:`_Reach`), kept as names are bound and unbound
+    reach: dict[str, _Reach] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Reach:
+    """What one name reaches: ``seq`` orders the names of a frame as its ``env`` does; a name bound to a
+    container (a list or dict the program may change in place) is walked again whenever it is asked,
+    any other value's storages are fixed when it is bound."""
+
+    seq: int
+    storages: tuple[Storage, ...]
+    container: bool
 
 
 @dataclass
@@ -281,11 +295,23 @@ class _Interpreter:
         self.released: list[Binding] = []  # released since the last statement that did work
         self.stmt = _Statement()
         self.fake = storage_exact_fake_mode(allow_non_fake_inputs=False)
+        # What the frames' names reach, kept as names are bound and unbound, so that a statement costs the
+        # names it touches and not every live one (issue 59: the model grows linearly with the program):
+        self._seq = 0
+        self._reached: dict[int, int] = {}  # storage id -> names (not containers) that reach it
+        self._holders: dict[int, dict[int, tuple[_Frame, str]]] = {}  # storage id -> seq -> those names
+        self._containers: dict[int, tuple[_Frame, str]] = {}  # seq -> a name bound to a container
+        self._unkeyed: dict[Any, list[tuple[_Frame, str]]] = {}  # a fake storage no model storage is known for yet
+        self._touched: set[int] = set()  # storages whose names changed since the last sync
+        self._contained: dict[int, Storage] = {}  # what the containers reached at the last sync
+        self._pending: dict[int, Storage] = {}  # storages used or born since the last statement that did work
+        self._changed: dict[int, Storage] = {}  # storages whose names changed since that statement
 
     # -- entry ---------------------------------------------------------------------
     def run(self, inputs: list[Any], input_vals: list[Any], donated: bool,
             input_layouts: list[Layout | None] | None = None) -> list[Any]:
         fakes = self._input_fakes(inputs, input_vals, input_layouts or [])
+        self._pending.update((s.sid, s) for s in self.keys.values())  # an input is past its last use until read
         self.frames.append(_Frame("call", {}))
         self._bind(self.frames[-1], "args", list(fakes))
         self._sync()  # the argument list references every input
@@ -346,10 +372,12 @@ class _Interpreter:
         binding = Binding(frame.name, name, len(self.builder.events), holder_kind(value))
         frame.bindings[name] = binding
         self.bindings.append(binding)
+        self._reach_add(frame, name, value)
 
     def _unbind(self, frame: _Frame, name: str) -> None:
         binding = frame.bindings.pop(name, None)
         frame.env.pop(name, None)
+        self._reach_drop(frame, name)
         if binding is not None:
             self.stmt.unbound.append(binding)
 
@@ -358,6 +386,54 @@ class _Interpreter:
         last = len(self.builder.events) - 1
         for binding in frame.bindings.values():
             binding.released = last
+        for name in list(frame.reach):
+            self._reach_drop(frame, name)
+
+    def _reach_add(self, frame: _Frame, name: str, value: Any, seq: int | None = None) -> None:
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        container = _has_container(value)
+        storages: tuple[Storage, ...] = ()
+        if not container:
+            found = []
+            for t in _tensors(value):
+                key = StorageWeakRef(t.untyped_storage())
+                s = self.keys.get(key)
+                if s is None:  # a storage the program may make known later (see _born)
+                    self._unkeyed.setdefault(key, []).append((frame, name))
+                else:
+                    found.append(s)
+            storages = tuple(found)
+        reach = frame.reach[name] = _Reach(seq, storages, container)
+        if container:
+            self._containers[reach.seq] = (frame, name)
+        for s in {s.sid: s for s in storages}.values():
+            self._reached[s.sid] = self._reached.get(s.sid, 0) + 1
+            self._holders.setdefault(s.sid, {})[reach.seq] = (frame, name)
+            self._touched.add(s.sid)
+            self._changed[s.sid] = s
+
+    def _reach_drop(self, frame: _Frame, name: str) -> None:
+        reach = frame.reach.pop(name, None)
+        if reach is None:
+            return
+        self._containers.pop(reach.seq, None)
+        for s in {s.sid: s for s in reach.storages}.values():
+            self._reached[s.sid] -= 1
+            if not self._reached[s.sid]:
+                del self._reached[s.sid]
+            self._holders[s.sid].pop(reach.seq, None)
+            self._touched.add(s.sid)
+            self._changed[s.sid] = s
+
+    def _newly_keyed(self, key: Any) -> None:
+        """``key`` now names a model storage: the names bound to its tensors before reach it from now on."""
+        for frame, name in self._unkeyed.pop(key, []):
+            if name in frame.reach:
+                seq = frame.reach[name].seq  # its place among the frame's names stays
+                self._reach_drop(frame, name)
+                self._reach_add(frame, name, frame.env.get(name), seq)
 
     # -- statements ------------------------------------------------------------------
     def _block(self, body: Sequence[ast.stmt]) -> None:
@@ -422,9 +498,11 @@ class _Interpreter:
         """End a statement: record its event, its uses, the references it let go of, and what it freed."""
         st = self.stmt
         index = len(self.builder.events)
+        used: dict[int, Storage] = {}
         for t in st.used:
             s = self.keys.get(StorageWeakRef(t.untyped_storage()))
             if s is not None:
+                used[s.sid] = s
                 s.last_use = index
                 s.held_by = s.held_in = ""  # who keeps it past its last use is asked again after this one
                 s.held_in_loop = False
@@ -432,9 +510,11 @@ class _Interpreter:
                     s.op_writer = st.writer
         for binding in st.loaded:
             binding.last_load = index
+        self._pending.update(used)
+        self._pending.update((s.sid, s) for s in st.born)
         if st.work:
             self.builder.work_events.add(index)
-            self._note_holders(index)
+            self._note_holders(index, used)
             for binding in self.released:
                 binding.settled = index
             self.released.clear()
@@ -451,23 +531,39 @@ class _Interpreter:
         return f"{place} [trip {self.trips[-1]}]" if self.trips and frame == "call" else place
 
     def _sync(self) -> None:
-        """Hold exactly the storages reachable from the live frames (one builder reference each)."""
-        reachable: dict[int, Storage] = {}
-        for frame in self.frames:
-            for value in frame.env.values():
-                for s in self._storages(value):
-                    reachable[s.sid] = s
-        for sid, s in reachable.items():
-            if sid not in self.held:
+        """Hold exactly the storages reachable from the live frames (one builder reference each).
+
+        Only the storages whose names changed since the last sync, and what containers reach, are looked at:
+        every other one is held exactly when it was then."""
+        contained = self._in_containers()
+        for sid in self._touched.union(contained, self._contained):
+            reachable = sid in self._reached or sid in contained
+            if reachable and sid not in self.held:
+                s = contained.get(sid) or next(iter(self._holders_of(sid)))
                 self.held[sid] = s
                 self.builder.acquire(s)
-        for sid in [sid for sid in self.held if sid not in reachable]:
-            self.held[sid].freed_in_loop = bool(self.trips)
-            self.builder.release(self.held.pop(sid))
+            elif not reachable and sid in self.held:
+                self.held[sid].freed_in_loop = bool(self.trips)
+                self.builder.release(self.held.pop(sid))
+        self._touched.clear()
+        self._contained = contained
         for s in self.stmt.born:
-            if s.sid not in reachable:  # a transient: made and dropped within the statement
-                self.builder.acquire(s)
+            if s.sid not in self._reached and s.sid not in contained:  # a transient: made and dropped within
+                self.builder.acquire(s)                                # the statement
                 self.builder.release(s)
+
+    def _holders_of(self, sid: int) -> Iterable[Storage]:
+        """The model storage ``sid`` names, from one of the (non-container) names that reach it."""
+        for frame, name in self._holders.get(sid, {}).values():
+            yield next(s for s in frame.reach[name].storages if s.sid == sid)
+
+    def _in_containers(self) -> dict[int, Storage]:
+        """The storages the names bound to containers reach now (the program changes containers in place)."""
+        found: dict[int, Storage] = {}
+        for frame, name in self._containers.values():
+            for s in self._storages(frame.env.get(name)):
+                found[s.sid] = s
+        return found
 
     def _storages(self, value: Any) -> Iterable[Storage]:
         for t in _tensors(value):
@@ -475,12 +571,65 @@ class _Interpreter:
             if s is not None:
                 yield s
 
-    def _note_holders(self, index: int) -> None:
+    def _note_holders(self, index: int, used: dict[int, Storage]) -> None:
         """At a statement that does work: which references hold storages the program must free.
 
         A storage past its last use gets the names that still reference it (``held_by``: the first
         ones; ``held_in``: the kind of those holding it last, the reference whose release frees it);
-        every binding holding such storages records the event, to be judged once its last read is known."""
+        every binding holding such storages records the event, to be judged once its last read is known.
+
+        Outside a host loop only what can change the answer is looked at (:meth:`_note_holders_near`):
+        the names that reach a storage this statement used, and the storages used, born or renamed since
+        the last statement that did work.  Inside one, every name is (a loop marks what it holds)."""
+        contained = self._in_containers()
+        candidates = {**self._pending, **self._changed, **contained, **self._contained}
+        if self.trips:
+            self._note_holders_all(index)
+        else:
+            self._note_holders_near(index, used, candidates, contained)
+        self._changed = {}
+        self._pending = {sid: s for sid, s in candidates.items()
+                         if (s.last_use if s.last_use is not None else s.birth) >= index}
+
+    def _note_holders_near(self, index: int, used: dict[int, Storage], candidates: dict[int, Storage],
+                           contained: dict[int, Storage]) -> None:
+        """:meth:`_note_holders_all` outside a loop, looking only at what can have changed: a binding records a
+        suspect event only where it holds a storage whose last use that event is (:func:`late_references` reads no
+        other), and a storage's holders are asked again only when they changed or it was used since."""
+        order = {id(f): i for i, f in enumerate(self.frames)}
+        seen: set[int] = set()
+        for s in used.values():
+            if s.role not in FREED_BY_PROGRAM or not s.nbytes:
+                continue
+            for frame, name in [*self._holders.get(s.sid, {}).values(), *self._containers.values()]:
+                binding = frame.bindings.get(name)
+                if binding is None or id(binding) in seen:
+                    continue
+                seen.add(id(binding))
+                value = frame.env.get(name)
+                owned = tuple(o for o in self._storages(value) if o.role in FREED_BY_PROGRAM and o.nbytes)
+                if binding.last_load < index and not _part_views(value):
+                    now = tuple(o for o in owned if o.last_use == index)
+                    if now:
+                        binding.suspects.append((index, now))
+                        binding.view_readers[index] = self._view_readers(now)
+        for sid, s in candidates.items():
+            if s.role not in FREED_BY_PROGRAM or not s.nbytes or not (sid in self._reached or sid in contained):
+                continue
+            last = s.last_use if s.last_use is not None else s.birth
+            if last >= index:
+                continue
+            places = [*self._holders.get(sid, {}).values(),
+                      *((f, n) for f, n in self._containers.values() if s in set(self._storages(f.env.get(n))))]
+            places.sort(key=lambda place: (order[id(place[0])], place[0].reach[place[1]].seq))
+            holders = [(f"{f.name}.{n}" if f.name != "call" else n, f.env.get(n)) for f, n in places]
+            if not s.held_by:
+                s.held_by = ", ".join(n for n, _ in holders)
+            kinds = {holder_kind(v) for _, v in holders}
+            s.held_in = next((k for k in ("list", "tuple", "name") if k in kinds), s.held_in)
+
+    def _note_holders_all(self, index: int) -> None:
+        """Every binding of every frame, as :meth:`_note_holders` describes."""
         bound = [(f, b) for f in self.frames for b in f.bindings.values()] + [(None, b) for b in self.stmt.unbound]
         asked: set[int] = set()
         for frame, binding in bound:
@@ -646,6 +795,7 @@ class _Interpreter:
             s.modelled_by_program = True
             s.allocated_by_program = name in _ALLOCATORS
             self.keys[key] = s
+            self._newly_keyed(key)
             self.stmt.born.append(s)
             self.stmt.work = True
         return value
@@ -791,6 +941,13 @@ def _tensors(value: Any) -> Iterable[torch.Tensor]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+
+
+def _has_container(value: Any) -> bool:
+    """Whether ``value`` is or holds a list or dict: what the program can change in place (``args.clear()``)."""
+    if isinstance(value, (list, dict)):
+        return True
+    return isinstance(value, tuple) and any(_has_container(v) for v in value)
 
 
 def _part_views(value: Any) -> bool:
