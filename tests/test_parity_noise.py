@@ -403,3 +403,31 @@ def test_a_float32_sum_in_order_is_within_the_floor_of_its_terms_and_a_fault_is_
     off = {**sequential, "output[1]": sequential["output[1]"] + 2 * TOL.rtol * float(x.abs().sum())}
     (bad,) = [t for t in _judged(case, off).tensors if not t.ok]
     assert bad.name == "output[1]"
+
+
+def test_a_convolutions_backward_moves_its_bias_and_weight_gradients_by_the_walk_of_their_sums() -> None:
+    """The bias gradient of a convolution sums ``grad_output`` over batch and positions: with a ``grad_output`` that
+    cancels on each channel (a convolution before a batch norm) it is 0 in exact arithmetic, and a float32 backend's
+    is the rounding of that sum's partial sums, ``eps * sqrt(sum_k S_k**2)`` on average.  The noise mode moves it by
+    that walk, not by one ulp of its float64 value (1e-15: what it did while the walked call was never made)."""
+    from conformance.checks.noise import RoundingNoise
+
+    torch.manual_seed(0)
+    grad_out = torch.randn(2, 8, 16, 16, dtype=torch.float64)
+    grad_out -= grad_out.mean((0, 2, 3), keepdim=True)
+    x, w = torch.randn(2, 3, 16, 16, dtype=torch.float64), torch.randn(8, 3, 3, 3, dtype=torch.float64)
+    args = (grad_out, x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, True])
+    _, grad_w, grad_b = torch.ops.aten.convolution_backward.default(*args)
+    eps = torch.finfo(torch.float32).eps
+    partial = grad_out.transpose(0, 1).reshape(8, -1).cumsum(1)  # each channel's sum in row-major order
+    walk = eps * partial.square().sum(1).sqrt()
+    moves_b, moves_w = [], []
+    for seed in range(8):
+        with RoundingNoise(eps, seed):
+            _, noisy_w, noisy_b = torch.ops.aten.convolution_backward.default(*args)
+        moves_b.append(noisy_b - grad_b)
+        moves_w.append(noisy_w - grad_w)
+    rms_b = torch.stack(moves_b).square().mean(0).sqrt()
+    assert bool(((rms_b > walk / 3) & (rms_b < 3 * walk)).all()), (rms_b, walk)
+    assert float(grad_b.abs().max()) < 1e-12  # one ulp of it would be below 1e-19
+    assert float(torch.stack(moves_w).abs().max()) > 10 * eps * float(grad_w.abs().max())  # a walk, not one ulp

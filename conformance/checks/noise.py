@@ -221,9 +221,11 @@ class RoundingNoise(_StepMode):
         its output channels and kernel (the axes other than the input channels'): one call per way."""
         grad_out, weight = args[0], args[2]
         transposed = bool(args[7]) if len(args) > 7 else False
-        by_grad = func(*self._operands(args, kwargs, [], (0, [d for d in range(grad_out.dim()) if d != 1]))[:2])
-        by_weight = func(*self._operands(args, kwargs, [], (2, [d for d in range(weight.dim())
-                                                                 if d != (0 if transposed else 1)]))[:2])
+        grad_args, grad_kwargs = self._operands(args, kwargs, [], (0, [d for d in range(grad_out.dim()) if d != 1]))
+        by_grad = func(*grad_args, **grad_kwargs)
+        weight_args, weight_kwargs = self._operands(args, kwargs, [], (2, [d for d in range(weight.dim())
+                                                                           if d != (0 if transposed else 1)]))
+        by_weight = func(*weight_args, **weight_kwargs)
         return (by_weight[0], by_grad[1], by_grad[2])
 
     def _decomposed(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
