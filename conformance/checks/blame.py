@@ -31,6 +31,7 @@ from conformance.checks.facts import (
     death_sentence,
     made_at_sentence,
     result_pack_sentence,
+    share,
     shared_buffer_sentence,
     transients_sentence,
 )
@@ -277,13 +278,6 @@ def _named_by_program(p: Storage, made: str) -> dict[str, Any]:
     the sentence a reader sees."""
     name = p.producer.split(":")[-1]
     return {"producer": made_at_sentence(name, made), "program_buffer": ProgramBuffer.made_at(name, made)}
-
-
-def share(entry: dict[str, Any]) -> int:
-    """The bytes of a check's excess a blamed entry accounts for (``explains_bytes`` where the check's
-    excess is not counted in plain bytes: the program check's bytes x statements)."""
-    value = entry.get("explains_bytes", entry.get("bytes"))
-    return int(value) if isinstance(value, int) else 0
 
 
 def unexplained(blamed: list[dict[str, Any]], excess: int | None) -> int | None:

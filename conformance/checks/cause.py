@@ -33,8 +33,7 @@ from typing import Any
 
 from conformance.api.result import MemoryFigures, Result
 from conformance.api.verdict import CauseFinding, Check, CheckName, Status, check_spec, combine
-from conformance.checks.blame import share
-from conformance.checks.facts import NOT_IN_MODEL, ProgramPart, parse_event
+from conformance.checks.facts import NOT_IN_MODEL, ProgramPart, parse_event, share
 from conformance.checks.mechanisms import Evidence, Program, graph_breaks_of, mechanism_of, recognise, recognise_rest
 from conformance.util.text import without_escapes
 

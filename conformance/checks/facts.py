@@ -287,3 +287,10 @@ def runtime_fields(fact: ResultPack | SharedResultBuffer | CallTransients) -> di
     sentence = result_pack_sentence(fact) if isinstance(fact, ResultPack) else \
         shared_buffer_sentence(fact) if isinstance(fact, SharedResultBuffer) else transients_sentence(fact)
     return {"producer": sentence, fact.KEY: fact.to_json()}
+
+
+def share(entry: dict[str, Any]) -> int:
+    """The bytes of a check's excess a blamed entry accounts for (``explains_bytes`` where the check's
+    excess is not counted in plain bytes: the program check's bytes x statements)."""
+    value = entry.get("explains_bytes", entry.get("bytes"))
+    return int(value) if isinstance(value, int) else 0
