@@ -775,9 +775,15 @@ def _impostor_distribution(root: Path) -> None:
                                            "zz-impostor = tests.hostile_backends:ImpostorEagerBackend\n")
 
 
-def test_a_second_backend_under_a_taken_name_is_refused_naming_both(tmp_path: Path) -> None:
-    adhoc = conformance("run", "--backend", "eager", "--backend", "tests.hostile_backends:ImpostorEagerBackend",
-                        "--case", "mlp-s-infer", "--no-isolate", "--out", "out", cwd=tmp_path)
+def test_a_second_backend_under_a_taken_name_is_refused_naming_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The ad hoc impostor is refused in-process (its option is the check); the installed one by the real
+    command, whose entry points come from the environment it starts in."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli.pytest, "main", _no_pytest_session)
+    code = call_cli(["run", "--backend", "eager", "--backend", "tests.hostile_backends:ImpostorEagerBackend",
+                     "--case", "mlp-s-infer", "--no-isolate", "--out", "out"])
+    adhoc = subprocess.CompletedProcess([], code, *capsys.readouterr())
     assert_refused(adhoc, "--backend tests.hostile_backends:ImpostorEagerBackend: backend name 'eager' is taken by "
                           "entry point eager (conformance.backends.eager:EagerBackend)")
     assert not any(tmp_path.iterdir())

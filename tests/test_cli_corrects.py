@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance.api.case import select_cases
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,8 +63,14 @@ def test_install_hints_only_where_they_apply(tmp_path: Path) -> None:
     assert "pip install" not in proc.stderr and "families: " in proc.stderr
 
 
-def test_list_cases_marks_the_default_set_and_describes_blocks(tmp_path: Path) -> None:
-    proc = _cli("list", "cases", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """``conformance list cases``, no option: one real command read by each test of its listing."""
+    return _cli("list", "cases", cwd=tmp_path_factory.mktemp("list"))
+
+
+def test_list_cases_marks_the_default_set_and_describes_blocks(listed: subprocess.CompletedProcess[str]) -> None:
+    proc = listed
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line[:2] in ("* ", "  ")]
     marked = {line.split()[1] for line in rows if line.startswith("* ")}
@@ -70,6 +78,19 @@ def test_list_cases_marks_the_default_set_and_describes_blocks(tmp_path: Path) -
     assert f"{len(marked)} of them (marked *)" in proc.stdout and "families: " in proc.stdout
     block = next(line for line in rows if " mod-Conv1d-BatchNorm1d-infer " in line)
     assert "BatchNorm1d" in block.split("seed=0", 1)[1] and "alone" not in block
+
+
+def test_list_cases_lists_each_kind_of_case(listed: subprocess.CompletedProcess[str]) -> None:
+    assert listed.returncode == 0, listed.stderr
+    assert "mlp-s-train" in listed.stdout and "train_step" in listed.stdout and "loop-rnn-t3" in listed.stdout
+
+
+def test_list_cases_names_the_op_sweep_without_building_it(listed: subprocess.CompletedProcess[str]) -> None:
+    """Issue 58: with no ``--case`` the families line left the op sweep out, so a new user never learnt of it."""
+    assert listed.returncode == 0, listed.stderr
+    families = next(line for line in listed.stdout.splitlines() if line.startswith("families: "))
+    assert "ops (registered when a --case names it: --case 'op-*' or --case ops)" in families
+    assert not any(line.split()[0].startswith("op-") for line in listed.stdout.splitlines()[2:] if line.strip())
 
 
 def test_the_end_of_a_run_names_each_failure_once_with_its_repro_and_a_rerun_gets_its_own_out(
